@@ -1,0 +1,79 @@
+# tagalloc - top-level build.  `make` builds into build/; `make test` runs the
+# tests (unit, misuse, stress, and the same under ASan+UBSan).
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+WARN     = -Wall -Wextra
+COMMON   = $(WARN) -std=gnu11 -pthread -fPIC -fno-omit-frame-pointer -D_GNU_SOURCE \
+           -Ialloc -Ireports
+LIBS     = -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm
+
+# The library: the ledger plus the symbolizer and text emitter of reports/.
+LIB_SRC  = $(wildcard alloc/*.c) reports/symbolize.c reports/text.c
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+
+UNIT_SRC = $(wildcard tests/unit/*.c) $(wildcard tests/misuse/*.c) $(wildcard tests/stress/*.c)
+UNIT_BIN = $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_LIBS = -lcmocka
+# The static library: keep the text reporter, which registers itself.
+LINKA    = -Wl,-u,report_text_write $(BUILD)/libtagalloc.a
+
+all: $(BUILD)/libtagalloc.so $(BUILD)/libtagalloc.a $(BUILD)/demo $(UNIT_BIN)
+
+$(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h reports/*.h) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) -c $< -o $@
+
+$(BUILD)/libtagalloc.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LIBS)
+
+$(BUILD)/libtagalloc.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/demo: examples/demo.c $(BUILD)/libtagalloc.a
+	$(CC) $(CFLAGS) $(COMMON) $< -o $@ $(LINKA) $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/libtagalloc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) -Itests $< -o $@ $(LINKA) $(TEST_LIBS) $(LIBS)
+
+# ---- tests --------------------------------------------------------------
+test: all
+	@tests/run-tests.sh $(BUILD)
+	$(MAKE) test-asan
+
+# The same tests, library and all, built with AddressSanitizer and UBSan.
+test-asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a asan-tests
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  tests/run-tests.sh build/asan
+
+asan-tests: $(UNIT_BIN)
+
+check-valgrind: all
+	VALGRIND=1 tests/run-tests.sh $(BUILD)
+
+# ---- demo and benchmarks -------------------------------------------------
+demo: $(BUILD)/demo
+	$(BUILD)/demo
+
+$(BUILD)/bench-alloc: bench/bench_alloc.c $(BUILD)/libtagalloc.a
+	$(CC) -O2 -g $(COMMON) $< -o $@ $(LINKA) $(LIBS)
+
+bench-alloc: $(BUILD)/bench-alloc
+	$(BUILD)/bench-alloc
+
+bench: bench-alloc
+
+deps:
+	@tools/install-deps.sh
+
+clean:
+	rm -rf build
+
+.PHONY: all test test-asan asan-tests check-valgrind demo bench bench-alloc deps clean
+.SECONDARY:

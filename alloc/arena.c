@@ -1,0 +1,221 @@
+/* arena.c - arenas: bump allocation in chunks, all blocks die at reset.
+ *
+ * Each arena allocation is a ledger block (tag, stack, counts), so ta_since
+ * sees tape ops like any block and holds can point at them.  A reset drops
+ * every block of the generation, poisons the used memory, makes holds to it
+ * dangling, gives back chunks grown beyond the arena's capacity (a long
+ * graph that was an exception does not keep its memory), and starts a new
+ * generation. */
+#include "internal.h"
+
+#include <jemalloc/jemalloc.h>
+#include <string.h>
+
+typedef struct chunk {
+  uintptr_t base;
+  size_t size, used;
+  struct chunk *next;
+} chunk;
+
+struct ta_arena {
+  ta_tag tag;
+  size_t capacity;
+  chunk *chunks;             /* newest first */
+  chunk *cur;
+  uint64_t generation;       /* 1, 2, ... */
+  uint32_t reset_stack;      /* where the latest reset happened */
+  uintptr_t *blocks;         /* the current generation's blocks */
+  size_t nblocks, cap_blocks;
+  pthread_mutex_t lock;
+  struct ta_arena *next, *prev;
+};
+
+static pthread_mutex_t arenas_lock = PTHREAD_MUTEX_INITIALIZER;
+static ta_arena *arenas;
+
+static chunk *chunk_new(size_t size) {
+  chunk *c = _ta_meta_calloc(1, sizeof *c);
+  void *mem = c ? mallocx(size, MALLOCX_ALIGN(64)) : NULL;
+  if (mem == NULL) {
+    _ta_meta_free(c);
+    return NULL;
+  }
+  c->base = (uintptr_t)mem;
+  c->size = size;
+  return c;
+}
+
+TA_NOINLINE ta_arena *ta_arena_new(ta_tag tag, size_t capacity) {
+  _ta_ensure();
+  ta_arena *a = _ta_meta_calloc(1, sizeof *a);
+  if (a == NULL) return NULL;
+  a->tag = tag;
+  a->capacity = capacity < 256 ? 256 : capacity;
+  a->generation = 1;
+  pthread_mutex_init(&a->lock, NULL);
+  a->chunks = a->cur = chunk_new(a->capacity);
+  if (a->chunks == NULL) {
+    _ta_meta_free(a);
+    _ta_error(TA_ENOMEM, "ta_arena_new: out of memory for %zu bytes", capacity);
+    return NULL;
+  }
+  pthread_mutex_lock(&arenas_lock);
+  a->next = arenas;
+  if (arenas) arenas->prev = a;
+  arenas = a;
+  pthread_mutex_unlock(&arenas_lock);
+  return a;
+}
+
+TA_NOINLINE void *ta_arena_alloc(ta_arena *a, size_t size) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  size_t need = (size + 15) & ~(size_t)15;
+  if (need == 0) need = 16;
+  pthread_mutex_lock(&a->lock);
+  chunk *c = a->cur;
+  /* Chunks are filled in order (oldest first after a reset); take the next
+   * one with room, or grow. */
+  while (c && c->size - c->used < need) {
+    chunk *n = NULL;
+    for (chunk *k = a->chunks; k; k = k->next)
+      if (k->next == c) n = k;          /* the chunk made after c */
+    c = n;
+  }
+  if (c == NULL) {
+    size_t size_new = need > a->capacity ? need : a->capacity;
+    c = chunk_new(size_new);
+    if (c == NULL) {
+      pthread_mutex_unlock(&a->lock);
+      _ta_error(TA_ENOMEM, "ta_arena_alloc: out of memory for %zu bytes", size);
+      return NULL;
+    }
+    c->next = a->chunks;
+    a->chunks = c;
+  }
+  a->cur = c;
+  uintptr_t p = c->base + c->used;
+  c->used += need;
+  if (a->nblocks == a->cap_blocks) {
+    size_t cap = a->cap_blocks ? a->cap_blocks * 2 : 64;
+    uintptr_t *v = _ta_meta_realloc(a->blocks, cap * sizeof *v);
+    if (v == NULL) {
+      c->used -= need;
+      pthread_mutex_unlock(&a->lock);
+      return NULL;
+    }
+    a->blocks = v;
+    a->cap_blocks = cap;
+  }
+  a->blocks[a->nblocks++] = p;
+  pthread_mutex_unlock(&a->lock);
+  _ta_block_add_arena(t, p, size, a->tag, stack);
+  return (void *)p;
+}
+
+/* Drops the blocks of the generation; a is locked. */
+static void arena_drop(ta_thread *t, ta_arena *a, uint32_t stack) {
+  for (size_t i = 0; i < a->nblocks; i++) {
+    ta_block b;
+    if (_ta_block_get(a->blocks[i], &b) && (b.flags & TA_F_HOLD))
+      _ta_hold_on_free(a->blocks[i], b.size, stack);
+    _ta_block_drop_arena(t, a->blocks[i], stack);
+  }
+  a->nblocks = 0;
+  for (chunk *c = a->chunks; c; c = c->next) {
+    memset((void *)c->base, (int)_ta_opt.poison, c->used);
+    c->used = 0;
+  }
+}
+
+TA_NOINLINE void ta_arena_reset(ta_arena *a) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  pthread_mutex_lock(&a->lock);
+  size_t used = 0, n = 0;
+  for (chunk *c = a->chunks; c; c = c->next) { used += c->used; n++; }
+  arena_drop(t, a, stack);
+  /* Keep the oldest chunks up to what this generation used (at least the
+   * capacity); give back the rest.  A steady workload keeps its chunks; the
+   * growth of an exceptional generation goes back at the next reset. */
+  size_t limit = used > a->capacity ? used : a->capacity, kept = 0, k = 0;
+  chunk *order[64], **v = n <= 64 ? order : _ta_meta_alloc(n * sizeof *v);
+  if (v) {
+    for (chunk *c = a->chunks; c; c = c->next) v[n - 1 - k++] = c;   /* oldest first */
+    a->chunks = NULL;
+    chunk *oldest = NULL;
+    for (size_t i = 0; i < n; i++) {
+      if (kept < limit) {
+        kept += v[i]->size;
+        v[i]->next = a->chunks;
+        a->chunks = v[i];
+        if (oldest == NULL) oldest = v[i];
+      } else {
+        dallocx((void *)v[i]->base, 0);
+        _ta_meta_free(v[i]);
+      }
+    }
+    a->cur = oldest;                      /* the oldest kept chunk fills first */
+    if (v != order) _ta_meta_free(v);
+  }
+  a->generation++;
+  a->reset_stack = stack;
+  uint64_t gen = a->generation;
+  pthread_mutex_unlock(&a->lock);
+  if (_ta_tracing) _ta_trace_arena_reset(t, (uintptr_t)a, gen, stack, atomic_fetch_add(&_ta_seq, 1));
+}
+
+TA_NOINLINE void ta_arena_free(ta_arena *a) {
+  if (a == NULL) return;
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  pthread_mutex_lock(&arenas_lock);
+  if (a->prev) a->prev->next = a->next; else arenas = a->next;
+  if (a->next) a->next->prev = a->prev;
+  pthread_mutex_unlock(&arenas_lock);
+  pthread_mutex_lock(&a->lock);
+  arena_drop(t, a, stack);
+  for (chunk *c = a->chunks, *n; c; c = n) {
+    n = c->next;
+    dallocx((void *)c->base, 0);
+    _ta_meta_free(c);
+  }
+  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_destroy(&a->lock);
+  if (_ta_tracing) _ta_trace_arena_reset(t, (uintptr_t)a, 0, stack, atomic_fetch_add(&_ta_seq, 1));
+  _ta_meta_free(a->blocks);
+  _ta_meta_free(a);
+}
+
+uint64_t ta_arena_generation(const ta_arena *a) { return a->generation; }
+
+size_t ta_arena_capacity(const ta_arena *a) {
+  size_t n = 0;
+  pthread_mutex_lock((pthread_mutex_t *)&a->lock);
+  for (chunk *c = a->chunks; c; c = c->next) n += c->size;
+  pthread_mutex_unlock((pthread_mutex_t *)&a->lock);
+  return n;
+}
+
+bool _ta_arena_lookup(uintptr_t p, uint64_t *gen, bool *live, ta_tag *tag, uint32_t *reset_stack) {
+  bool found = false;
+  pthread_mutex_lock(&arenas_lock);
+  for (ta_arena *a = arenas; a && !found; a = a->next) {
+    pthread_mutex_lock(&a->lock);
+    for (chunk *c = a->chunks; c; c = c->next) {
+      if (p < c->base || p >= c->base + c->size) continue;
+      *gen = a->generation;
+      *live = p < c->base + c->used;
+      *tag = a->tag;
+      *reset_stack = a->reset_stack;
+      found = true;
+      break;
+    }
+    pthread_mutex_unlock(&a->lock);
+  }
+  pthread_mutex_unlock(&arenas_lock);
+  return found;
+}

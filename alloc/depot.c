@@ -1,0 +1,188 @@
+/* depot.c - the stack depot: each distinct stack is stored once and named by
+ * a 32-bit id.
+ *
+ *   buckets (mmap, 2^22 x uint32 heads)      region (mmap'd 64 MiB chunks)
+ *   +-----+                                  +------------------------------+
+ *   |  id-+--------------------------------->| node: next|hash|n|state|pcs[n]|
+ *   +-----+                                  | node ...                     |
+ *
+ * A node's id is its byte offset in the region divided by 8, so id -> node is
+ * one shift and two loads.  Space is taken with one atomic add; a node is
+ * published by a CAS on its bucket head, so inserting takes no lock and never
+ * allocates from the audited heap.  A node that would straddle two chunks
+ * leaves a "skip" marker and is placed at the next chunk.  Nodes are never
+ * removed; the trace writer walks them in region order to write each stack
+ * once (_ta_depot_each_since). */
+#include "internal.h"
+
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define CHUNK_SHIFT 26                       /* 64 MiB */
+#define CHUNK_SIZE  ((uint64_t)1 << CHUNK_SHIFT)
+#define MAX_CHUNKS  512                      /* 32 GiB: ids fit 32 bits */
+#define BUCKET_BITS 22
+
+enum { NODE_EMPTY = 0, NODE_READY = 1, NODE_SKIP = 2 };
+
+typedef struct {
+  _Atomic uint32_t next;
+  uint32_t hash;
+  uint16_t n;
+  _Atomic uint16_t state;
+  uint32_t pad;
+  uintptr_t pcs[];
+} node;
+
+static _Atomic uint32_t *buckets;
+static char *_Atomic chunks[MAX_CHUNKS];
+static _Atomic uint64_t used = 8;            /* offset 0 is never an id */
+static _Atomic uint64_t count;
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *map(size_t size) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static char *chunk_get(size_t i) {
+  char *c = atomic_load_explicit(&chunks[i], memory_order_acquire);
+  if (TA_LIKELY(c != NULL)) return c;
+  pthread_mutex_lock(&init_lock);
+  c = atomic_load(&chunks[i]);
+  if (c == NULL) {
+    c = map(CHUNK_SIZE);
+    atomic_store_explicit(&chunks[i], c, memory_order_release);
+  }
+  pthread_mutex_unlock(&init_lock);
+  return c;
+}
+
+static _Atomic uint32_t *buckets_get(void) {
+  _Atomic uint32_t *b = atomic_load_explicit((_Atomic uint32_t *_Atomic *)&buckets, memory_order_acquire);
+  if (TA_LIKELY(b != NULL)) return b;
+  pthread_mutex_lock(&init_lock);
+  if (buckets == NULL) buckets = map(sizeof(uint32_t) << BUCKET_BITS);
+  pthread_mutex_unlock(&init_lock);
+  return buckets;
+}
+
+static inline node *node_at(uint64_t off) {
+  char *c = atomic_load_explicit(&chunks[off >> CHUNK_SHIFT], memory_order_acquire);
+  return c ? (node *)(c + (off & (CHUNK_SIZE - 1))) : NULL;
+}
+
+static inline uint32_t hash_pcs(const uintptr_t *pcs, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  for (size_t i = 0; i < n; i++) {
+    h ^= pcs[i];
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  return (uint32_t)(h ^ (h >> 29));
+}
+
+static node *find(uint32_t id, uint32_t stop, uint32_t h, const uintptr_t *pcs, size_t n, uint32_t *found) {
+  for (; id != 0 && id != stop; ) {
+    node *nd = node_at((uint64_t)id << 3);
+    if (nd->hash == h && nd->n == n && memcmp(nd->pcs, pcs, n * sizeof *pcs) == 0) {
+      *found = id;
+      return nd;
+    }
+    id = atomic_load_explicit(&nd->next, memory_order_acquire);
+  }
+  return NULL;
+}
+
+/* Takes space for a node of n frames; never straddles chunks. */
+static uint64_t take(size_t n) {
+  uint64_t size = sizeof(node) + n * sizeof(uintptr_t);
+  for (;;) {
+    uint64_t off = atomic_fetch_add_explicit(&used, size, memory_order_relaxed);
+    uint64_t end = off + size;
+    if (end > (uint64_t)MAX_CHUNKS << CHUNK_SHIFT) return 0;
+    if ((off >> CHUNK_SHIFT) == ((end - 1) >> CHUNK_SHIFT)) {
+      if (chunk_get(off >> CHUNK_SHIFT) == NULL) return 0;
+      return off;
+    }
+    /* Straddles: mark the rest of this chunk as skipped, if a header fits. */
+    if (CHUNK_SIZE - (off & (CHUNK_SIZE - 1)) >= sizeof(node) && chunk_get(off >> CHUNK_SHIFT)) {
+      node *nd = node_at(off);
+      atomic_store_explicit(&nd->state, NODE_SKIP, memory_order_release);
+    }
+    /* The next chunk's start may have been taken by others already: retry. */
+  }
+}
+
+uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
+  if (n == 0) return 0;
+  if (n > TA_MAX_DEPTH) n = TA_MAX_DEPTH;
+  _Atomic uint32_t *b = buckets_get();
+  if (b == NULL) return 0;
+  uint32_t h = hash_pcs(pcs, n);
+  _Atomic uint32_t *head = &b[h & ((1u << BUCKET_BITS) - 1)];
+  uint32_t first = atomic_load_explicit(head, memory_order_acquire), id;
+  if (find(first, 0, h, pcs, n, &id)) return id;
+
+  uint64_t off = take(n);
+  if (off == 0) return 0;
+  node *nd = node_at(off);
+  nd->hash = h;
+  nd->n = (uint16_t)n;
+  memcpy(nd->pcs, pcs, n * sizeof *pcs);
+  uint32_t mine = (uint32_t)(off >> 3);
+  for (;;) {
+    atomic_store_explicit(&nd->next, first, memory_order_relaxed);
+    if (atomic_compare_exchange_weak_explicit(head, &first, mine, memory_order_release,
+                                              memory_order_acquire))
+      break;
+    /* Someone else pushed: did they push the same stack? */
+    uint32_t old = atomic_load_explicit(&nd->next, memory_order_relaxed);
+    if (find(first, old, h, pcs, n, &id)) {
+      nd->pad = (uint32_t)n;         /* an unused node keeps its size in pad ... */
+      nd->n = 0;                     /* ... and the trace writer skips it */
+      atomic_store_explicit(&nd->state, NODE_READY, memory_order_release);
+      return id;
+    }
+  }
+  atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  atomic_store_explicit(&nd->state, NODE_READY, memory_order_release);
+  return mine;
+}
+
+size_t _ta_depot_get(uint32_t id, const uintptr_t **pcs) {
+  uint64_t off = (uint64_t)id << 3;
+  if (id == 0 || off >= atomic_load_explicit(&used, memory_order_acquire)) return 0;
+  node *nd = node_at(off);
+  if (nd == NULL || atomic_load_explicit(&nd->state, memory_order_acquire) != NODE_READY) return 0;
+  *pcs = nd->pcs;
+  return nd->n;
+}
+
+size_t _ta_depot_count(void) { return atomic_load(&count); }
+
+void _ta_depot_each_since(uint64_t *cursor,
+                          void (*fn)(uint32_t id, const uintptr_t *pcs, size_t n, void *arg),
+                          void *arg) {
+  uint64_t off = *cursor < 8 ? 8 : *cursor;
+  uint64_t end = atomic_load_explicit(&used, memory_order_acquire);
+  while (off < end) {
+    uint64_t in_chunk = CHUNK_SIZE - (off & (CHUNK_SIZE - 1));
+    if (in_chunk < sizeof(node)) { off += in_chunk; continue; }
+    node *nd = node_at(off);
+    if (nd == NULL) break;
+    uint16_t st;
+    int spins = 0;
+    while ((st = atomic_load_explicit(&nd->state, memory_order_acquire)) == NODE_EMPTY) {
+      if (++spins > 1000000) { *cursor = off; return; }   /* a writer died mid-insert */
+      sched_yield();
+    }
+    if (st == NODE_SKIP) { off += in_chunk; continue; }
+    /* A node that lost an insert race has n = 0 and its size in pad. */
+    if (nd->n) fn((uint32_t)(off >> 3), nd->pcs, nd->n, arg);
+    off += sizeof(node) + (uint64_t)(nd->n ? nd->n : nd->pad) * sizeof(uintptr_t);
+  }
+  *cursor = off;
+}

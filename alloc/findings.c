@@ -1,0 +1,277 @@
+/* findings.c - the findings store.
+ *
+ * Errors (double free, underflow, bad holds, ...) are recorded as they
+ * happen, grouped at once by (kind, tag, stacks) so that a bug hit a million
+ * times costs one group, and each first occurrence is announced on the error
+ * path.  Leak findings are replaced by every scan.  Renderers read both
+ * through ta_findings_visit() and never see the store itself. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  ta_finding f;
+  uint64_t first_seq;
+  ta_ref_event *history;        /* owned copy */
+  char *slot;                   /* owned copy */
+} group;
+
+typedef struct {
+  group *v;
+  size_t n, cap;
+} group_list;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static group_list errors, leaks;
+static ta_summary leak_summary;
+static size_t error_occurrences_dropped;
+
+#define MAX_ERROR_GROUPS 100000
+
+static bool list_push(group_list *l, const group *g) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    group *v = _ta_meta_realloc(l->v, cap * sizeof *v);
+    if (v == NULL) return false;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = *g;
+  return true;
+}
+
+static void list_clear(group_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    _ta_meta_free(l->v[i].history);
+    _ta_meta_free(l->v[i].slot);
+  }
+  l->n = 0;
+}
+
+static bool same_error(const group *g, const ta_error_info *e) {
+  return strcmp(g->f.kind, e->kind) == 0 && g->f.tag == e->tag && g->f.stack == e->stack &&
+         g->f.alloc_stack == e->alloc_stack && g->f.free_stack == e->free_stack &&
+         g->f.aux_stack == e->aux_stack &&
+         (g->slot == NULL) == (e->slot == NULL) && (!e->slot || strcmp(g->slot, e->slot) == 0);
+}
+
+static void fill_group(group *g, const char *kind, uint64_t bytes, ta_tag tag, uint32_t stack,
+                       uintptr_t addr, uint32_t aux_stack, uintptr_t holder, const char *slot,
+                       const ta_ref_event *history, size_t history_len, const char *detail) {
+  memset(g, 0, sizeof *g);
+  g->f.kind = kind;
+  g->f.bytes = bytes;
+  g->f.blocks = 1;
+  g->f.tag = tag;
+  g->f.stack = stack;
+  g->f.aux_stack = aux_stack;
+  g->f.addr = addr;
+  g->f.holder = holder;
+  if (slot) g->slot = _ta_meta_strdup(slot);
+  if (history_len) {
+    g->history = _ta_meta_alloc(history_len * sizeof *history);
+    if (g->history) {
+      memcpy(g->history, history, history_len * sizeof *history);
+      g->f.history_len = history_len;
+    }
+  }
+  if (detail) _ta_snprintf(g->f.detail, sizeof g->f.detail, "%s", detail);
+}
+
+void _ta_finding_error(const ta_error_info *e) {
+  bool first = true;
+  pthread_mutex_lock(&lock);
+  for (size_t i = errors.n; i-- > 0;) {     /* recent groups first */
+    if (same_error(&errors.v[i], e)) {
+      errors.v[i].f.blocks++;
+      first = false;
+      break;
+    }
+  }
+  if (first) {
+    group g;
+    fill_group(&g, e->kind, e->bytes, e->tag, e->stack, e->addr, e->aux_stack, e->holder, e->slot,
+               e->history, e->history_len, e->detail);
+    g.f.alloc_stack = e->alloc_stack;
+    g.f.free_stack = e->free_stack;
+    g.first_seq = atomic_load(&_ta_seq);
+    if (errors.n >= MAX_ERROR_GROUPS || !list_push(&errors, &g)) {
+      error_occurrences_dropped++;
+      _ta_meta_free(g.history);
+      _ta_meta_free(g.slot);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  if (_ta_tracing) _ta_trace_finding(e->kind, e->addr, e->stack, atomic_load(&_ta_seq));
+  if (first)
+    _ta_error(TA_EFINDING, "%s at %p%s%s (the exit report has the stacks)", e->kind, (void *)e->addr,
+              e->detail && *e->detail ? ": " : "", e->detail ? e->detail : "");
+}
+
+void _ta_findings_leaks_begin(void) {
+  pthread_mutex_lock(&lock);
+  list_clear(&leaks);
+  memset(&leak_summary, 0, sizeof leak_summary);
+  pthread_mutex_unlock(&lock);
+}
+
+static bool same_leak(const group *g, const char *kind, ta_tag tag, uint32_t stack, uint32_t aux) {
+  return g->f.history_len == 0 && g->f.stack == stack && g->f.tag == tag &&
+         g->f.aux_stack == aux && strcmp(g->f.kind, kind) == 0;
+}
+
+void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t stack,
+                       uintptr_t addr, uint32_t aux_stack, uintptr_t holder, const char *slot,
+                       const ta_ref_event *history, size_t history_len) {
+  pthread_mutex_lock(&lock);
+  /* The scan reports blocks sorted by stack, so equal keys arrive together;
+   * leaks_merge() joins the rest. */
+  group *last = leaks.n ? &leaks.v[leaks.n - 1] : NULL;
+  if (last && history_len == 0 && same_leak(last, kind, tag, stack, aux_stack)) {
+    last->f.bytes += bytes;
+    last->f.blocks++;
+  } else {
+    group g;
+    fill_group(&g, kind, bytes, tag, stack, addr, aux_stack, holder, slot, history, history_len, NULL);
+    list_push(&leaks, &g);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+static int by_key(const void *a, const void *b) {
+  const group *x = a, *y = b;
+  int k = strcmp(x->f.kind, y->f.kind);
+  if (k) return k;
+  if (x->f.tag != y->f.tag) return x->f.tag < y->f.tag ? -1 : 1;
+  if (x->f.stack != y->f.stack) return x->f.stack < y->f.stack ? -1 : 1;
+  if (x->f.aux_stack != y->f.aux_stack) return x->f.aux_stack < y->f.aux_stack ? -1 : 1;
+  return x->f.addr < y->f.addr ? -1 : x->f.addr > y->f.addr;
+}
+
+/* Joins groups of the same key. */
+static void leaks_merge(void) {
+  if (leaks.n < 2) return;
+  qsort(leaks.v, leaks.n, sizeof *leaks.v, by_key);
+  size_t out = 1;
+  for (size_t i = 1; i < leaks.n; i++) {
+    group *g = &leaks.v[i], *h = &leaks.v[out - 1];
+    if (g->f.history_len == 0 && same_leak(h, g->f.kind, g->f.tag, g->f.stack, g->f.aux_stack)) {
+      h->f.bytes += g->f.bytes;
+      h->f.blocks += g->f.blocks;
+      _ta_meta_free(g->slot);
+    } else {
+      leaks.v[out++] = *g;
+    }
+  }
+  leaks.n = out;
+}
+
+void _ta_findings_leaks_end(const ta_summary *s) {
+  pthread_mutex_lock(&lock);
+  leaks_merge();
+  leak_summary = *s;
+  pthread_mutex_unlock(&lock);
+}
+
+static int kind_rank(const char *kind) {
+  static const char *order[] = { "leak.direct", "leak.orphan", "leak.indirect", "leak.possible",
+                                 "ref.leak" };
+  for (int i = 0; i < 5; i++)
+    if (strcmp(kind, order[i]) == 0) return i;
+  return 5;
+}
+
+static int by_rank(const void *a, const void *b) {
+  const group *x = a, *y = b;
+  int r = kind_rank(x->f.kind) - kind_rank(y->f.kind);
+  if (r) return r;
+  if (x->f.bytes != y->f.bytes) return x->f.bytes < y->f.bytes ? 1 : -1;
+  return x->f.stack < y->f.stack ? -1 : x->f.stack > y->f.stack;
+}
+
+size_t ta_findings_visit(ta_finding_fn *fn, void *arg) {
+  /* Copy under the lock, visit without it: fn may symbolize, allocate, or
+   * even record findings of its own. */
+  pthread_mutex_lock(&lock);
+  size_t n = errors.n + leaks.n, k = 0;
+  group *copy = _ta_meta_alloc((n ? n : 1) * sizeof *copy);
+  if (copy == NULL) {
+    pthread_mutex_unlock(&lock);
+    return 0;
+  }
+  for (size_t i = 0; i < errors.n; i++) {
+    copy[k] = errors.v[i];
+    copy[k].history = NULL;
+    if (errors.v[i].f.history_len) {
+      copy[k].history = _ta_meta_alloc(errors.v[i].f.history_len * sizeof(ta_ref_event));
+      if (copy[k].history)
+        memcpy(copy[k].history, errors.v[i].history, errors.v[i].f.history_len * sizeof(ta_ref_event));
+      else
+        copy[k].f.history_len = 0;
+    }
+    copy[k].slot = errors.v[i].slot ? _ta_meta_strdup(errors.v[i].slot) : NULL;
+    k++;
+  }
+  size_t nerr = k;
+  for (size_t i = 0; i < leaks.n; i++) {
+    copy[k] = leaks.v[i];
+    copy[k].history = NULL;
+    if (leaks.v[i].f.history_len) {
+      copy[k].history = _ta_meta_alloc(leaks.v[i].f.history_len * sizeof(ta_ref_event));
+      if (copy[k].history)
+        memcpy(copy[k].history, leaks.v[i].history, leaks.v[i].f.history_len * sizeof(ta_ref_event));
+      else
+        copy[k].f.history_len = 0;
+    }
+    copy[k].slot = leaks.v[i].slot ? _ta_meta_strdup(leaks.v[i].slot) : NULL;
+    k++;
+  }
+  pthread_mutex_unlock(&lock);
+  qsort(copy + nerr, k - nerr, sizeof *copy, by_rank);
+  size_t visited = 0;
+  bool stop = false;
+  for (size_t i = 0; i < k; i++) {
+    copy[i].f.history = copy[i].history;
+    copy[i].f.slot = copy[i].slot;
+    if (!stop) {
+      visited++;
+      stop = fn(&copy[i].f, arg) != 0;
+    }
+    _ta_meta_free(copy[i].history);
+    _ta_meta_free(copy[i].slot);
+  }
+  _ta_meta_free(copy);
+  return visited;
+}
+
+ta_summary ta_summary_get(void) {
+  pthread_mutex_lock(&lock);
+  ta_summary s = leak_summary;
+  uint64_t errs = 0;
+  for (size_t i = 0; i < errors.n; i++) errs += errors.v[i].f.blocks;
+  s.errors = errs + error_occurrences_dropped;
+  pthread_mutex_unlock(&lock);
+  _ta_summary_counts(&s);
+  return s;
+}
+
+size_t ta_findings_count(const char *kind) {
+  size_t n = 0;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < errors.n; i++)
+    if (kind == NULL || strcmp(errors.v[i].f.kind, kind) == 0) n += errors.v[i].f.blocks;
+  for (size_t i = 0; i < leaks.n; i++)
+    if (kind == NULL || strcmp(leaks.v[i].f.kind, kind) == 0) n += leaks.v[i].f.blocks;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+void ta_findings_clear(void) {
+  pthread_mutex_lock(&lock);
+  list_clear(&errors);
+  list_clear(&leaks);
+  memset(&leak_summary, 0, sizeof leak_summary);
+  error_occurrences_dropped = 0;
+  pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,244 @@
+/* internal.h - what the ledger's .c files share; prototypes grouped by the
+ * file that defines them.  Names: _ta_ shared-internal, static private. */
+#ifndef TAGALLOC_INTERNAL_H
+#define TAGALLOC_INTERNAL_H
+
+#include "tagalloc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TA_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define TA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define TA_NOINLINE    __attribute__((noinline))
+#define TA_HIDDEN      __attribute__((visibility("hidden")))
+
+/* ---- options.c ----------------------------------------------------------- */
+
+enum { TA_UNWIND_EXACT = 0, TA_UNWIND_FAST = 1, TA_UNWIND_NONE = 2 };
+
+typedef struct {
+  long unwind;        /* TAGALLOC_UNWIND: exact | fast | none */
+  long depth;         /* TAGALLOC_DEPTH: frames per stack, 1..TA_MAX_DEPTH */
+  long quarantine;    /* TAGALLOC_QUARANTINE: bytes (K/M/G) */
+  long report;        /* TAGALLOC_REPORT: exit report on/off */
+  long scan_at_exit;  /* TAGALLOC_SCAN: leak scan at exit on/off */
+  long poison;        /* TAGALLOC_POISON: the byte written into freed blocks */
+  long fill;          /* TAGALLOC_FILL: the byte written into new blocks, -1 = none */
+  long ref_history;   /* TAGALLOC_REF_HISTORY: transitions kept per object */
+  long trace_buffer;  /* TAGALLOC_TRACE_BUFFER: bytes per thread buffer */
+  long max_frames;    /* TAGALLOC_REPORT_FRAMES: frames printed per stack */
+  long max_groups;    /* TAGALLOC_REPORT_GROUPS: groups printed per kind */
+  long record;        /* TAGALLOC_RECORD: 0 counts only (no stacks, no trace) */
+  const char *trace;  /* TAGALLOC_TRACE: path of the trace, NULL for none */
+} ta_options_t;
+
+extern ta_options_t _ta_opt;
+void _ta_options_init(void);                  /* idempotent, never allocates */
+
+/* ---- error.c ------------------------------------------------------------- */
+
+/* printf-like into a stack buffer, then to the handler; never allocates. */
+void _ta_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Async-signal-safe formatting helpers (no malloc, no locale). */
+int  _ta_snprintf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void _ta_write_all(int fd, const void *buf, size_t n);
+
+/* ---- unwind.c ------------------------------------------------------------ */
+
+/* Fills pcs with return addresses, innermost first, starting with the caller
+ * of the function that is `skip` frames above the caller of _ta_unwind
+ * (skip 0: the caller of _ta_unwind's caller's... see unwind.c).  Returns the
+ * number of frames.  Exact: DWARF CFI rules from .eh_frame (elfutils libdw)
+ * cached per return address, libunwind when a rule is not a simple one.
+ * Fast: the frame-pointer chain.  Both stop at the thread's stack bounds. */
+size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode);
+/* Forget cached rules in [lo, hi) (a module was unloaded). */
+void   _ta_unwind_forget(uintptr_t lo, uintptr_t hi);
+
+/* ---- thread.c ------------------------------------------------------------ */
+
+/* Per-thread counters, one row per tag (row 0: all tags).  Each thread
+ * writes only its own rows (relaxed atomics, so others may read them). */
+typedef struct {
+  _Atomic uint64_t allocs, frees, alloc_bytes, free_bytes;
+} ta_tag_counts;
+
+#define TA_RING 4096          /* recent births kept per thread, for ta_since */
+typedef struct { _Atomic uintptr_t addr; _Atomic uint64_t seq; } ta_birth;
+
+typedef struct { uint64_t allocs, frees, alloc_bytes, free_bytes; } ta_tag_counts_plain;
+
+typedef struct ta_thread ta_thread;
+struct ta_thread {
+  uint32_t     id;             /* 1, 2, ... in order of first use */
+  int          tid;            /* kernel thread id */
+  pthread_t    self;
+  uintptr_t    stack_lo, stack_hi;
+  int          guard;          /* recursion guard: >0 while inside the ledger */
+  bool         dead;
+  ta_thread   *next, *prev;    /* the registry, under its lock */
+  void        *trace;          /* trace.c's buffer, NULL when not tracing */
+  _Atomic uint64_t ring_head;  /* births written so far */
+  ta_birth     ring[TA_RING];
+  ta_tag_counts counts[TA_MAX_TAGS];
+};
+
+extern __thread ta_thread *_ta_self;
+ta_thread *_ta_thread_slow(void);     /* creates the calling thread's state */
+static inline ta_thread *_ta_thread(void) {   /* the calling thread's, created on first use */
+  ta_thread *t = _ta_self;
+  return TA_LIKELY(t != NULL) ? t : _ta_thread_slow();
+}
+/* Sums the counters of every thread, live and exited, into out[ntags]. */
+void       _ta_thread_sum(ta_tag_counts_plain *out, size_t ntags);
+/* Calls fn on each live thread, under the registry lock. */
+void       _ta_thread_each(void (*fn)(ta_thread *t, void *arg), void *arg);
+void       _ta_thread_lock(void);
+void       _ta_thread_unlock(void);
+uint32_t   _ta_thread_id(void);       /* small, stable number of the calling thread (1 = first) */
+/* The calling thread's stack bounds [lo, hi); 0,0 when unknown. */
+void       _ta_thread_stack(uintptr_t *lo, uintptr_t *hi);
+/* Is addr inside the stack of any thread the ledger knows of? */
+bool       _ta_addr_on_stack(uintptr_t addr);
+
+/* ---- depot.c ------------------------------------------------------------- */
+
+/* Stack depot: deduplicated stacks, lock-free insert, ids are stable and never
+ * 0.  Memory comes from mmap, never from the audited heap. */
+uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n);
+size_t   _ta_depot_get(uint32_t id, const uintptr_t **pcs);
+size_t   _ta_depot_count(void);
+/* Calls fn for each stack inserted since *cursor (in insertion order) and
+ * advances *cursor; used by the trace writer to emit each stack once. */
+void     _ta_depot_each_since(uint64_t *cursor,
+                              void (*fn)(uint32_t id, const uintptr_t *pcs, size_t n, void *arg),
+                              void *arg);
+
+/* Captures the caller's stack (skip frames of the ledger) into the depot. */
+uint32_t _ta_stack_capture(size_t skip);
+
+/* ---- ledger.c: blocks ------------------------------------------------------ */
+
+enum { TA_LIVE = 1, TA_FREED = 2 };               /* ta_block.state */
+enum {                                            /* ta_block.flags */
+  TA_F_REF   = 1,   /* has a refcount record (ref.c) */
+  TA_F_HOLD  = 2,   /* holds something, or is held (hold.c) */
+  TA_F_ARENA = 4,   /* lives in an arena chunk: not freeable, dies at reset */
+};
+
+typedef struct {
+  uintptr_t addr;         /* 0: an empty slot */
+  uint64_t  size;         /* bytes asked for */
+  uint64_t  seq;          /* birth: the ledger's event sequence number */
+  uint32_t  stack;        /* allocation stack */
+  uint32_t  free_stack;   /* while quarantined */
+  uint32_t  thread;
+  uint16_t  tag;
+  uint8_t   state;
+  uint8_t   flags;
+} ta_block;
+
+extern _Atomic uint64_t _ta_seq;                  /* the event sequence */
+void _ta_init(void);                              /* idempotent */
+extern _Atomic int _ta_ready;
+static inline void _ta_ensure(void) {
+  if (TA_UNLIKELY(!atomic_load_explicit(&_ta_ready, memory_order_acquire))) _ta_init();
+}
+
+bool   _ta_block_get(uintptr_t addr, ta_block *out);       /* exact, live or quarantined */
+bool   _ta_block_find(uintptr_t p, ta_block *out);         /* containing p (slow) */
+void   _ta_block_flag(uintptr_t addr, uint8_t flags);      /* ORs flags into a live block */
+/* Records an arena block / removes one at reset (counts and trace included). */
+void   _ta_block_add_arena(ta_thread *t, uintptr_t addr, size_t size, ta_tag tag, uint32_t stack);
+void   _ta_block_drop_arena(ta_thread *t, uintptr_t addr, uint32_t stack);
+/* Visits every live block; with all shards locked by the caller, or not. */
+void   _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void *arg);
+void   _ta_block_lock_all(void);
+void   _ta_block_unlock_all(void);
+size_t _ta_block_live_count(void);
+void   _ta_thread_retire_births(ta_thread *t);        /* thread exit: see ta_since */
+void   _ta_summary_counts(ta_summary *s);            /* allocs, frees, live, peak */
+/* Checks every quarantined block's poison now (exit). */
+void   _ta_quarantine_check_all(void);
+
+/* ---- ref.c, hold.c, arena.c: hooks from the free path ------------------------ */
+
+void _ta_ref_on_free(uintptr_t addr, uint32_t free_stack);
+void _ta_hold_on_free(uintptr_t addr, size_t size, uint32_t free_stack);
+void _ta_hold_on_arena_reset(uintptr_t lo, uintptr_t hi, uint32_t reset_stack);
+/* Arena of an address: its generation and whether p is in the live part. */
+bool _ta_arena_lookup(uintptr_t p, uint64_t *gen, bool *live, ta_tag *tag, uint32_t *reset_stack);
+void _ta_ref_exit(void);          /* ref.leak findings for live counts */
+void _ta_hold_exit(void);         /* hold.dangling and leak.orphan facts for the exit scan */
+bool _ta_hold_is_orphan(uintptr_t addr, uint32_t *orphan_stack, uintptr_t *holder, const char **slot);
+
+/* ---- findings.c -------------------------------------------------------------- */
+
+typedef struct {
+  const char *kind;
+  uint64_t bytes;
+  ta_tag tag;
+  uint32_t stack, alloc_stack, free_stack, aux_stack;
+  uintptr_t addr, holder;
+  const char *slot;
+  const ta_ref_event *history;
+  size_t history_len;
+  const char *detail;
+} ta_error_info;
+
+/* Records one occurrence of an error finding and says so on the error path. */
+void _ta_finding_error(const ta_error_info *e);
+/* Replaces the leak findings with those of a new scan. */
+void _ta_findings_leaks_begin(void);
+void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t stack,
+                       uintptr_t addr, uint32_t aux_stack, uintptr_t holder, const char *slot,
+                       const ta_ref_event *history, size_t history_len);
+void _ta_findings_leaks_end(const ta_summary *s);
+
+/* ---- scan.c ------------------------------------------------------------------- */
+
+void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, bool at_exit);
+void _ta_scan_exit(void);         /* the exit scan: leaks, orphans and ref.leak */
+
+/* ---- trace.c ------------------------------------------------------------- */
+
+extern bool _ta_tracing;
+void _ta_trace_open(void);
+void _ta_trace_close(void);              /* flushes everything (exit) */
+void _ta_trace_flush_all_signal(void);   /* best effort, from a fatal signal */
+void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack, uint64_t seq, int arena);
+void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq);
+void _ta_trace_realloc(ta_thread *t, uintptr_t old, uintptr_t addr, uint64_t size, uint32_t stack, uint64_t seq);
+void _ta_trace_ref(ta_thread *t, uintptr_t obj, int delta, long count, uint32_t stack, uint64_t seq);
+void _ta_trace_hold(ta_thread *t, uintptr_t holder, const char *slot, uintptr_t ptr, uint32_t stack, uint64_t seq);
+void _ta_trace_arena_reset(ta_thread *t, uintptr_t arena, uint64_t gen, uint32_t stack, uint64_t seq);
+void _ta_trace_mark(ta_thread *t, uint64_t mark, uint64_t seq);
+void _ta_trace_tag(ta_tag tag, const char *name);
+void _ta_trace_finding(const char *kind, uintptr_t addr, uint32_t stack, uint64_t seq);
+void _ta_trace_thread_start(ta_thread *t);
+void _ta_trace_thread_exit(ta_thread *t);
+
+/* ---- map.c -------------------------------------------------------------------- */
+
+typedef struct { uintptr_t key; void *value; } ta_map_entry;
+typedef struct { ta_map_entry *v; size_t n, cap; } ta_map;   /* zero-initialised is empty */
+void *_ta_map_get(const ta_map *m, uintptr_t key);
+bool  _ta_map_put(ta_map *m, uintptr_t key, void *value);   /* replaces */
+void *_ta_map_del(ta_map *m, uintptr_t key);                /* returns the old value */
+void  _ta_map_each(const ta_map *m, void (*fn)(uintptr_t key, void *value, void *arg), void *arg);
+
+/* ---- internal memory ------------------------------------------------------ */
+
+/* The ledger's own bookkeeping memory: jemalloc through mallocx in an arena of
+ * its own, never the audited heap, never recorded. */
+void *_ta_meta_alloc(size_t size);
+void *_ta_meta_calloc(size_t n, size_t size);
+void *_ta_meta_realloc(void *p, size_t size);
+void  _ta_meta_free(void *p);
+char *_ta_meta_strdup(const char *s);
+
+#endif

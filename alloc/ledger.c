@@ -1,0 +1,890 @@
+/* ledger.c - blocks: allocation, free, the live table, the quarantine,
+ * counts and marks.
+ *
+ * The live table is 256 shards chosen by a hash of the address; each shard
+ * is an open-addressing table (linear probing, backward-shift deletion) under
+ * its own spin lock, so threads freeing and allocating different blocks
+ * rarely meet.  A block's record:
+ *
+ *   addr | size | seq (birth) | stack | free_stack | thread | tag | state | flags
+ *
+ * Freed blocks stay in the table as TA_FREED while they sit in the
+ * quarantine (a FIFO per shard, TAGALLOC_QUARANTINE bytes in all), filled
+ * with the poison byte; so a second free, or a hold on a freed block, finds
+ * the record with both stacks, and a write after free is seen when the
+ * block leaves the quarantine.
+ *
+ * Counting: every thread counts its own allocations and frees per tag
+ * (thread.c); live bytes per tag are shared atomics so that peaks are exact. */
+#include "internal.h"
+
+#include <jemalloc/jemalloc.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+_Atomic uint64_t _ta_seq = 1;
+_Atomic int _ta_ready;
+
+/* ---- tags --------------------------------------------------------------- */
+
+static pthread_mutex_t tag_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *tag_names[TA_MAX_TAGS] = { "any" };
+static _Atomic uint32_t tag_count = 1;
+
+ta_tag ta_tag_get(const char *name) {
+  _ta_ensure();
+  if (name == NULL || *name == '\0') {
+    _ta_error(TA_EINVAL, "ta_tag_get: a tag needs a non-empty name");
+    return TA_ANY;
+  }
+  uint32_t n = atomic_load_explicit(&tag_count, memory_order_acquire);
+  for (uint32_t i = 1; i < n; i++)
+    if (strcmp(tag_names[i], name) == 0) return i;
+  pthread_mutex_lock(&tag_lock);
+  n = atomic_load(&tag_count);
+  ta_tag found = TA_ANY;
+  for (uint32_t i = 1; i < n && !found; i++)
+    if (strcmp(tag_names[i], name) == 0) found = i;
+  if (!found && n < TA_MAX_TAGS) {
+    tag_names[n] = _ta_meta_strdup(name);
+    found = n;
+    atomic_store_explicit(&tag_count, n + 1, memory_order_release);
+    _ta_trace_tag(found, name);
+  }
+  pthread_mutex_unlock(&tag_lock);
+  if (!found) _ta_error(TA_EINVAL, "ta_tag_get: no room for tag \"%s\" (%d tags at most)", name, TA_MAX_TAGS);
+  return found;
+}
+
+const char *ta_tag_name(ta_tag tag) {
+  return tag < atomic_load(&tag_count) ? tag_names[tag] : "?";
+}
+
+static ta_tag tag_realloc;      /* the tag of ta_realloc(NULL, n) */
+
+/* ---- the live table ------------------------------------------------------- */
+
+#define NSHARDS 256
+
+typedef struct {
+  _Atomic int lock;
+  uint32_t mask;              /* capacity - 1; capacity 0 before first use */
+  uint32_t used;
+  ta_block *slots;
+  uintptr_t *q;               /* quarantine FIFO of addresses */
+  uint32_t qcap, qhead, qlen;
+  char pad[64 - 4 - 4 - 4 - 8 - 8 - 12];
+} shard;
+
+static shard shards[NSHARDS] __attribute__((aligned(64)));
+static _Atomic int64_t q_bytes;              /* bytes in quarantine, all shards */
+static _Atomic int64_t live_bytes[TA_MAX_TAGS];
+static _Atomic uint64_t peak_cur[TA_MAX_TAGS];  /* peak since the latest mark */
+static _Atomic uint64_t peak_run;            /* peak of all live bytes, whole run */
+
+static inline uint64_t addr_hash(uintptr_t a) {
+  uint64_t h = (uint64_t)a >> 4;
+  h *= 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 31);
+}
+
+static inline shard *shard_of(uintptr_t a) { return &shards[addr_hash(a) >> 56]; }
+
+static inline void shard_lock(shard *s) {
+  int spins = 0;
+  while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
+    while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
+      if (++spins > 64) { sched_yield(); spins = 0; }
+      else __builtin_ia32_pause();
+    }
+  }
+}
+
+static inline void shard_unlock(shard *s) {
+  atomic_store_explicit(&s->lock, 0, memory_order_release);
+}
+
+static ta_block *slot_find(shard *s, uintptr_t a) {
+  if (s->slots == NULL) return NULL;
+  uint32_t i = (uint32_t)addr_hash(a) & s->mask;
+  for (;;) {
+    ta_block *b = &s->slots[i];
+    if (b->addr == a) return b;
+    if (b->addr == 0) return NULL;
+    i = (i + 1) & s->mask;
+  }
+}
+
+static bool shard_grow(shard *s) {
+  uint32_t cap = s->slots ? (s->mask + 1) * 2 : 64;
+  ta_block *n = _ta_meta_calloc(cap, sizeof *n);
+  if (n == NULL) return false;
+  if (s->slots) {
+    for (uint32_t i = 0; i <= s->mask; i++) {
+      ta_block *b = &s->slots[i];
+      if (b->addr == 0) continue;
+      uint32_t j = (uint32_t)addr_hash(b->addr) & (cap - 1);
+      while (n[j].addr) j = (j + 1) & (cap - 1);
+      n[j] = *b;
+    }
+    _ta_meta_free(s->slots);
+  }
+  s->slots = n;
+  s->mask = cap - 1;
+  return true;
+}
+
+/* Inserts a record; the address must not be in the table. */
+static ta_block *slot_insert(shard *s, uintptr_t a) {
+  if (s->slots == NULL || (s->used + 1) * 4 > (s->mask + 1) * 3)
+    if (!shard_grow(s)) return NULL;
+  uint32_t i = (uint32_t)addr_hash(a) & s->mask;
+  while (s->slots[i].addr) i = (i + 1) & s->mask;
+  s->used++;
+  s->slots[i].addr = a;
+  return &s->slots[i];
+}
+
+static void slot_remove(shard *s, ta_block *b) {
+  uint32_t i = (uint32_t)(b - s->slots), j = i;
+  s->used--;
+  for (;;) {
+    s->slots[i].addr = 0;
+    for (;;) {
+      j = (j + 1) & s->mask;
+      if (s->slots[j].addr == 0) return;
+      uint32_t home = (uint32_t)addr_hash(s->slots[j].addr) & s->mask;
+      /* Can the entry at j move to the hole at i?  Only if its home is not
+       * in the cyclic range (i, j]. */
+      if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
+    }
+    s->slots[i] = s->slots[j];
+    i = j;
+  }
+}
+
+/* ---- counting ------------------------------------------------------------- */
+
+static inline void peak_raise(_Atomic uint64_t *peak, uint64_t v) {
+  uint64_t p = atomic_load_explicit(peak, memory_order_relaxed);
+  while (v > p && !atomic_compare_exchange_weak_explicit(peak, &p, v, memory_order_relaxed,
+                                                         memory_order_relaxed)) {}
+}
+
+static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_t addr, uint64_t seq) {
+  ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
+  atomic_store_explicit(&c->allocs, atomic_load_explicit(&c->allocs, memory_order_relaxed) + 1, memory_order_relaxed);
+  atomic_store_explicit(&c->alloc_bytes, atomic_load_explicit(&c->alloc_bytes, memory_order_relaxed) + size, memory_order_relaxed);
+  if (tag != 0) {
+    atomic_store_explicit(&all->allocs, atomic_load_explicit(&all->allocs, memory_order_relaxed) + 1, memory_order_relaxed);
+    atomic_store_explicit(&all->alloc_bytes, atomic_load_explicit(&all->alloc_bytes, memory_order_relaxed) + size, memory_order_relaxed);
+    uint64_t v = (uint64_t)(atomic_fetch_add_explicit(&live_bytes[tag], (int64_t)size, memory_order_relaxed) + (int64_t)size);
+    if (v > atomic_load_explicit(&peak_cur[tag], memory_order_relaxed)) peak_raise(&peak_cur[tag], v);
+  }
+  uint64_t v = (uint64_t)(atomic_fetch_add_explicit(&live_bytes[0], (int64_t)size, memory_order_relaxed) + (int64_t)size);
+  if (v > atomic_load_explicit(&peak_cur[0], memory_order_relaxed)) {
+    peak_raise(&peak_cur[0], v);
+    peak_raise(&peak_run, v);
+  }
+  uint64_t h = atomic_load_explicit(&t->ring_head, memory_order_relaxed);
+  ta_birth *r = &t->ring[h % TA_RING];
+  atomic_store_explicit(&r->addr, addr, memory_order_relaxed);
+  atomic_store_explicit(&r->seq, seq, memory_order_relaxed);
+  atomic_store_explicit(&t->ring_head, h + 1, memory_order_release);
+}
+
+static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size) {
+  ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
+  atomic_store_explicit(&c->frees, atomic_load_explicit(&c->frees, memory_order_relaxed) + 1, memory_order_relaxed);
+  atomic_store_explicit(&c->free_bytes, atomic_load_explicit(&c->free_bytes, memory_order_relaxed) + size, memory_order_relaxed);
+  if (tag != 0) {
+    atomic_store_explicit(&all->frees, atomic_load_explicit(&all->frees, memory_order_relaxed) + 1, memory_order_relaxed);
+    atomic_store_explicit(&all->free_bytes, atomic_load_explicit(&all->free_bytes, memory_order_relaxed) + size, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&live_bytes[tag], (int64_t)size, memory_order_relaxed);
+  }
+  atomic_fetch_sub_explicit(&live_bytes[0], (int64_t)size, memory_order_relaxed);
+}
+
+/* ---- stacks ---------------------------------------------------------------- */
+
+TA_NOINLINE uint32_t _ta_stack_capture(size_t skip) {
+  if (!_ta_opt.record || _ta_opt.unwind == TA_UNWIND_NONE) return 0;
+  uintptr_t pcs[TA_MAX_DEPTH];
+  size_t n = _ta_unwind(pcs, (size_t)_ta_opt.depth, skip + 1, (int)_ta_opt.unwind);
+  uint32_t id = _ta_depot_put(pcs, n);
+  __asm__ volatile("" ::: "memory");     /* keep this frame: no tail call above */
+  return id;
+}
+
+size_t ta_stack_frames(uint32_t stack, const uintptr_t **frames) {
+  return _ta_depot_get(stack, frames);
+}
+
+TA_NOINLINE uint32_t ta_stack_here(void) {
+  _ta_ensure();
+  return _ta_stack_capture(1);
+}
+
+/* ---- allocation ------------------------------------------------------------ */
+
+/* Records a new block; p came from mallocx. */
+static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
+  if (TA_UNLIKELY(p == NULL)) {
+    _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
+    return NULL;
+  }
+  if (_ta_opt.fill >= 0) memset(p, (int)_ta_opt.fill, size);
+  uintptr_t a = (uintptr_t)p;
+  uint64_t seq = atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed);
+  shard *s = shard_of(a);
+  shard_lock(s);
+  ta_block *b = slot_find(s, a);
+  if (b == NULL) b = slot_insert(s, a);
+  if (b) {
+    b->size = size;
+    b->seq = seq;
+    b->stack = stack;
+    b->free_stack = 0;
+    b->thread = t->id;
+    b->tag = (uint16_t)tag;
+    b->state = TA_LIVE;
+    b->flags = 0;
+  }
+  shard_unlock(s);
+  if (TA_UNLIKELY(b == NULL)) {
+    dallocx(p, 0);
+    _ta_error(TA_ENOMEM, "out of memory for the ledger's own table");
+    return NULL;
+  }
+  count_alloc(t, tag, size, a, seq);
+  if (_ta_tracing) _ta_trace_alloc(t, a, size, tag, stack, seq, 0);
+  return p;
+}
+
+static inline ta_tag tag_check(ta_tag tag) {
+  return tag < atomic_load_explicit(&tag_count, memory_order_relaxed) ? tag : TA_ANY;
+}
+
+TA_NOINLINE void *ta_alloc(ta_tag tag, size_t size) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  return block_new(t, mallocx(size ? size : 1, 0), size, tag_check(tag), stack);
+}
+
+TA_NOINLINE void *ta_calloc(ta_tag tag, size_t n, size_t size) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    _ta_error(TA_EOVERFLOW, "ta_calloc: %zu x %zu bytes overflows", n, size);
+    return NULL;
+  }
+  uint32_t stack = _ta_stack_capture(1);
+  void *p = block_new(t, mallocx(total ? total : 1, MALLOCX_ZERO), total, tag_check(tag), stack);
+  if (p && _ta_opt.fill >= 0) memset(p, 0, total);
+  return p;
+}
+
+TA_NOINLINE void *ta_aligned(ta_tag tag, size_t align, size_t size) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  if (align == 0 || (align & (align - 1)) != 0) {
+    _ta_error(TA_EINVAL, "ta_aligned: alignment %zu is not a power of two", align);
+    return NULL;
+  }
+  uint32_t stack = _ta_stack_capture(1);
+  return block_new(t, mallocx(size ? size : 1, MALLOCX_ALIGN(align)), size, tag_check(tag), stack);
+}
+
+/* ---- free and the quarantine ---------------------------------------------- */
+
+static void report_bad_free(uintptr_t a, uint32_t stack, const ta_block *old) {
+  ta_error_info e = { .stack = stack, .addr = a };
+  char detail[96] = "";
+  if (old) {                                   /* a freed block: double free */
+    e.kind = "free.double";
+    e.bytes = old->size;
+    e.tag = old->tag;
+    e.alloc_stack = old->stack;
+    e.free_stack = old->free_stack;
+  } else {
+    ta_block in;
+    e.kind = "free.invalid";
+    if (_ta_block_find(a, &in)) {
+      _ta_snprintf(detail, sizeof detail, "interior pointer at offset %zu of a %zu-byte %s block",
+                   (size_t)(a - in.addr), (size_t)in.size, in.state == TA_LIVE ? "live" : "freed");
+      e.bytes = in.size;
+      e.tag = in.tag;
+      e.alloc_stack = in.stack;
+      e.free_stack = in.free_stack;
+    } else {
+      _ta_snprintf(detail, sizeof detail, "address never allocated by the ledger");
+    }
+  }
+  e.detail = detail;
+  _ta_finding_error(&e);
+}
+
+/* Reports a write into a quarantined block: byte `at` holds `value`. */
+static void report_write_after_free(const ta_block *b, int64_t at, unsigned char value) {
+  char detail[96];
+  _ta_snprintf(detail, sizeof detail, "byte %zu of the freed %zu-byte block was written (0x%x, poison 0x%x)",
+               (size_t)at, (size_t)b->size, value, (unsigned)_ta_opt.poison);
+  ta_error_info e = { .kind = "use.after-free", .bytes = b->size, .tag = b->tag,
+                      .stack = b->free_stack, .alloc_stack = b->stack,
+                      .free_stack = b->free_stack, .addr = b->addr, .detail = detail };
+  _ta_finding_error(&e);
+}
+
+typedef struct { ta_block b; int64_t at; unsigned char value; } evicted_block;
+
+/* Offset of the first byte of b that is not poison, or -1. */
+static int64_t poison_changed(const ta_block *b, unsigned char *value) {
+  const unsigned char *p = (const unsigned char *)b->addr;
+  unsigned char poison = (unsigned char)_ta_opt.poison;
+  for (uint64_t i = 0; i < b->size; i++)
+    if (p[i] != poison) { *value = p[i]; return (int64_t)i; }
+  return -1;
+}
+
+/* Takes the oldest block out of s's quarantine; s is locked. */
+static void quarantine_evict(shard *s, evicted_block *ev) {
+  uintptr_t a = s->q[s->qhead];
+  s->qhead = (s->qhead + 1) % s->qcap;
+  s->qlen--;
+  ta_block *b = slot_find(s, a);
+  ev->at = -1;
+  if (b == NULL || b->state != TA_FREED) return;
+  ev->b = *b;
+  ev->at = poison_changed(b, &ev->value);
+  atomic_fetch_sub_explicit(&q_bytes, (int64_t)b->size, memory_order_relaxed);
+  slot_remove(s, b);
+  dallocx((void *)a, 0);
+}
+
+static bool quarantine_push(shard *s, uintptr_t a) {
+  if (s->qlen == s->qcap) {
+    uint32_t cap = s->qcap ? s->qcap * 2 : 16;
+    uintptr_t *q = _ta_meta_alloc(cap * sizeof *q);
+    if (q == NULL) return false;
+    for (uint32_t i = 0; i < s->qlen; i++) q[i] = s->q[(s->qhead + i) % s->qcap];
+    _ta_meta_free(s->q);
+    s->q = q;
+    s->qcap = cap;
+    s->qhead = 0;
+  }
+  s->q[(s->qhead + s->qlen) % s->qcap] = a;
+  s->qlen++;
+  return true;
+}
+
+/* Frees the block at a; `stack` is where.  Returns false for a bad free. */
+static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
+  shard *s = shard_of(a);
+  shard_lock(s);
+  ta_block *b = slot_find(s, a);
+  if (TA_UNLIKELY(b == NULL || b->state != TA_LIVE || (b->flags & TA_F_ARENA))) {
+    ta_block old;
+    bool freed = b && b->state == TA_FREED;
+    if (b) old = *b;
+    shard_unlock(s);
+    report_bad_free(a, stack, freed ? &old : NULL);
+    return false;
+  }
+  uint8_t flags = b->flags;
+  uint64_t size = b->size;
+  ta_tag tag = b->tag;
+  if (TA_UNLIKELY(flags & (TA_F_REF | TA_F_HOLD))) {
+    /* Holds and refcounts take their own locks: leave ours first. */
+    shard_unlock(s);
+    if (flags & TA_F_REF) _ta_ref_on_free(a, stack);
+    if (flags & TA_F_HOLD) _ta_hold_on_free(a, size, stack);
+    shard_lock(s);
+    b = slot_find(s, a);
+    if (b == NULL || b->state != TA_LIVE) {   /* freed meanwhile by another thread */
+      shard_unlock(s);
+      report_bad_free(a, stack, NULL);
+      return false;
+    }
+  }
+  int64_t budget = _ta_opt.quarantine;
+  evicted_block evicted[4];
+  int nevicted = 0;
+  if (budget > 0 && quarantine_push(s, a)) {
+    b->state = TA_FREED;
+    b->free_stack = stack;
+    memset((void *)a, (int)_ta_opt.poison, size);
+    int64_t q = atomic_fetch_add_explicit(&q_bytes, (int64_t)size, memory_order_relaxed) + (int64_t)size;
+    while (q > budget && s->qlen > 1 && nevicted < 4) {
+      quarantine_evict(s, &evicted[nevicted]);
+      nevicted++;
+      q = atomic_load_explicit(&q_bytes, memory_order_relaxed);
+    }
+  } else {
+    slot_remove(s, b);
+    dallocx((void *)a, 0);
+  }
+  shard_unlock(s);
+  for (int i = 0; i < nevicted; i++)
+    if (evicted[i].at >= 0) report_write_after_free(&evicted[i].b, evicted[i].at, evicted[i].value);
+  count_free(t, tag, size);
+  if (_ta_tracing)
+    _ta_trace_free(t, a, stack, atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed));
+  return true;
+}
+
+TA_NOINLINE void ta_free(void *p) {
+  if (p == NULL) return;
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  block_free(t, (uintptr_t)p, stack);
+}
+
+static inline __attribute__((always_inline))
+void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stack) {
+  if (p == NULL) return block_new(t, mallocx(size ? size : 1, 0), size, tag_check(tag), stack);
+  uintptr_t a = (uintptr_t)p;
+  ta_block old;
+  bool known = _ta_block_get(a, &old);
+  if (!known || old.state != TA_LIVE || (old.flags & TA_F_ARENA)) {
+    report_bad_free(a, stack, known && old.state == TA_FREED ? &old : NULL);
+    return NULL;
+  }
+  if (size == 0) {                    /* as glibc: free, return NULL */
+    block_free(t, a, stack);
+    return NULL;
+  }
+  /* Always move, so that a stale pointer to the old block is caught. */
+  void *n = block_new(t, mallocx(size, 0), size, old.tag, stack);
+  if (n == NULL) return NULL;
+  memcpy(n, p, old.size < size ? old.size : size);
+  if (_ta_tracing)
+    _ta_trace_realloc(t, a, (uintptr_t)n, size, stack, atomic_load(&_ta_seq));
+  block_free(t, a, stack);
+  return n;
+}
+
+TA_NOINLINE void *ta_realloc_tag(ta_tag tag, void *p, size_t size) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  return realloc_impl(t, tag, p, size, stack);
+}
+
+TA_NOINLINE void *ta_realloc(void *p, size_t size) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  return realloc_impl(t, tag_realloc, p, size, stack);
+}
+
+size_t ta_usable_size(const void *p) {
+  ta_block b;
+  if (p == NULL || !_ta_block_get((uintptr_t)p, &b) || b.state != TA_LIVE) return 0;
+  if (b.flags & TA_F_ARENA) return b.size;
+  return sallocx((void *)p, 0);
+}
+
+size_t ta_block_size(const void *p) {
+  ta_block b;
+  if (p == NULL || !_ta_block_get((uintptr_t)p, &b) || b.state != TA_LIVE) return 0;
+  return b.size;
+}
+
+ta_tag ta_block_tag(const void *p) {
+  ta_block b;
+  if (p == NULL || !_ta_block_get((uintptr_t)p, &b) || b.state != TA_LIVE) return TA_ANY;
+  return b.tag;
+}
+
+/* ---- the table for the rest of the ledger ----------------------------------- */
+
+bool _ta_block_get(uintptr_t a, ta_block *out) {
+  shard *s = shard_of(a);
+  shard_lock(s);
+  ta_block *b = slot_find(s, a);
+  if (b) *out = *b;
+  shard_unlock(s);
+  return b != NULL;
+}
+
+bool _ta_block_find(uintptr_t p, ta_block *out) {
+  bool found = false, live = false;
+  for (int i = 0; i < NSHARDS && !live; i++) {
+    shard *s = &shards[i];
+    shard_lock(s);
+    for (uint32_t j = 0; s->slots && j <= s->mask; j++) {
+      ta_block *b = &s->slots[j];
+      if (b->addr == 0 || p < b->addr || p >= b->addr + (b->size ? b->size : 1)) continue;
+      /* A live block wins over a quarantined one at the same place. */
+      if (!found || b->state == TA_LIVE) { *out = *b; found = true; live = b->state == TA_LIVE; }
+    }
+    shard_unlock(s);
+  }
+  return found;
+}
+
+void _ta_block_flag(uintptr_t a, uint8_t flags) {
+  shard *s = shard_of(a);
+  shard_lock(s);
+  ta_block *b = slot_find(s, a);
+  if (b && b->state == TA_LIVE) b->flags |= flags;
+  shard_unlock(s);
+}
+
+void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uint32_t stack) {
+  uint64_t seq = atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed);
+  shard *s = shard_of(a);
+  shard_lock(s);
+  ta_block *b = slot_find(s, a);
+  if (b && b->state == TA_FREED) {               /* arena memory never is; be safe */
+    slot_remove(s, b);
+    b = NULL;
+  }
+  if (b == NULL) b = slot_insert(s, a);
+  if (b) {
+    *b = (ta_block){ .addr = a, .size = size, .seq = seq, .stack = stack, .thread = t->id,
+                     .tag = (uint16_t)tag, .state = TA_LIVE, .flags = TA_F_ARENA };
+  }
+  shard_unlock(s);
+  if (b == NULL) return;
+  count_alloc(t, tag, size, a, seq);
+  if (_ta_tracing) _ta_trace_alloc(t, a, size, tag, stack, seq, 1);
+}
+
+void _ta_block_drop_arena(ta_thread *t, uintptr_t a, uint32_t stack) {
+  (void)stack;
+  shard *s = shard_of(a);
+  shard_lock(s);
+  ta_block *b = slot_find(s, a);
+  if (b == NULL || !(b->flags & TA_F_ARENA)) { shard_unlock(s); return; }
+  ta_tag tag = b->tag;
+  uint64_t size = b->size;
+  slot_remove(s, b);
+  shard_unlock(s);
+  count_free(t, tag, size);
+}
+
+void _ta_block_lock_all(void) {
+  for (int i = 0; i < NSHARDS; i++) shard_lock(&shards[i]);
+}
+
+void _ta_block_unlock_all(void) {
+  for (int i = NSHARDS - 1; i >= 0; i--) shard_unlock(&shards[i]);
+}
+
+void _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void *arg) {
+  for (int i = 0; i < NSHARDS; i++) {
+    shard *s = &shards[i];
+    if (!locked) shard_lock(s);
+    for (uint32_t j = 0; s->slots && j <= s->mask; j++)
+      if (s->slots[j].addr && s->slots[j].state == TA_LIVE) fn(&s->slots[j], arg);
+    if (!locked) shard_unlock(s);
+  }
+}
+
+size_t _ta_block_live_count(void) {
+  size_t n = 0;
+  for (int i = 0; i < NSHARDS; i++) {
+    shard *s = &shards[i];
+    shard_lock(s);
+    n += s->used - s->qlen;
+    shard_unlock(s);
+  }
+  return n;
+}
+
+void _ta_quarantine_check_all(void) {
+  for (int i = 0; i < NSHARDS; i++) {
+    shard *s = &shards[i];
+    evicted_block bad[16];
+    int nbad = 0;
+    shard_lock(s);
+    for (uint32_t k = 0; k < s->qlen && nbad < 16; k++) {
+      ta_block *b = slot_find(s, s->q[(s->qhead + k) % s->qcap]);
+      if (b == NULL || b->state != TA_FREED) continue;
+      bad[nbad].b = *b;
+      bad[nbad].at = poison_changed(b, &bad[nbad].value);
+      if (bad[nbad].at >= 0) nbad++;
+    }
+    shard_unlock(s);
+    for (int k = 0; k < nbad; k++) report_write_after_free(&bad[k].b, bad[k].at, bad[k].value);
+  }
+}
+
+/* ---- marks and counts ---------------------------------------------------------- */
+
+typedef struct {
+  uint64_t seq;
+  uint32_t ntags;
+  ta_tag_counts_plain *counts;  /* at the mark, per tag */
+  uint64_t *peak_after;         /* peak per tag between this mark and the next */
+} mark_rec;
+
+static pthread_mutex_t mark_lock = PTHREAD_MUTEX_INITIALIZER;
+static mark_rec *marks;
+static size_t nmarks, cap_marks;
+
+ta_mark ta_mark_now(void) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  uint32_t ntags = atomic_load(&tag_count);
+  ta_tag_counts_plain *counts = _ta_meta_alloc(ntags * sizeof *counts);
+  uint64_t *peak_after = _ta_meta_calloc(ntags, sizeof *peak_after);
+  if (counts == NULL || peak_after == NULL) {
+    _ta_error(TA_ENOMEM, "out of memory for a mark");
+    _ta_meta_free(counts);
+    _ta_meta_free(peak_after);
+    return 0;
+  }
+  pthread_mutex_lock(&mark_lock);
+  if (nmarks == cap_marks) {
+    size_t cap = cap_marks ? cap_marks * 2 : 64;
+    mark_rec *m = _ta_meta_realloc(marks, cap * sizeof *m);
+    if (m == NULL) {
+      pthread_mutex_unlock(&mark_lock);
+      _ta_meta_free(counts);
+      _ta_meta_free(peak_after);
+      return 0;
+    }
+    marks = m;
+    cap_marks = cap;
+  }
+  uint64_t seq = atomic_fetch_add(&_ta_seq, 1);
+  _ta_thread_sum(counts, ntags);
+  /* Close the interval of the previous mark: its peak, and restart. */
+  mark_rec *prev = nmarks ? &marks[nmarks - 1] : NULL;
+  for (uint32_t i = 0; i < ntags; i++) {
+    uint64_t live = (uint64_t)atomic_load(&live_bytes[i]);
+    uint64_t p = atomic_exchange(&peak_cur[i], live);
+    if (prev && i < prev->ntags) prev->peak_after[i] = p > live ? p : live;
+  }
+  marks[nmarks] = (mark_rec){ seq, ntags, counts, peak_after };
+  ta_mark id = ++nmarks;
+  pthread_mutex_unlock(&mark_lock);
+  if (_ta_tracing) _ta_trace_mark(t, id, seq);
+  return id;
+}
+
+typedef struct {
+  uint64_t seq;
+  ta_tag tag;
+  uint64_t blocks, bytes;
+  void (*fn)(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg);
+  void *arg;
+} since_walk;
+
+static void since_visit(const ta_block *b, void *arg) {
+  since_walk *w = arg;
+  if (b->seq < w->seq || (w->tag && b->tag != w->tag)) return;
+  w->blocks++;
+  w->bytes += b->size;
+  if (w->fn) w->fn((const void *)b->addr, b->size, b->tag, b->stack, w->arg);
+}
+
+typedef struct { since_walk *w; bool complete; } ring_walk;
+
+/* Walks a thread's recent births back to the mark; incomplete when the ring
+ * no longer reaches back that far. */
+static void ring_visit(ta_thread *t, void *arg) {
+  ring_walk *rw = arg;
+  uint64_t head = atomic_load_explicit(&t->ring_head, memory_order_acquire);
+  uint64_t k = head;
+  for (; k > 0 && head - k < TA_RING; k--) {
+    ta_birth *r = &t->ring[(k - 1) % TA_RING];
+    uint64_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
+    if (seq < rw->w->seq) return;
+    ta_block b;
+    uintptr_t a = atomic_load_explicit(&r->addr, memory_order_relaxed);
+    if (_ta_block_get(a, &b) && b.state == TA_LIVE && b.seq == seq) since_visit(&b, rw->w);
+  }
+  if (k > 0) rw->complete = false;
+}
+
+static bool retired_births_since(uint64_t seq);
+
+static void live_since(uint64_t seq, ta_tag tag, since_walk *w) {
+  w->seq = seq;
+  w->tag = tag;
+  w->blocks = w->bytes = 0;
+  /* Fast: the births rings of live threads, when they reach back to the
+   * mark and no thread that allocated since has exited. */
+  if (seq > 1 && !retired_births_since(seq)) {
+    ring_walk rw = { w, true };
+    since_walk saved = *w;
+    _ta_thread_each(ring_visit, &rw);
+    if (rw.complete) return;
+    *w = saved;
+  }
+  _ta_block_each(false, since_visit, w);
+}
+
+static _Atomic uint64_t last_retired_birth;   /* newest birth seq of an exited thread */
+static bool retired_births_since(uint64_t seq) {
+  return atomic_load(&last_retired_birth) >= seq;
+}
+
+void _ta_thread_retire_births(ta_thread *t) {
+  uint64_t head = atomic_load(&t->ring_head);
+  if (head == 0) return;
+  uint64_t seq = atomic_load(&t->ring[(head - 1) % TA_RING].seq);
+  uint64_t cur = atomic_load(&last_retired_birth);
+  while (seq > cur && !atomic_compare_exchange_weak(&last_retired_birth, &cur, seq)) {}
+}
+
+ta_counts ta_since(ta_mark m, ta_tag tag) {
+  _ta_ensure();
+  ta_counts c = { 0 };
+  uint32_t ntags = atomic_load(&tag_count);
+  if (tag >= ntags) return c;
+  ta_tag_counts_plain now[TA_MAX_TAGS];
+  _ta_thread_sum(now, ntags);
+  uint64_t seq = 0;
+  uint64_t peak = atomic_load(&peak_cur[tag]);
+  pthread_mutex_lock(&mark_lock);
+  if (m > nmarks) {
+    pthread_mutex_unlock(&mark_lock);
+    _ta_error(TA_EINVAL, "ta_since: %lu is not a mark", (unsigned long)m);
+    return c;
+  }
+  if (m == 0) {
+    peak = atomic_load(&peak_run);
+    if (tag) {     /* no whole-run peak per tag: the intervals since the first mark */
+      for (size_t i = 0; i < nmarks; i++)
+        if (tag < marks[i].ntags && marks[i].peak_after[tag] > peak) peak = marks[i].peak_after[tag];
+    }
+  } else {
+    mark_rec *r = &marks[m - 1];
+    seq = r->seq;
+    if (tag < r->ntags) {
+      c.allocs = now[tag].allocs - r->counts[tag].allocs;
+      c.frees = now[tag].frees - r->counts[tag].frees;
+    } else {
+      c.allocs = now[tag].allocs;
+      c.frees = now[tag].frees;
+    }
+    for (size_t i = m - 1; i + 1 < nmarks; i++)
+      if (tag < marks[i].ntags && marks[i].peak_after[tag] > peak) peak = marks[i].peak_after[tag];
+  }
+  pthread_mutex_unlock(&mark_lock);
+  if (m == 0) {
+    c.allocs = now[tag].allocs;
+    c.frees = now[tag].frees;
+  }
+  since_walk w = { 0 };
+  live_since(seq, tag, &w);
+  c.live_blocks = w.blocks;
+  c.live_bytes = w.bytes;
+  c.peak_bytes = peak;
+  return c;
+}
+
+void ta_live_since(ta_mark m, ta_tag tag,
+                   void (*fn)(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg),
+                   void *arg) {
+  _ta_ensure();
+  uint64_t seq = 0;
+  pthread_mutex_lock(&mark_lock);
+  if (m > 0 && m <= nmarks) seq = marks[m - 1].seq;
+  pthread_mutex_unlock(&mark_lock);
+  since_walk w = { .fn = fn, .arg = arg };
+  live_since(seq, tag, &w);
+}
+
+typedef struct { size_t max, n; } print_state;
+
+static void print_one(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg) {
+  print_state *ps = arg;
+  if (ps->n++ >= ps->max) return;
+  char line[256];
+  int len = _ta_snprintf(line, sizeof line, "  live: %zu bytes at %p [tag %s] allocated from:\n",
+                         size, p, ta_tag_name(tag));
+  _ta_write_all(2, line, (size_t)len);
+  const uintptr_t *pcs;
+  size_t n = ta_stack_frames(stack, &pcs);
+  for (size_t i = 0; i < n; i++) {
+    len = _ta_snprintf(line, sizeof line, "    #%zu 0x%lx\n", i, (unsigned long)pcs[i]);
+    _ta_write_all(2, line, (size_t)len);
+  }
+}
+
+size_t ta_print_live_since(ta_mark m, ta_tag tag, size_t max_blocks) {
+  print_state ps = { max_blocks, 0 };
+  ta_live_since(m, tag, print_one, &ps);
+  return ps.n;
+}
+
+void ta__assert_fail(const char *file, int line, const char *what, uint64_t got, uint64_t want,
+                     ta_mark m, ta_tag tag) {
+  char buf[512];
+  int len = _ta_snprintf(buf, sizeof buf, "%s:%d: tagalloc assertion failed: %s [tag %s]: got %lu, expected %lu\n",
+                         file, line, what, ta_tag_name(tag), (unsigned long)got, (unsigned long)want);
+  _ta_write_all(2, buf, (size_t)len);
+  if (m) ta_print_live_since(m, tag, 16);
+  abort();
+}
+
+/* ---- summary for reports ------------------------------------------------------- */
+
+void _ta_summary_counts(ta_summary *s) {
+  ta_tag_counts_plain all[1];
+  _ta_thread_sum(all, 1);
+  s->allocs = all[0].allocs;
+  s->frees = all[0].frees;
+  s->live_bytes = (uint64_t)atomic_load(&live_bytes[0]);
+  s->peak_bytes = atomic_load(&peak_run);
+}
+
+/* ---- fork: no lock may be held across it ------------------------------------- */
+
+static void fork_prepare(void) { _ta_thread_lock(); _ta_block_lock_all(); }
+static void fork_parent(void) { _ta_block_unlock_all(); _ta_thread_unlock(); }
+
+static void init_tags(void) {
+  tag_realloc = ta_tag_get("realloc");
+}
+
+/* ---- init and exit ---------------------------------------------------------------- */
+
+static void ledger_exit(void);
+
+void _ta_init(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static bool running;
+  pthread_mutex_lock(&lock);
+  if (!atomic_load(&_ta_ready) && !running) {
+    running = true;
+    _ta_options_init();
+    atomic_store(&_ta_ready, 1);         /* what follows may call the ledger */
+    init_tags();
+    pthread_atfork(fork_prepare, fork_parent, fork_parent);
+    _ta_trace_open();
+    atexit(ledger_exit);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+__attribute__((constructor(101))) static void ledger_ctor(void) { _ta_init(); }
+
+static ta_reporter_fn *reporter;
+void ta_reporter_set(ta_reporter_fn *fn) { reporter = fn; }
+
+void ta_report_now(void) {
+  if (reporter) reporter(2);
+}
+
+static void ledger_exit(void) {
+  ta_thread *t = _ta_thread();
+  t->guard++;
+  _ta_quarantine_check_all();
+  _ta_hold_exit();
+  if (_ta_opt.scan_at_exit) _ta_scan_exit();
+  _ta_trace_close();
+  if (_ta_opt.report && reporter) reporter(2);
+  t->guard--;
+}

@@ -1,0 +1,143 @@
+/* options.c - one table of options, read once from TAGALLOC_<NAME>.
+ *
+ * Values accept decimal numbers with an optional K/M/G suffix, and on/off,
+ * yes/no, true/false for flags.  A bad value warns once and keeps the
+ * default.  Reading never allocates (getenv and stack buffers only). */
+#include "internal.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <strings.h>
+#include <stdlib.h>
+#include <string.h>
+
+ta_options_t _ta_opt = {
+  .unwind = TA_UNWIND_EXACT,
+  .depth = 32,
+  .quarantine = 64L << 20,
+  .report = 1,
+  .scan_at_exit = 1,
+  .poison = 0xDF,
+  .fill = -1,
+  .ref_history = 1024,
+  .trace_buffer = 64L << 10,
+  .max_frames = 32,
+  .max_groups = 100,
+  .record = 1,
+  .trace = NULL,
+};
+
+typedef enum { OPT_SIZE, OPT_FLAG, OPT_UNWIND, OPT_BYTE, OPT_STRING } opt_kind;
+
+typedef struct {
+  const char *name;   /* lower case; the variable is TAGALLOC_<NAME upper> */
+  opt_kind    kind;
+  long       *value;
+  long        min, max;
+  const char **str;
+} opt_desc;
+
+static const opt_desc opt_table[] = {
+  { "unwind",        OPT_UNWIND, &_ta_opt.unwind,       0, 2, NULL },
+  { "depth",         OPT_SIZE,   &_ta_opt.depth,        1, TA_MAX_DEPTH, NULL },
+  { "quarantine",    OPT_SIZE,   &_ta_opt.quarantine,   0, 1L << 40, NULL },
+  { "report",        OPT_FLAG,   &_ta_opt.report,       0, 1, NULL },
+  { "scan",          OPT_FLAG,   &_ta_opt.scan_at_exit, 0, 1, NULL },
+  { "poison",        OPT_BYTE,   &_ta_opt.poison,       0, 255, NULL },
+  { "fill",          OPT_BYTE,   &_ta_opt.fill,         -1, 255, NULL },
+  { "ref_history",   OPT_SIZE,   &_ta_opt.ref_history,  2, 1L << 24, NULL },
+  { "trace_buffer",  OPT_SIZE,   &_ta_opt.trace_buffer, 4096, 1L << 30, NULL },
+  { "report_frames", OPT_SIZE,   &_ta_opt.max_frames,   1, TA_MAX_DEPTH, NULL },
+  { "report_groups", OPT_SIZE,   &_ta_opt.max_groups,   1, 1L << 30, NULL },
+  { "record",        OPT_FLAG,   &_ta_opt.record,       0, 1, NULL },
+  { "trace",         OPT_STRING, NULL,                  0, 0, &_ta_opt.trace },
+};
+#define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
+
+static bool parse_flag(const char *s, long *out) {
+  static const char *on[] = { "1", "on", "yes", "true" };
+  static const char *off[] = { "0", "off", "no", "false" };
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp(s, on[i]) == 0) { *out = 1; return true; }
+    if (strcasecmp(s, off[i]) == 0) { *out = 0; return true; }
+  }
+  return false;
+}
+
+static bool parse_size(const char *s, long *out) {
+  char *end;
+  if (!isdigit((unsigned char)*s) && *s != '-') return false;
+  long v = strtol(s, &end, 0);
+  int shift = 0;
+  switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+  }
+  if (*end == 'i' || *end == 'I') end++;          /* KiB, MiB */
+  if (*end == 'b' || *end == 'B') end++;
+  if (*end != '\0') return false;
+  if (shift && (v > (LONG_MAX >> shift) || v < 0)) return false;
+  *out = v << shift;
+  return true;
+}
+
+static bool parse_one(const opt_desc *d, const char *s) {
+  long v;
+  switch (d->kind) {
+    case OPT_STRING:
+      *d->str = *s ? s : NULL;
+      return true;
+    case OPT_FLAG:
+      if (!parse_flag(s, &v)) return false;
+      break;
+    case OPT_UNWIND:
+      if (strcmp(s, "exact") == 0) v = TA_UNWIND_EXACT;
+      else if (strcmp(s, "fast") == 0) v = TA_UNWIND_FAST;
+      else if (strcmp(s, "none") == 0) v = TA_UNWIND_NONE;
+      else return false;
+      break;
+    case OPT_BYTE:
+      if (strcmp(s, "none") == 0 || strcmp(s, "off") == 0) v = -1;
+      else if (!parse_size(s, &v)) return false;
+      break;
+    default:
+      if (!parse_size(s, &v)) return false;
+      break;
+  }
+  if (v < d->min || v > d->max) return false;
+  *d->value = v;
+  return true;
+}
+
+void _ta_options_init(void) {
+  static atomic_int done;
+  if (atomic_load_explicit(&done, memory_order_acquire)) return;
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&lock);
+  if (!atomic_load_explicit(&done, memory_order_relaxed)) {
+    for (size_t i = 0; i < OPT_COUNT; i++) {
+      char var[64] = "TAGALLOC_";
+      size_t n = strlen(var);
+      for (const char *p = opt_table[i].name; *p && n < sizeof var - 1; p++)
+        var[n++] = (char)toupper((unsigned char)*p);
+      var[n] = '\0';
+      const char *s = getenv(var);
+      if (s == NULL) continue;
+      if (!parse_one(&opt_table[i], s))
+        _ta_error(TA_EOPTION, "%s=%s is not a valid value; keeping the default", var, s);
+    }
+    atomic_store_explicit(&done, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+long ta_option(const char *name) {
+  _ta_options_init();
+  for (size_t i = 0; i < OPT_COUNT; i++) {
+    if (strcmp(opt_table[i].name, name) != 0) continue;
+    if (opt_table[i].kind == OPT_STRING) return *opt_table[i].str != NULL;
+    return *opt_table[i].value;
+  }
+  return -1;
+}

@@ -1,0 +1,343 @@
+/* ref.c - refcount tracking.
+ *
+ * Each object (any address, usually a ledger block) has a record with its
+ * count and its transition history: +1/-1, the count after, the stack.  A
+ * release at count 0, or on a freed block, is ref.underflow at once, with the
+ * history.  At exit, objects with count > 0 are ref.leak, listing the
+ * acquisitions no release matched.  Releases match acquisitions last in,
+ * first out (scopes nest), like the kernel's ref_tracker keeps one entry per
+ * outstanding reference.  A history longer than TAGALLOC_REF_HISTORY drops
+ * its oldest matched pairs, so a long-lived object costs bounded memory.
+ * Records of freed objects stay, in a bounded FIFO, so that a late release
+ * can show "freed at" with the full story. */
+#include "internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef struct ref_rec {
+  uintptr_t obj;
+  long count;
+  bool dead;                 /* the block was freed */
+  uint64_t birth;            /* the block's birth seq when it was freed */
+  uint32_t free_stack;
+  size_t n, cap;
+  uint64_t elided;           /* matched transitions dropped from the history */
+  ta_ref_event *ev;
+  struct ref_rec *dead_next;
+} ref_rec;
+
+#define NSHARDS 64
+#define MAX_DEAD 4096
+
+static struct {
+  pthread_mutex_t lock;
+  ta_map map;
+} shards[NSHARDS];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t dead_fifo[MAX_DEAD];
+static size_t dead_head, dead_len;
+
+static void shards_init(void) {
+  for (int i = 0; i < NSHARDS; i++) pthread_mutex_init(&shards[i].lock, NULL);
+}
+
+static inline int shard_of(uintptr_t obj) {
+  return (int)(((uint64_t)obj * 0x9E3779B97F4A7C15ull) >> 58);
+}
+
+static void rec_free(ref_rec *r) {
+  _ta_meta_free(r->ev);
+  _ta_meta_free(r);
+}
+
+/* Matches releases to acquisitions, last in first out; an init of count N
+ * is N acquisitions.  partner[i] is the index of the event matched with
+ * event i, or SIZE_MAX; keep[i] says whether acquisition i is still open.
+ * Returns the number of open acquisition events. */
+static size_t match(const ref_rec *r, bool *keep, size_t *partner) {
+  typedef struct { size_t i; long left; } open_acq;
+  open_acq *st = _ta_meta_alloc((r->n + 1) * sizeof *st);
+  if (st == NULL) return 0;
+  size_t top = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    const ta_ref_event *e = &r->ev[i];
+    keep[i] = false;
+    if (partner) partner[i] = SIZE_MAX;
+    if (e->delta > 0) {
+      st[top++] = (open_acq){ i, 1 };
+    } else if (e->delta == 0) {
+      if (e->count > 0) st[top++] = (open_acq){ i, e->count };
+    } else if (top > 0) {
+      open_acq *o = &st[top - 1];
+      if (partner && r->ev[o->i].delta > 0) { partner[i] = o->i; partner[o->i] = i; }
+      if (--o->left == 0) top--;
+    }
+  }
+  for (size_t k = 0; k < top; k++) keep[st[k].i] = true;
+  _ta_meta_free(st);
+  return top;
+}
+
+/* Drops matched pairs that lie wholly in the oldest half of the history. */
+static void compact(ref_rec *r) {
+  bool *keep = _ta_meta_alloc(r->n * sizeof *keep);
+  size_t *partner = _ta_meta_alloc(r->n * sizeof *partner);
+  if (keep && partner) {
+    match(r, keep, partner);
+    size_t out = 0, half = r->n / 2;
+    for (size_t i = 0; i < r->n; i++) {
+      if (i < half && partner[i] < half) { r->elided++; continue; }
+      r->ev[out++] = r->ev[i];
+    }
+    if (out == r->n) {               /* nothing to drop: forget the oldest half */
+      memmove(r->ev, r->ev + half, (r->n - half) * sizeof *r->ev);
+      r->elided += half;
+      out = r->n - half;
+    }
+    r->n = out;
+  }
+  _ta_meta_free(keep);
+  _ta_meta_free(partner);
+}
+
+static void record(ref_rec *r, int delta, uint32_t stack, uint64_t seq, uint32_t thread) {
+  if (r->n == r->cap) {
+    if (r->cap >= (size_t)_ta_opt.ref_history) compact(r);
+    if (r->n == r->cap) {
+      size_t cap = r->cap ? r->cap * 2 : 4;
+      ta_ref_event *ev = _ta_meta_realloc(r->ev, cap * sizeof *ev);
+      if (ev == NULL) return;
+      r->ev = ev;
+      r->cap = cap;
+    }
+  }
+  r->ev[r->n++] = (ta_ref_event){ delta, r->count, stack, thread, seq };
+}
+
+static ref_rec *rec_new(uintptr_t obj) {
+  ref_rec *r = _ta_meta_calloc(1, sizeof *r);
+  if (r) r->obj = obj;
+  return r;
+}
+
+/* The record of obj, or NULL; a dead record whose address now holds a newer
+ * block is forgotten.  The shard is locked. */
+static ref_rec *rec_get(int sh, uintptr_t obj) {
+  ref_rec *r = _ta_map_get(&shards[sh].map, obj);
+  if (r && r->dead) {
+    ta_block b;
+    if (_ta_block_get(obj, &b) && b.state == TA_LIVE && b.seq > r->birth) {
+      _ta_map_del(&shards[sh].map, obj);
+      rec_free(r);
+      return NULL;
+    }
+  }
+  return r;
+}
+
+static void underflow(const ref_rec *r, uintptr_t obj, uint32_t stack, const char *why) {
+  ta_block b = { 0 };
+  bool known = _ta_block_get(obj, &b);
+  ta_error_info e = { .kind = "ref.underflow", .stack = stack, .addr = obj, .detail = why,
+                      .history = r ? r->ev : NULL, .history_len = r ? r->n : 0 };
+  if (known) {
+    e.bytes = b.size;
+    e.tag = b.tag;
+    e.alloc_stack = b.stack;
+    e.free_stack = b.state == TA_FREED ? b.free_stack : 0;
+  }
+  if (r && r->dead) e.free_stack = r->free_stack;
+  _ta_finding_error(&e);
+}
+
+TA_NOINLINE void ta_ref_init(void *obj, long count) {
+  _ta_ensure();
+  pthread_once(&once, shards_init);
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  uintptr_t a = (uintptr_t)obj;
+  int sh = shard_of(a);
+  uint64_t seq = atomic_fetch_add(&_ta_seq, 1);
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = _ta_map_get(&shards[sh].map, a);
+  if (r) {
+    r->n = 0;
+    r->elided = 0;
+    r->dead = false;
+  } else if ((r = rec_new(a)) != NULL && !_ta_map_put(&shards[sh].map, a, r)) {
+    rec_free(r);
+    r = NULL;
+  }
+  if (r) {
+    r->count = count;
+    record(r, 0, stack, seq, t->id);
+  }
+  pthread_mutex_unlock(&shards[sh].lock);
+  _ta_block_flag(a, TA_F_REF);
+  if (_ta_tracing) _ta_trace_ref(t, a, 0, count, stack, seq);
+}
+
+TA_NOINLINE long ta_ref_acquire(void *obj) {
+  _ta_ensure();
+  pthread_once(&once, shards_init);
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  uintptr_t a = (uintptr_t)obj;
+  int sh = shard_of(a);
+  uint64_t seq = atomic_fetch_add(&_ta_seq, 1);
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = rec_get(sh, a);
+  bool fresh = false;
+  if (r && r->dead) {
+    pthread_mutex_unlock(&shards[sh].lock);
+    ta_block b = { 0 };
+    _ta_block_get(a, &b);
+    ta_error_info e = { .kind = "use.after-free", .bytes = b.size, .tag = b.tag, .stack = stack,
+                        .alloc_stack = b.stack, .free_stack = r->free_stack, .addr = a,
+                        .detail = "a refcount acquired on a freed object" };
+    _ta_finding_error(&e);
+    return -1;
+  }
+  if (r == NULL) {            /* never initialised: starts at 0 */
+    r = rec_new(a);
+    if (r && !_ta_map_put(&shards[sh].map, a, r)) { rec_free(r); r = NULL; }
+    fresh = r != NULL;
+  }
+  long count = -1;
+  if (r) {
+    count = ++r->count;
+    record(r, +1, stack, seq, t->id);
+  }
+  pthread_mutex_unlock(&shards[sh].lock);
+  if (fresh) _ta_block_flag(a, TA_F_REF);
+  if (_ta_tracing) _ta_trace_ref(t, a, +1, count, stack, seq);
+  return count;
+}
+
+TA_NOINLINE long ta_ref_release(void *obj) {
+  _ta_ensure();
+  pthread_once(&once, shards_init);
+  ta_thread *t = _ta_thread();
+  uint32_t stack = _ta_stack_capture(1);
+  uintptr_t a = (uintptr_t)obj;
+  int sh = shard_of(a);
+  uint64_t seq = atomic_fetch_add(&_ta_seq, 1);
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = rec_get(sh, a);
+  long count;
+  if (r == NULL || r->dead || r->count <= 0) {
+    if (r) record(r, -1, stack, seq, t->id);
+    /* report outside the shard lock, on a copy of the history */
+    ref_rec copy = { 0 };
+    if (r) {
+      copy = *r;
+      copy.ev = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *copy.ev);
+      if (copy.ev) memcpy(copy.ev, r->ev, r->n * sizeof *copy.ev);
+      else copy.n = 0;
+    }
+    pthread_mutex_unlock(&shards[sh].lock);
+    ta_block b;
+    bool freed_block = _ta_block_get(a, &b) && b.state == TA_FREED;
+    underflow(r ? &copy : NULL, a, stack,
+              r == NULL ? (freed_block ? "a release on a freed object" : "a release on an object with no refcount")
+              : r->dead ? "a release on a freed object" : "a release at count 0");
+    _ta_meta_free(copy.ev);
+    if (_ta_tracing) _ta_trace_ref(t, a, -1, -1, stack, seq);
+    return -1;
+  }
+  count = --r->count;
+  record(r, -1, stack, seq, t->id);
+  pthread_mutex_unlock(&shards[sh].lock);
+  if (_ta_tracing) _ta_trace_ref(t, a, -1, count, stack, seq);
+  return count;
+}
+
+long ta_ref_count(const void *obj) {
+  pthread_once(&once, shards_init);
+  uintptr_t a = (uintptr_t)obj;
+  int sh = shard_of(a);
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = rec_get(sh, a);
+  long c = r && !r->dead ? r->count : -1;
+  pthread_mutex_unlock(&shards[sh].lock);
+  return c;
+}
+
+void _ta_ref_on_free(uintptr_t a, uint32_t free_stack) {
+  pthread_once(&once, shards_init);
+  int sh = shard_of(a);
+  ta_block b;
+  uint64_t birth = _ta_block_get(a, &b) ? b.seq : 0;
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = _ta_map_get(&shards[sh].map, a);
+  if (r && !r->dead) {
+    r->dead = true;
+    r->birth = birth;
+    r->free_stack = free_stack;
+  }
+  pthread_mutex_unlock(&shards[sh].lock);
+  if (r == NULL) return;
+  /* Keep at most MAX_DEAD dead records: forget the oldest. */
+  uintptr_t old = 0;
+  pthread_mutex_lock(&dead_lock);
+  if (dead_len == MAX_DEAD) {
+    old = dead_fifo[dead_head];
+    dead_head = (dead_head + 1) % MAX_DEAD;
+    dead_len--;
+  }
+  dead_fifo[(dead_head + dead_len++) % MAX_DEAD] = a;
+  pthread_mutex_unlock(&dead_lock);
+  if (old) {
+    int osh = shard_of(old);
+    pthread_mutex_lock(&shards[osh].lock);
+    ref_rec *o = _ta_map_get(&shards[osh].map, old);
+    if (o && o->dead) rec_free(_ta_map_del(&shards[osh].map, old));
+    pthread_mutex_unlock(&shards[osh].lock);
+  }
+}
+
+typedef struct { ref_rec **v; size_t n, cap; } rec_list;
+
+static void collect_live(uintptr_t key, void *value, void *arg) {
+  (void)key;
+  ref_rec *r = value;
+  rec_list *l = arg;
+  if (r->dead || r->count <= 0) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    ref_rec **v = _ta_meta_realloc(l->v, cap * sizeof *v);
+    if (v == NULL) return;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = r;
+}
+
+void _ta_ref_exit(void) {
+  pthread_once(&once, shards_init);
+  for (int sh = 0; sh < NSHARDS; sh++) {
+    rec_list l = { 0 };
+    pthread_mutex_lock(&shards[sh].lock);
+    _ta_map_each(&shards[sh].map, collect_live, &l);
+    for (size_t i = 0; i < l.n; i++) {
+      ref_rec *r = l.v[i];
+      bool *keep = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *keep);
+      ta_ref_event *open = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *open);
+      if (keep == NULL || open == NULL) { _ta_meta_free(keep); _ta_meta_free(open); continue; }
+      match(r, keep, NULL);
+      size_t k = 0;
+      for (size_t j = 0; j < r->n; j++) if (keep[j]) open[k++] = r->ev[j];
+      ta_block b = { 0 };
+      bool known = _ta_block_get(r->obj, &b) && b.state == TA_LIVE;
+      _ta_findings_leak("ref.leak", known ? b.size : 0, known ? b.tag : TA_ANY,
+                        k ? open[k - 1].stack : 0, r->obj, 0, 0, NULL, open, k);
+      _ta_meta_free(keep);
+      _ta_meta_free(open);
+    }
+    pthread_mutex_unlock(&shards[sh].lock);
+    _ta_meta_free(l.v);
+  }
+}

@@ -1,0 +1,492 @@
+/* scan.c - the reachability scan: which live blocks can the program still
+ * reach?  Classified as valgrind memcheck does:
+ *
+ *   reachable      a start pointer from a root, or from a reachable block
+ *   possible       only interior pointers lead to it (or only from possible blocks)
+ *   indirect       reachable only from lost blocks
+ *   direct         no pointer at all; of a lost cycle, the first block in address order
+ *
+ * Roots: the writable segments of loaded modules (not the ledger's own, nor
+ * jemalloc's), every thread's stack from its stack pointer up, its registers,
+ * and its static TLS and thread descriptor.  Other threads are stopped with a
+ * signal while the roots and blocks are read; every root range is clipped to
+ * the readable mappings of /proc/self/maps, so the scan never faults.
+ *
+ * While threads are stopped the scanner takes no lock that a stopped thread
+ * could hold and calls no allocator: its arrays come from mmap. */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+enum { S_UNREACHED, S_INDIRECT, S_POSSIBLE, S_REACHABLE };
+
+typedef struct {
+  uintptr_t addr;
+  uint64_t size;
+  uint32_t stack;
+  uint16_t tag;
+  uint8_t state;
+  uint8_t arena;
+  uint32_t clique;          /* for indirect blocks: their leader's index + 1 */
+} sblock;
+
+typedef struct { uintptr_t lo, hi; } range;
+
+/* A growable array in mmap'd memory. */
+typedef struct { void *v; size_t n, cap, elem; } mvec;
+
+static void *mvec_push(mvec *m) {
+  if (m->n == m->cap) {
+    size_t cap = m->cap ? m->cap * 2 : 256;
+    void *v = mmap(NULL, cap * m->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (v == MAP_FAILED) return NULL;
+    if (m->v) {
+      memcpy(v, m->v, m->n * m->elem);
+      munmap(m->v, m->cap * m->elem);
+    }
+    m->v = v;
+    m->cap = cap;
+  }
+  return (char *)m->v + m->elem * m->n++;
+}
+
+static void mvec_free(mvec *m) {
+  if (m->v) munmap(m->v, m->cap * m->elem);
+  m->v = NULL;
+  m->n = m->cap = 0;
+}
+
+/* ---- stopping the other threads -------------------------------------------- */
+
+#define MAX_STOPPED 4096
+
+typedef struct {
+  int tid;
+  uintptr_t sp, tp;
+  uintptr_t regs[NGREG];
+  bool valid;
+} stopped;
+
+static stopped *stops;                    /* mmap'd, MAX_STOPPED entries */
+static _Atomic int nstopped_acks;
+static _Atomic int release_gen;
+static _Atomic int slot_next;
+static int scan_signal;
+
+static void on_scan_signal(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  (void)si;
+  int saved = errno;
+  int gen = atomic_load(&release_gen);
+  int i = atomic_fetch_add(&slot_next, 1);
+  if (i < MAX_STOPPED) {
+    ucontext_t *uc = ctx;
+    stopped *s = &stops[i];
+    s->tid = (int)syscall(SYS_gettid);
+    memcpy(s->regs, uc->uc_mcontext.gregs, sizeof s->regs);
+    s->sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    s->tp = (uintptr_t)pthread_self();
+    s->valid = true;
+  }
+  atomic_fetch_add(&nstopped_acks, 1);
+  while (atomic_load(&release_gen) == gen) syscall(SYS_sched_yield);
+  errno = saved;
+}
+
+static size_t tls_static_size, pthread_size;
+
+static void scan_setup(void) {
+  stops = mmap(NULL, MAX_STOPPED * sizeof *stops, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (stops == MAP_FAILED) stops = NULL;
+  scan_signal = SIGRTMIN + 5;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_scan_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigfillset(&sa.sa_mask);
+  sigaction(scan_signal, &sa, NULL);
+  void (*info)(size_t *, size_t *) = (void (*)(size_t *, size_t *))dlsym(RTLD_DEFAULT, "_dl_get_tls_static_info");
+  size_t align = 0;
+  if (info) info(&tls_static_size, &align);
+  const unsigned *sz = dlsym(RTLD_DEFAULT, "_thread_db_sizeof_pthread");
+  pthread_size = sz ? *sz : 2304;
+}
+
+static int read_tids(int *tids, int max) {
+  int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  int n = 0;
+  for (;;) {
+    long len = syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (len <= 0) break;
+    for (long off = 0; off < len;) {
+      struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d =
+          (void *)(buf + off);
+      if (d->name[0] >= '0' && d->name[0] <= '9' && n < max) tids[n++] = atoi(d->name);
+      off += d->reclen;
+    }
+  }
+  close(fd);
+  return n;
+}
+
+/* Stops every other thread; returns how many answered. */
+static int stop_others(void) {
+  static int tids[MAX_STOPPED];
+  int self = (int)syscall(SYS_gettid), pid = getpid();
+  int n = read_tids(tids, MAX_STOPPED), sent = 0;
+  atomic_store(&slot_next, 0);
+  atomic_store(&nstopped_acks, 0);
+  for (int i = 0; i < n; i++) {
+    if (tids[i] == self) continue;
+    if (syscall(SYS_tgkill, pid, tids[i], scan_signal) == 0) sent++;
+  }
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  while (atomic_load(&nstopped_acks) < sent) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) > 2000000000L) break;
+    syscall(SYS_sched_yield);
+  }
+  return atomic_load(&nstopped_acks);
+}
+
+static void resume_others(void) {
+  atomic_fetch_add(&release_gen, 1);
+}
+
+/* ---- roots -------------------------------------------------------------------- */
+
+typedef struct { mvec *roots; uintptr_t self_lo, self_hi; } phdr_arg;
+
+static int own_module(struct dl_phdr_info *info, uintptr_t addr) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (addr >= lo && addr < lo + ph->p_memsz) return 1;
+  }
+  return 0;
+}
+
+static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  mvec *roots = arg;
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  /* The ledger's own library and its allocator hold bookkeeping, not roots;
+   * linked statically into the program, the ledger keeps no block address
+   * in its globals. */
+  if (*name && (own_module(info, (uintptr_t)&on_phdr) || strstr(name, "libjemalloc")))
+    return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W)) continue;
+    range *r = mvec_push(roots);
+    if (r == NULL) return 1;
+    r->lo = info->dlpi_addr + ph->p_vaddr;
+    r->hi = r->lo + ph->p_memsz;
+  }
+  return 0;
+}
+
+/* Readable mappings, sorted (the kernel lists them in order). */
+static void read_maps(mvec *maps) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  static char buf[1 << 16];
+  char line[512];
+  size_t ll = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] != '\n') {
+        if (ll < sizeof line - 1) line[ll++] = buf[i];
+        continue;
+      }
+      line[ll] = '\0';
+      ll = 0;
+      char *p = line;
+      uintptr_t lo = strtoul(p, &p, 16);
+      if (*p++ != '-') continue;
+      uintptr_t hi = strtoul(p, &p, 16);
+      if (*p++ != ' ' || p[0] != 'r') continue;
+      if (strstr(p, "[vvar]") || strstr(p, "[vsyscall]")) continue;
+      range *r = mvec_push(maps);
+      if (r) { r->lo = lo; r->hi = hi; }
+    }
+  }
+  close(fd);
+}
+
+/* The readable mapping containing p, or {0,0}. */
+static range map_of(const mvec *maps, uintptr_t p) {
+  const range *v = maps->v;
+  size_t lo = 0, hi = maps->n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (p < v[mid].lo) hi = mid;
+    else if (p >= v[mid].hi) lo = mid + 1;
+    else return v[mid];
+  }
+  return (range){ 0, 0 };
+}
+
+/* ---- marking ------------------------------------------------------------------- */
+
+typedef struct {
+  sblock *b;
+  size_t n;
+  uint32_t *stack;          /* mark stack of block indexes */
+  size_t top;
+  const mvec *maps;
+} marker;
+
+/* Index of the block containing p, or -1; *start says whether p is its start. */
+static inline long block_of(const marker *m, uintptr_t p, bool *start) {
+  size_t lo = 0, hi = m->n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    const sblock *b = &m->b[mid];
+    if (p < b->addr) hi = mid;
+    else if (p >= b->addr + (b->size ? b->size : 1)) lo = mid + 1;
+    else { *start = p == b->addr; return (long)mid; }
+  }
+  return -1;
+}
+
+/* memcheck's rule: a start pointer from a definite source makes a block
+ * reachable; anything else makes an unreached block possibly lost. */
+static inline void push_ptr(marker *m, uintptr_t p, bool definite) {
+  if (p < m->b[0].addr || p > m->b[m->n - 1].addr + m->b[m->n - 1].size) return;
+  bool start;
+  long i = block_of(m, p, &start);
+  if (i < 0) return;
+  sblock *b = &m->b[i];
+  if (start && definite && b->state != S_REACHABLE) {
+    b->state = S_REACHABLE;
+    m->stack[m->top++] = (uint32_t)i;
+  } else if (b->state == S_UNREACHED) {
+    b->state = S_POSSIBLE;
+    m->stack[m->top++] = (uint32_t)i;
+  }
+}
+
+__attribute__((no_sanitize_address))
+static void scan_range(marker *m, uintptr_t lo, uintptr_t hi, bool definite) {
+  lo = (lo + 7) & ~(uintptr_t)7;
+  for (uintptr_t p = lo; p + 8 <= hi; p += 8) push_ptr(m, *(const uintptr_t *)p, definite);
+}
+
+/* A root range, clipped to what is readable. */
+static void scan_root(marker *m, uintptr_t lo, uintptr_t hi) {
+  while (lo < hi) {
+    range r = map_of(m->maps, lo);
+    if (r.hi == 0) {                    /* not mapped here: to the next mapping */
+      const range *v = m->maps->v;
+      uintptr_t next = hi;
+      for (size_t i = 0; i < m->maps->n; i++)
+        if (v[i].lo > lo) { next = v[i].lo; break; }
+      lo = next;
+      continue;
+    }
+    uintptr_t end = r.hi < hi ? r.hi : hi;
+    scan_range(m, lo, end, true);
+    lo = end;
+  }
+}
+
+static void drain(marker *m) {
+  while (m->top) {
+    sblock *b = &m->b[m->stack[--m->top]];
+    scan_range(m, b->addr, b->addr + b->size, b->state == S_REACHABLE);
+  }
+}
+
+/* Cliques: an unreached block leads everything unreached that it points to
+ * (start or interior); those become indirect, and a former leader it reaches
+ * too.  Visited in address order, so of a cycle the first block stays direct. */
+__attribute__((no_sanitize_address))
+static void clique(marker *m, uint32_t leader) {
+  m->top = 0;
+  m->stack[m->top++] = leader;
+  while (m->top) {
+    sblock *b = &m->b[m->stack[--m->top]];
+    uintptr_t lo = (b->addr + 7) & ~(uintptr_t)7, hi = b->addr + b->size;
+    for (uintptr_t p = lo; p + 8 <= hi; p += 8) {
+      uintptr_t v = *(const uintptr_t *)p;
+      bool start;
+      long i = block_of(m, v, &start);
+      if (i < 0 || (uint32_t)i == leader) continue;
+      sblock *t = &m->b[i];
+      if (t->state != S_UNREACHED) continue;
+      t->state = S_INDIRECT;
+      t->clique = leader + 1;
+      m->stack[m->top++] = (uint32_t)i;
+    }
+  }
+}
+
+/* ---- the scan ---------------------------------------------------------------------- */
+
+typedef struct { mvec *v; } collect_arg;
+
+static void collect(const ta_block *b, void *arg) {
+  mvec *v = arg;
+  sblock *s = mvec_push(v);
+  if (s == NULL) return;
+  *s = (sblock){ b->addr, b->size, b->stack, b->tag, S_UNREACHED, (b->flags & TA_F_ARENA) != 0, 0 };
+}
+
+static int by_addr(const void *a, const void *b) {
+  const sblock *x = a, *y = b;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static int by_report(const void *a, const void *b) {
+  const sblock *x = a, *y = b;
+  if (x->state != y->state) return x->state < y->state ? -1 : 1;
+  if (x->stack != y->stack) return x->stack < y->stack ? -1 : 1;
+  if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+
+void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, bool at_exit) {
+  pthread_once(&setup_once, scan_setup);
+  pthread_mutex_lock(&scan_lock);
+  ta_thread *self = _ta_thread();
+  self->guard++;
+
+  mvec roots = { .elem = sizeof(range) }, maps = { .elem = sizeof(range) };
+  mvec blocks = { .elem = sizeof(sblock) };
+  dl_iterate_phdr(on_phdr, &roots);
+
+  /* Hold every shard, then stop the world: no stopped thread can be inside
+   * the ledger's table, and the table stays still while we read it. */
+  _ta_block_lock_all();
+  _ta_block_each(true, collect, &blocks);
+  if (blocks.n) qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);   /* may malloc: before the stop */
+  int nstopped = stops ? stop_others() : 0;
+  read_maps(&maps);
+
+  marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
+  if (blocks.n) {
+    m.stack = mmap(NULL, (blocks.n + 1) * sizeof *m.stack * 2, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m.stack == MAP_FAILED) m.stack = NULL;
+  }
+  if (m.stack) {
+    /* Arena blocks belong to their arena, which the ledger keeps: reachable. */
+    for (size_t i = 0; i < m.n; i++)
+      if (m.b[i].arena) { m.b[i].state = S_REACHABLE; m.stack[m.top++] = (uint32_t)i; }
+    const range *r = roots.v;
+    for (size_t i = 0; i < roots.n; i++) scan_root(&m, r[i].lo, r[i].hi);
+    /* our own thread: from the caller's frame up, registers, TLS */
+    uintptr_t lo, hi;
+    _ta_thread_stack(&lo, &hi);
+    if (hi > stack_from) scan_root(&m, stack_from, hi);
+    scan_range(&m, (uintptr_t)regs, (uintptr_t)regs + regs_size, true);
+    uintptr_t tp = (uintptr_t)pthread_self();
+    scan_root(&m, tp - tls_static_size, tp + pthread_size);
+    /* the stopped threads */
+    for (int i = 0; i < nstopped && i < MAX_STOPPED; i++) {
+      stopped *s = &stops[i];
+      if (!s->valid) continue;
+      scan_range(&m, (uintptr_t)s->regs, (uintptr_t)(s->regs + NGREG), true);
+      range st = map_of(&maps, s->sp);
+      if (st.hi) scan_root(&m, s->sp - 128 > st.lo ? s->sp - 128 : st.lo, st.hi);
+      scan_root(&m, s->tp - tls_static_size, s->tp + pthread_size);
+      s->valid = false;
+    }
+    drain(&m);
+    for (size_t i = 0; i < m.n; i++)
+      if (m.b[i].state == S_UNREACHED) clique(&m, (uint32_t)i);
+  }
+  resume_others();
+  _ta_block_unlock_all();
+
+  /* Classify and report, with the world running again. */
+  ta_summary sum = { 0 };
+  _ta_findings_leaks_begin();
+  if (m.stack) {
+    qsort(blocks.v, blocks.n, sizeof(sblock), by_report);
+    sblock *b = blocks.v;
+    for (size_t i = 0; i < blocks.n; i++) {
+      uint32_t ostack;
+      uintptr_t holder;
+      const char *slot;
+      if (!b[i].arena && _ta_hold_is_orphan(b[i].addr, &ostack, &holder, &slot)) {
+        sum.orphan_bytes += b[i].size;
+        sum.orphan_blocks++;
+        _ta_findings_leak("leak.orphan", b[i].size, b[i].tag, b[i].stack, b[i].addr, ostack, holder,
+                          slot, NULL, 0);
+        continue;
+      }
+      switch (b[i].state) {
+        case S_REACHABLE:
+          sum.reachable_bytes += b[i].size;
+          sum.reachable_blocks++;
+          break;
+        case S_POSSIBLE:
+          sum.possible_bytes += b[i].size;
+          sum.possible_blocks++;
+          _ta_findings_leak("leak.possible", b[i].size, b[i].tag, b[i].stack, b[i].addr, 0, 0, NULL, NULL, 0);
+          break;
+        case S_INDIRECT:
+          sum.indirect_bytes += b[i].size;
+          sum.indirect_blocks++;
+          _ta_findings_leak("leak.indirect", b[i].size, b[i].tag, b[i].stack, b[i].addr, 0, 0, NULL, NULL, 0);
+          break;
+        default:
+          sum.direct_bytes += b[i].size;
+          sum.direct_blocks++;
+          _ta_findings_leak("leak.direct", b[i].size, b[i].tag, b[i].stack, b[i].addr, 0, 0, NULL, NULL, 0);
+          break;
+      }
+    }
+  }
+  if (at_exit) _ta_ref_exit();
+  _ta_findings_leaks_end(&sum);
+  if (m.stack) munmap(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
+  mvec_free(&roots);
+  mvec_free(&maps);
+  mvec_free(&blocks);
+  self->guard--;
+  pthread_mutex_unlock(&scan_lock);
+}
+
+static void scan_here(bool at_exit) __attribute__((noinline));
+
+/* The registers and stack of the caller are roots: take them here, and scan
+ * the stack from this frame up (the scanner's own frames are below it). */
+static void scan_here(bool at_exit) {
+  ucontext_t uc;
+  getcontext(&uc);
+  _ta_scan_impl((uintptr_t)&uc, &uc.uc_mcontext.gregs, sizeof uc.uc_mcontext.gregs, at_exit);
+  __asm__ volatile("" ::: "memory");
+}
+
+TA_NOINLINE void ta_scan(void) {
+  _ta_ensure();
+  scan_here(false);
+}
+
+void _ta_scan_exit(void) {
+  scan_here(true);
+}

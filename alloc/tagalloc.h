@@ -1,0 +1,246 @@
+/* tagalloc.h - the ledger: a tagged, instrumented allocator.
+ *
+ *   #include "tagalloc.h"
+ *
+ *   ta_tag T = ta_tag_get("tensor.data");
+ *   ta_mark m = ta_mark_now();
+ *   float *x = ta_alloc(T, 64 * sizeof *x);     // recorded with its stack
+ *   ta_ref_init(x, 1);                          // refcount history starts
+ *   ta_hold(layer, "weights", x);               // layer keeps x beyond this call
+ *   ...
+ *   ta_unhold(layer, "weights");
+ *   if (ta_ref_release(x) == 0) ta_free(x);
+ *   TA_ASSERT_NO_LEAKS_SINCE(m);                // nothing made since m is live
+ *
+ * Every allocation, free, refcount transition and hold is recorded with the
+ * callsite's backtrace (TAGALLOC_UNWIND=exact|fast, TAGALLOC_DEPTH).  Misuse
+ * (double free, refcount underflow, a hold into a stack frame, ...) becomes a
+ * finding at once and the program goes on; leaks are classified by a
+ * reachability scan (ta_scan(), and at exit).  At exit a report of all
+ * findings is printed on stderr (TAGALLOC_REPORT=0 turns it off), and with
+ * TAGALLOC_TRACE=path every event is written to a binary trace (TRACE.md).
+ *
+ * Finding kinds (stable names): leak.direct, leak.indirect, leak.possible,
+ * leak.orphan, ref.underflow, ref.leak, hold.stack, hold.dangling,
+ * free.double, free.invalid, use.after-free, arena.after-reset.
+ */
+#ifndef TAGALLOC_H
+#define TAGALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TA_VERSION "0.1.0"
+
+/* ---- tags ---------------------------------------------------------------- */
+
+typedef uint32_t ta_tag;
+#define TA_ANY ((ta_tag)0)
+#define TA_MAX_TAGS 256
+
+/* Registered on first use, stable after; names are copied.  Returns TA_ANY
+ * (and reports an error) when the table is full or name is NULL/empty. */
+ta_tag      ta_tag_get(const char *name);
+const char *ta_tag_name(ta_tag tag);         /* "?" for an unknown tag */
+
+/* ---- allocation ---------------------------------------------------------- */
+
+void  *ta_alloc(ta_tag tag, size_t size);
+void  *ta_calloc(ta_tag tag, size_t n, size_t size);    /* overflow-checked */
+void  *ta_realloc(void *p, size_t size);                /* keeps p's tag; NULL p allocates with tag "realloc" */
+void  *ta_realloc_tag(ta_tag tag, void *p, size_t size);/* same, with the tag for a NULL p */
+void  *ta_aligned(ta_tag tag, size_t align, size_t size);/* align: a power of two */
+void   ta_free(void *p);                                /* NULL is a no-op */
+size_t ta_usable_size(const void *p);                   /* 0 for a pointer the ledger does not own */
+size_t ta_block_size(const void *p);                    /* the size asked for; 0 if not a live block */
+ta_tag ta_block_tag(const void *p);                     /* TA_ANY if not a live block */
+
+/* ---- refcounts ----------------------------------------------------------- */
+
+/* obj: any address, usually a ledger block.  Each transition is recorded with
+ * its stack; a release below zero, or on a freed block, is ref.underflow at
+ * once.  At exit, objects with count > 0 are ref.leak. */
+void ta_ref_init(void *obj, long count);
+long ta_ref_acquire(void *obj);   /* returns the new count */
+long ta_ref_release(void *obj);   /* returns the new count (-1 after an underflow) */
+long ta_ref_count(const void *obj); /* current count; -1 if obj has no refcount */
+
+/* ---- holds --------------------------------------------------------------- */
+
+/* holder keeps ptr in slot beyond the current call (slot names are copied).
+ * ptr should be a block's start (an interior pointer is resolved more slowly).
+ * A pointer into any thread's stack is hold.stack; into a freed block,
+ * hold.dangling; into an arena reset since, arena.after-reset.  Declaring the
+ * same slot again replaces the previous hold.  ptr NULL drops the hold. */
+void   ta_hold(void *holder, const char *slot, const void *ptr);
+void   ta_unhold(void *holder, const char *slot);
+/* Checks every hold of holder now: a target freed or reset since is
+ * hold.dangling.  Returns the number of bad holds found. */
+size_t ta_hold_check(const void *holder);
+/* Checks that p points into a live block or the live part of an arena:
+ * use.after-free or arena.after-reset otherwise.  Returns 1 if p is good. */
+int    ta_check(const void *p);
+
+/* ---- arenas -------------------------------------------------------------- */
+
+typedef struct ta_arena ta_arena;
+/* capacity: bytes of the first chunk; the arena grows by chunks when needed,
+ * and reset gives back chunks grown beyond the capacity. */
+ta_arena *ta_arena_new(ta_tag tag, size_t capacity);
+void     *ta_arena_alloc(ta_arena *a, size_t size);    /* 16-byte aligned */
+void      ta_arena_reset(ta_arena *a);                 /* all its blocks die; a new generation starts */
+void      ta_arena_free(ta_arena *a);
+uint64_t  ta_arena_generation(const ta_arena *a);
+size_t    ta_arena_capacity(const ta_arena *a);        /* bytes of chunk memory held now */
+
+/* ---- marks and counts ---------------------------------------------------- */
+
+typedef uint64_t ta_mark;
+typedef struct {
+  uint64_t allocs;      /* blocks allocated since the mark */
+  uint64_t frees;       /* blocks freed since the mark (whenever they were made) */
+  uint64_t live_blocks; /* blocks made since the mark and still live */
+  uint64_t live_bytes;  /* their bytes */
+  uint64_t peak_bytes;  /* highest live bytes of the tag (all blocks) at any moment since the mark */
+} ta_counts;
+
+ta_mark   ta_mark_now(void);
+ta_counts ta_since(ta_mark m, ta_tag tag);   /* tag TA_ANY: all tags */
+/* Calls fn for each block made since m (of tag, or any) that is still live. */
+void      ta_live_since(ta_mark m, ta_tag tag,
+                        void (*fn)(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg),
+                        void *arg);
+
+/* ---- findings and scans -------------------------------------------------- */
+
+/* Errors count occurrences; leak.* count blocks as of the latest scan;
+ * ref.leak counts objects as of the latest scan.  kind NULL: all kinds. */
+size_t ta_findings_count(const char *kind);
+void   ta_scan(void);          /* reachability scan now; replaces the leak findings */
+void   ta_findings_clear(void);/* forget every finding so far (tests) */
+
+/* Prints the stacks of the blocks made since m that are still live (of tag,
+ * or any) on stderr; returns how many.  Used by the assertion macros. */
+size_t ta_print_live_since(ta_mark m, ta_tag tag, size_t max_blocks);
+/* Prints the report of all findings now (the exit report's text) on stderr. */
+void   ta_report_now(void);
+
+/* ---- the findings model (read by reports/, never formatted here) -------- */
+
+typedef struct {
+  int       delta;     /* +1 acquire, -1 release, 0 init */
+  long      count;     /* the count after the transition */
+  uint32_t  stack;
+  uint32_t  thread;
+  uint64_t  seq;       /* the ledger's event sequence number */
+} ta_ref_event;
+
+/* One group of findings: same kind, same stacks, same tag. */
+typedef struct {
+  const char *kind;        /* a stable name, see the top of this file */
+  uint64_t    bytes;       /* leak: bytes of all blocks in the group; error: size of the block involved */
+  uint64_t    blocks;      /* leak: blocks in the group; error: occurrences; ref.leak: objects */
+  ta_tag      tag;
+  uint32_t    stack;       /* leak: allocation stack; error: where the bad operation happened */
+  uint32_t    alloc_stack; /* errors: where the block was allocated (0: unknown) */
+  uint32_t    free_stack;  /* errors: where it was freed or reset (0: unknown) */
+  uint32_t    aux_stack;   /* hold.*: where the hold was declared; leak.orphan: where it was orphaned */
+  uintptr_t   addr;        /* the first block or object of the group */
+  uintptr_t   holder;      /* hold.*, leak.orphan: the holder's address */
+  const char *slot;        /* hold.*, leak.orphan: the hold's slot */
+  const ta_ref_event *history;  /* ref.*: the object's transitions (ref.leak: the unmatched acquisitions) */
+  size_t      history_len;
+  char        detail[96];  /* one line of extra facts, may be empty */
+} ta_finding;
+
+typedef struct {
+  uint64_t direct_bytes, direct_blocks;
+  uint64_t indirect_bytes, indirect_blocks;
+  uint64_t possible_bytes, possible_blocks;
+  uint64_t reachable_bytes, reachable_blocks;
+  uint64_t orphan_bytes, orphan_blocks;
+  uint64_t allocs, frees, live_bytes, peak_bytes;  /* the whole run so far */
+  uint64_t errors;                                 /* findings that are not leaks */
+} ta_summary;
+
+/* Visits the finding groups, errors first (in the order they happened), then
+ * leaks of the latest scan, largest first.  Stops early when fn returns
+ * non-zero.  Returns the number of groups visited. */
+typedef int ta_finding_fn(const ta_finding *f, void *arg);
+size_t ta_findings_visit(ta_finding_fn *fn, void *arg);
+ta_summary ta_summary_get(void);
+
+/* The renderer of the exit report (reports/ registers one at load time). */
+typedef void ta_reporter_fn(int fd);
+void ta_reporter_set(ta_reporter_fn *fn);
+
+/* ---- stacks -------------------------------------------------------------- */
+
+#define TA_MAX_DEPTH 128
+/* The frames (return addresses, innermost first) of a stack id; returns the
+ * number of frames, 0 for an unknown id. */
+size_t ta_stack_frames(uint32_t stack, const uintptr_t **frames);
+uint32_t ta_stack_here(void);   /* the stack of the caller, deduplicated */
+
+/* ---- assertions for tests ------------------------------------------------ */
+
+void ta__assert_fail(const char *file, int line, const char *what,
+                     uint64_t got, uint64_t want, ta_mark m, ta_tag tag);
+
+/* Aborts with the stacks of what is live when any block made since m is live. */
+#define TA_ASSERT_NO_LEAKS_SINCE(m) do {                                       \
+    ta_counts ta__c = ta_since((m), TA_ANY);                                   \
+    if (ta__c.live_blocks != 0)                                                \
+      ta__assert_fail(__FILE__, __LINE__, "live blocks since mark",           \
+                      ta__c.live_blocks, 0, (m), TA_ANY);                      \
+  } while (0)
+/* Aborts when the number of allocations of tag since m is not n. */
+#define TA_ASSERT_ALLOCS_SINCE(m, tag, n) do {                                 \
+    ta_counts ta__c = ta_since((m), (tag));                                    \
+    if (ta__c.allocs != (uint64_t)(n))                                         \
+      ta__assert_fail(__FILE__, __LINE__, "allocations since mark",           \
+                      ta__c.allocs, (uint64_t)(n), (m), (tag));               \
+  } while (0)
+/* Aborts when the live blocks of tag made since m are not n. */
+#define TA_ASSERT_LIVE_SINCE(m, tag, n) do {                                   \
+    ta_counts ta__c = ta_since((m), (tag));                                    \
+    if (ta__c.live_blocks != (uint64_t)(n))                                    \
+      ta__assert_fail(__FILE__, __LINE__, "live blocks since mark",           \
+                      ta__c.live_blocks, (uint64_t)(n), (m), (tag));          \
+  } while (0)
+/* Aborts when the number of findings of kind is not n. */
+#define TA_ASSERT_FINDINGS(kind, n) do {                                       \
+    size_t ta__n = ta_findings_count(kind);                                    \
+    if (ta__n != (size_t)(n))                                                  \
+      ta__assert_fail(__FILE__, __LINE__, "findings of " #kind,               \
+                      ta__n, (uint64_t)(n), 0, TA_ANY);                        \
+  } while (0)
+
+/* ---- options and errors -------------------------------------------------- */
+
+/* Options are read once from TAGALLOC_<NAME> (see README.md); a bad value
+ * warns and keeps the default.  Returns -1 for an unknown name. */
+long ta_option(const char *name);
+
+/* Error codes passed to the error handler. */
+enum {
+  TA_EOK = 0,
+  TA_ENOMEM,     /* the backing allocator failed */
+  TA_EOVERFLOW,  /* n * size overflows */
+  TA_EINVAL,     /* a bad argument (alignment, NULL tag name, ...) */
+  TA_EFINDING,   /* a finding was recorded (message names its kind) */
+  TA_EOPTION     /* a bad TAGALLOC_* value */
+};
+/* Called with a message that must not be kept; never allocates.  The default
+ * handler writes "tagalloc: <message>" on stderr.  NULL restores it. */
+typedef void ta_error_fn(int code, const char *message, void *arg);
+void ta_error_handler(ta_error_fn *fn, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

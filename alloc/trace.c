@@ -1,0 +1,397 @@
+/* trace.c - the trace writer (TAGALLOC_TRACE=path, "%p" becomes the pid).
+ *
+ * Each thread appends fixed-layout records to its own buffer; a full buffer
+ * is written with one write(2) under the file lock, preceded by every stack
+ * the depot gained since the last write, so a stack record always comes
+ * before the first event that names it.  At exit every buffer is written,
+ * then the findings, then an END record; on SIGSEGV, SIGBUS, SIGABRT and
+ * SIGFPE the buffers are written before the signal goes on.  The format is
+ * in TRACE.md. */
+#include "internal.h"
+#include "trace_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+bool _ta_tracing;
+
+typedef struct {
+  size_t len, cap;
+  char data[];
+} tbuf;
+
+static int trace_fd = -1;
+static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t depot_cursor;
+static char stackbuf[1 << 16];            /* under file_lock */
+static size_t stacklen;
+static tbuf *global_buf;                  /* records not from a thread, under file_lock */
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void raw_write(const void *p, size_t n) {
+  if (trace_fd >= 0) _ta_write_all(trace_fd, p, n);
+}
+
+static void stack_out(uint32_t id, const uintptr_t *pcs, size_t n, void *arg) {
+  (void)arg;
+  size_t size = sizeof(tr_header) + sizeof(tr_stack) + n * sizeof(uint64_t);
+  if (stacklen + size > sizeof stackbuf) {
+    raw_write(stackbuf, stacklen);
+    stacklen = 0;
+  }
+  tr_header *h = (tr_header *)(stackbuf + stacklen);
+  h->size = (uint32_t)size;
+  h->type = TR_STACK;
+  memset(h->pad, 0, sizeof h->pad);
+  tr_stack *s = (tr_stack *)(h + 1);
+  s->id = id;
+  s->n = (uint16_t)n;
+  s->pad = 0;
+  memcpy(s + 1, pcs, n * sizeof(uint64_t));
+  stacklen += size;
+}
+
+/* Writes the new stacks, then buf; file_lock is held. */
+static void flush_locked(tbuf *b) {
+  if (trace_fd < 0) return;
+  _ta_depot_each_since(&depot_cursor, stack_out, NULL);
+  if (stacklen) {
+    raw_write(stackbuf, stacklen);
+    stacklen = 0;
+  }
+  if (b && b->len) {
+    raw_write(b->data, b->len);
+    b->len = 0;
+  }
+}
+
+static tbuf *tbuf_new(void) {
+  size_t cap = (size_t)_ta_opt.trace_buffer;
+  tbuf *b = _ta_meta_alloc(sizeof *b + cap);
+  if (b) {
+    b->len = 0;
+    b->cap = cap;
+  }
+  return b;
+}
+
+/* Room for a record of `size` bytes in t's buffer (or the global one). */
+static void *reserve(ta_thread *t, uint8_t type, size_t size, bool *global) {
+  size = (size + 7) & ~(size_t)7;
+  tbuf *b = t ? t->trace : NULL;
+  *global = false;
+  if (t && b == NULL) b = t->trace = tbuf_new();
+  if (b == NULL || size + sizeof(tr_header) > b->cap) {
+    pthread_mutex_lock(&file_lock);
+    *global = true;
+    if (global_buf == NULL) global_buf = tbuf_new();
+    b = global_buf;
+    if (b == NULL || size + sizeof(tr_header) > b->cap) {   /* too big for any buffer */
+      pthread_mutex_unlock(&file_lock);
+      return NULL;
+    }
+    if (b->len + sizeof(tr_header) + size > b->cap) flush_locked(b);
+  } else if (b->len + sizeof(tr_header) + size > b->cap) {
+    pthread_mutex_lock(&file_lock);
+    flush_locked(b);
+    /* a time record starts every buffer: the reader's clock */
+    tr_header *h = (tr_header *)(b->data + b->len);
+    *h = (tr_header){ .size = sizeof *h + sizeof(tr_time), .type = TR_TIME };
+    tr_time *tm = (tr_time *)(h + 1);
+    tm->seq = atomic_load(&_ta_seq);
+    tm->ns = now_ns();
+    b->len += h->size;
+    pthread_mutex_unlock(&file_lock);
+  }
+  tr_header *h = (tr_header *)(b->data + b->len);
+  h->size = (uint32_t)(sizeof *h + size);
+  h->type = type;
+  memset(h->pad, 0, sizeof h->pad);
+  b->len += h->size;
+  memset(h + 1, 0, size);
+  return h + 1;
+}
+
+static void done(bool global) {
+  if (global) pthread_mutex_unlock(&file_lock);
+}
+
+static size_t str_room(const char *s) { return s ? strlen(s) + 1 : 1; }
+
+static void put_str(char *dst, const char *s) {
+  size_t n = str_room(s);
+  if (s) memcpy(dst, s, n); else dst[0] = '\0';
+}
+
+/* ---- records -------------------------------------------------------------- */
+
+void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack,
+                     uint64_t seq, int arena) {
+  bool g;
+  tr_alloc *r = reserve(t, TR_ALLOC, sizeof *r, &g);
+  if (r) *r = (tr_alloc){ seq, addr, size, stack, (uint16_t)tag, (uint8_t)arena, 0, t->id };
+  done(g);
+}
+
+void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq) {
+  bool g;
+  tr_free *r = reserve(t, TR_FREE, sizeof *r, &g);
+  if (r) *r = (tr_free){ seq, addr, stack, t->id };
+  done(g);
+}
+
+void _ta_trace_realloc(ta_thread *t, uintptr_t old, uintptr_t addr, uint64_t size, uint32_t stack,
+                       uint64_t seq) {
+  bool g;
+  tr_realloc *r = reserve(t, TR_REALLOC, sizeof *r, &g);
+  if (r) *r = (tr_realloc){ seq, old, addr, size, stack, t->id };
+  done(g);
+}
+
+void _ta_trace_ref(ta_thread *t, uintptr_t obj, int delta, long count, uint32_t stack, uint64_t seq) {
+  bool g;
+  tr_ref *r = reserve(t, TR_REF, sizeof *r, &g);
+  if (r) *r = (tr_ref){ seq, obj, count, delta, stack, t->id, 0 };
+  done(g);
+}
+
+void _ta_trace_hold(ta_thread *t, uintptr_t holder, const char *slot, uintptr_t ptr, uint32_t stack,
+                    uint64_t seq) {
+  bool g;
+  tr_hold *r = reserve(t, TR_HOLD, sizeof *r + str_room(slot), &g);
+  if (r) {
+    *r = (tr_hold){ seq, holder, ptr, stack, t->id };
+    put_str((char *)(r + 1), slot);
+  }
+  done(g);
+}
+
+void _ta_trace_arena_reset(ta_thread *t, uintptr_t arena, uint64_t gen, uint32_t stack, uint64_t seq) {
+  bool g;
+  tr_arena_reset *r = reserve(t, TR_ARENA_RESET, sizeof *r, &g);
+  if (r) *r = (tr_arena_reset){ seq, arena, gen, stack, t->id };
+  done(g);
+}
+
+void _ta_trace_mark(ta_thread *t, uint64_t mark, uint64_t seq) {
+  bool g;
+  tr_mark *r = reserve(t, TR_MARK, sizeof *r, &g);
+  if (r) *r = (tr_mark){ seq, mark, now_ns(), t->id, 0 };
+  done(g);
+}
+
+void _ta_trace_tag(ta_tag tag, const char *name) {
+  if (!_ta_tracing) return;
+  bool g;
+  tr_tag *r = reserve(NULL, TR_TAG, sizeof *r + str_room(name), &g);
+  if (r) {
+    r->id = tag;
+    put_str((char *)(r + 1), name);
+  }
+  done(g);
+}
+
+void _ta_trace_finding(const char *kind, uintptr_t addr, uint32_t stack, uint64_t seq) {
+  bool g;
+  ta_thread *t = _ta_self;
+  tr_finding_event *r = reserve(t, TR_FINDING_EVENT, sizeof *r + str_room(kind), &g);
+  if (r) {
+    *r = (tr_finding_event){ seq, addr, stack, t ? t->id : 0 };
+    put_str((char *)(r + 1), kind);
+  }
+  done(g);
+}
+
+void _ta_trace_thread_start(ta_thread *t) {
+  if (!_ta_tracing) return;
+  bool g;
+  tr_thread *r = reserve(t, TR_THREAD_START, sizeof *r, &g);
+  if (r) *r = (tr_thread){ atomic_load(&_ta_seq), t->id, (uint32_t)t->tid };
+  done(g);
+}
+
+void _ta_trace_thread_exit(ta_thread *t) {
+  tbuf *b = t->trace;
+  if (!_ta_tracing) return;
+  bool g;
+  tr_thread *r = reserve(t, TR_THREAD_END, sizeof *r, &g);
+  if (r) *r = (tr_thread){ atomic_load(&_ta_seq), t->id, (uint32_t)t->tid };
+  done(g);
+  b = t->trace;
+  pthread_mutex_lock(&file_lock);
+  flush_locked(b);
+  t->trace = NULL;
+  pthread_mutex_unlock(&file_lock);
+  _ta_meta_free(b);
+}
+
+/* ---- modules ---------------------------------------------------------------- */
+
+/* Writes the executable mappings of /proc/self/maps: the reader symbolizes
+ * offline with them.  Only mappings not written before. */
+static void write_modules(void) {
+  static uintptr_t seen[1024];
+  static size_t nseen;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  static char buf[1 << 16];
+  char line[1024];
+  size_t ll = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] != '\n') {
+        if (ll < sizeof line - 1) line[ll++] = buf[i];
+        continue;
+      }
+      line[ll] = '\0';
+      ll = 0;
+      char *p = line;
+      uintptr_t lo = strtoul(p, &p, 16);
+      if (*p++ != '-') continue;
+      uintptr_t hi = strtoul(p, &p, 16);
+      char perms[5] = { 0 };
+      if (*p++ != ' ') continue;
+      memcpy(perms, p, 4);
+      p += 5;
+      uint64_t off = strtoull(p, &p, 16);
+      /* dev, inode, then the path */
+      while (*p == ' ') p++;
+      while (*p && *p != ' ') p++;
+      while (*p == ' ') p++;
+      while (*p && *p != ' ') p++;
+      while (*p == ' ') p++;
+      if (perms[2] != 'x' || *p != '/') continue;
+      bool dup = false;
+      for (size_t k = 0; k < nseen && !dup; k++) dup = seen[k] == lo;
+      if (dup) continue;
+      if (nseen < 1024) seen[nseen++] = lo;
+      bool g;
+      tr_module *r = reserve(NULL, TR_MODULE, sizeof *r + str_room(p), &g);
+      if (r) {
+        *r = (tr_module){ lo, hi, off };
+        put_str((char *)(r + 1), p);
+      }
+      done(g);
+    }
+  }
+  close(fd);
+}
+
+/* ---- findings at exit --------------------------------------------------------- */
+
+static int finding_out(const ta_finding *f, void *arg) {
+  (void)arg;
+  bool g;
+  size_t extra = str_room(f->kind) + str_room(f->slot) + str_room(f->detail);
+  tr_finding *r = reserve(NULL, TR_FINDING, sizeof *r + extra, &g);
+  if (r) {
+    *r = (tr_finding){ f->bytes, f->blocks, f->addr, f->holder, f->stack, f->alloc_stack,
+                       f->free_stack, f->aux_stack, (uint16_t)f->tag, 0, 0 };
+    char *s = (char *)(r + 1);
+    put_str(s, f->kind);
+    s += str_room(f->kind);
+    put_str(s, f->slot);
+    s += str_room(f->slot);
+    put_str(s, f->detail);
+  }
+  done(g);
+  return 0;
+}
+
+/* ---- open, close, signals ------------------------------------------------------ */
+
+static struct sigaction old_actions[32];
+static const int fatal_signals[] = { SIGSEGV, SIGBUS, SIGABRT, SIGFPE };
+
+static void flush_thread(ta_thread *t, void *arg) {
+  (void)arg;
+  if (t->trace) flush_locked(t->trace);
+}
+
+void _ta_trace_flush_all_signal(void) {
+  if (trace_fd < 0) return;
+  /* Best effort: a thread may be mid-record; the reader stops at damage. */
+  if (pthread_mutex_trylock(&file_lock) != 0) return;
+  flush_locked(global_buf);
+  _ta_thread_each(flush_thread, NULL);
+  pthread_mutex_unlock(&file_lock);
+}
+
+static void on_fatal(int sig, siginfo_t *si, void *ctx) {
+  (void)si;
+  (void)ctx;
+  _ta_trace_flush_all_signal();
+  /* Let the signal go on: the previous action, which runs when we return
+   * (a fault re-executes; a raised signal is raised again). */
+  sigaction(sig, &old_actions[sig], NULL);
+  if (old_actions[sig].sa_handler == SIG_DFL || old_actions[sig].sa_handler == SIG_IGN) raise(sig);
+  else if (old_actions[sig].sa_flags & SA_SIGINFO) old_actions[sig].sa_sigaction(sig, si, ctx);
+  else old_actions[sig].sa_handler(sig);
+}
+
+void _ta_trace_open(void) {
+  const char *path = _ta_opt.trace;
+  if (path == NULL) return;
+  char full[4096];
+  size_t o = 0;
+  for (const char *p = path; *p && o < sizeof full - 24; p++) {
+    if (p[0] == '%' && p[1] == 'p') {
+      o += (size_t)_ta_snprintf(full + o, sizeof full - o, "%d", (int)getpid());
+      p++;
+    } else {
+      full[o++] = *p;
+    }
+  }
+  full[o] = '\0';
+  trace_fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (trace_fd < 0) {
+    _ta_error(TA_EINVAL, "cannot write the trace %s: %s", full, strerror(errno));
+    return;
+  }
+  tr_file_header fh = { .magic = TR_MAGIC, .version = TR_VERSION, .header_size = sizeof fh,
+                        .pid = (uint32_t)getpid(), .ppid = (uint32_t)getppid(),
+                        .start_ns = now_ns() };
+  raw_write(&fh, sizeof fh);
+  _ta_tracing = true;
+  for (uint32_t i = 1; i < TA_MAX_TAGS; i++) {
+    const char *name = ta_tag_name(i);
+    if (strcmp(name, "?") == 0) break;
+    _ta_trace_tag(i, name);
+  }
+  write_modules();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fatal;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESETHAND;
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++)
+    sigaction(fatal_signals[i], &sa, &old_actions[fatal_signals[i]]);
+}
+
+void _ta_trace_close(void) {
+  if (!_ta_tracing) return;
+  write_modules();
+  ta_findings_visit(finding_out, NULL);
+  bool g;
+  tr_end *r = reserve(NULL, TR_END, sizeof *r, &g);
+  if (r) { r->seq = atomic_load(&_ta_seq); r->ns = now_ns(); }
+  done(g);
+  pthread_mutex_lock(&file_lock);
+  _ta_thread_each(flush_thread, NULL);
+  flush_locked(global_buf);
+  _ta_tracing = false;
+  close(trace_fd);
+  trace_fd = -1;
+  pthread_mutex_unlock(&file_lock);
+}

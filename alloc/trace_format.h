@@ -1,0 +1,55 @@
+/* trace_format.h - the records of a tagalloc trace (see TRACE.md).
+ * Little-endian, native layout of x86-64; every record starts with a
+ * tr_header whose size covers the header, the fixed part and any trailing
+ * strings, padded to 8 bytes.  Readers skip record types they don't know. */
+#ifndef TAGALLOC_TRACE_FORMAT_H
+#define TAGALLOC_TRACE_FORMAT_H
+
+#include <stdint.h>
+
+#define TR_MAGIC   0x31434f4c4c414754ull   /* "TGALLOC1" read as little-endian bytes */
+#define TR_VERSION 1
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_size;      /* bytes of this header; records follow */
+  uint32_t pid, ppid;
+  uint64_t start_ns;         /* CLOCK_MONOTONIC at open */
+} tr_file_header;
+
+typedef struct {
+  uint32_t size;             /* of the whole record, header included */
+  uint8_t  type;
+  uint8_t  pad[3];
+} tr_header;
+
+enum {
+  TR_MODULE = 1, TR_STACK = 2, TR_TAG = 3, TR_ALLOC = 4, TR_FREE = 5, TR_REALLOC = 6,
+  TR_REF = 7, TR_HOLD = 8, TR_ARENA_RESET = 9, TR_MARK = 10, TR_THREAD_START = 11,
+  TR_THREAD_END = 12, TR_TIME = 13, TR_FINDING_EVENT = 14, TR_FINDING = 15, TR_END = 16,
+};
+
+typedef struct { uint64_t lo, hi, offset; /* then the path, NUL-terminated */ } tr_module;
+typedef struct { uint32_t id; uint16_t n, pad; /* then n uint64 return addresses */ } tr_stack;
+typedef struct { uint32_t id; /* then the name */ } tr_tag;
+typedef struct { uint64_t seq, addr, size; uint32_t stack; uint16_t tag; uint8_t arena, pad; uint32_t thread; } tr_alloc;
+typedef struct { uint64_t seq, addr; uint32_t stack, thread; } tr_free;
+typedef struct { uint64_t seq, old, addr, size; uint32_t stack, thread; } tr_realloc;
+typedef struct { uint64_t seq, obj; int64_t count; int32_t delta; uint32_t stack, thread, pad; } tr_ref;
+typedef struct { uint64_t seq, holder, ptr; uint32_t stack, thread; /* then the slot; ptr 0: unhold */ } tr_hold;
+typedef struct { uint64_t seq, arena, generation; uint32_t stack, thread; /* generation 0: freed */ } tr_arena_reset;
+typedef struct { uint64_t seq, mark, ns; uint32_t thread, pad; } tr_mark;
+typedef struct { uint64_t seq; uint32_t thread, tid; } tr_thread;
+typedef struct { uint64_t seq, ns; } tr_time;
+typedef struct { uint64_t seq, addr; uint32_t stack, thread; /* then the kind */ } tr_finding_event;
+typedef struct {
+  uint64_t bytes, blocks, addr, holder;
+  uint32_t stack, alloc_stack, free_stack, aux_stack;
+  uint16_t tag, pad16;
+  uint32_t pad32;
+  /* then kind, slot and detail, each NUL-terminated */
+} tr_finding;
+typedef struct { uint64_t seq, ns; } tr_end;
+
+#endif

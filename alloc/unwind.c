@@ -1,0 +1,570 @@
+/* unwind.c - backtraces of the calling thread, exact (DWARF CFI) or fast
+ * (frame pointers).
+ *
+ * Frames and skip
+ * ---------------
+ * _ta_unwind(pcs, max, skip, mode) sees the stack as a list of return
+ * addresses, innermost first: frame 0 is the return address into the caller
+ * of _ta_unwind, frame 1 the return address into that function's caller, and
+ * so on up to the outermost frame (_start, or clone3 for threads).  The first
+ * `skip` frames are dropped, the next `max` are stored; the count is
+ * returned.  These are the same values as unw_backtrace() returns, from the
+ * frame of the caller on.
+ *
+ * Exact mode (x86-64): a cache of unwind rules
+ * ---------------------------------------------
+ * The walk keeps three registers of the frame being unwound: pc (a return
+ * address), sp (the frame's rsp, which is the CFA of the frame below it) and
+ * bp (rbp).  It starts from the state of _ta_unwind's caller right after the
+ * call returns, which _ta_unwind reads from its own frame record (it always
+ * has one: __builtin_frame_address forces it).  Each step needs the CFI rule
+ * of the caller at pc - 1 (the call instruction); on x86-64 nearly every rule
+ * is
+ *     CFA = rsp + k  or  CFA = rbp + k;   RA = [CFA - 8];
+ *     rbp = unchanged, or [CFA + off]
+ * and the caller's rsp is the CFA.  Such a rule fits in 64 bits:
+ *
+ *     bits  0..1   CFA base: 1 = rsp, 2 = rbp, 3 = special (bits 2..3);
+ *                  0 = no rule (a slot whose rule is 0 is a miss)
+ *     bits  2..3   special: 0 = END (RA undefined: the outermost frame),
+ *                  1 = COMPLEX (anything else: CFA expression, signal
+ *                  frame, RA not at CFA-8, no CFI for the pc ...)
+ *     bits  4..5   rbp: 0 = same value, 1 = saved at [CFA + rbp_off],
+ *                  2 = undefined
+ *     bits 16..31  rbp_off, int16
+ *     bits 32..63  cfa_off, int32
+ *
+ * The cache is a global open-addressing table of 2^16 slots keyed by the
+ * return address (the rule is the one of pc - 1), slot = the low 16 bits of
+ * the address, linear probing over at most PROBE_MAX slots.  A slot is three
+ * parallel arrays: key, flags (the low half of the rule) and cfa_off (the
+ * high half, sign-extended, so that the walk adds it to sp or bp with no
+ * decoding: pc -> slot -> cfa -> next pc is the critical path of a walk).
+ * Readers take no lock: they load the key, on a match the flags (acquire)
+ * and cfa_off; flags 0 is a miss.  A miss takes the one mutex that guards
+ * libdw, looks again, computes the rule with elfutils (Dwfl of the own
+ * process, .eh_frame then .debug_frame), and publishes it: CAS of the key
+ * into an empty slot, cfa_off, then a release store of the flags.  Keys are
+ * never removed: _ta_unwind_forget stores flags 0 in the slots of an
+ * unloaded range (the next use recomputes them) and marks the Dwfl stale so
+ * that the module list is read again.  When no slot is free within
+ * PROBE_MAX the rule is computed but not cached (correct, slow).
+ *
+ * A COMPLEX rule anywhere on the stack sends the whole walk to libunwind's
+ * unw_backtrace (per-thread caching), as do a nested miss on the same thread
+ * (libdw allocates; an interposed malloc may come back here), an unknown
+ * stack range and a stack pointer outside the thread's stack (sigaltstack).
+ *
+ * Safety: every read of the walk is checked against [max(lo, own frame),
+ * hi) of the calling thread's stack (from _ta_thread_stack, or
+ * pthread_getattr_np once per thread when that says 0,0), the CFA must grow
+ * strictly and stay 8-aligned.  The hit path never allocates and never
+ * locks.  Functions that read other frames are not ASan-instrumented.
+ *
+ * Fast mode walks the frame-pointer chain ([fp] = caller's fp, [fp + 8] =
+ * return address), stopping when fp leaves the stack, does not grow, or is
+ * not 8-aligned.  Frames of functions built without frame pointers are
+ * missing from its stacks (their callers appear in their place).
+ */
+#include "internal.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#define TA_NO_ASAN __attribute__((no_sanitize_address))
+#define TA_TLS     __thread __attribute__((tls_model("initial-exec")))
+
+/* ---- stack bounds ------------------------------------------------------- */
+
+/* Fallback when thread.c does not know the stack: ask pthread once per
+ * thread.  state: 0 not asked, 1 asking (a nested call sees 0,0), 2 known,
+ * 3 failed. */
+static TA_TLS uintptr_t tls_stack_lo, tls_stack_hi;
+static TA_TLS int tls_stack_state;
+
+static void own_stack_bounds(uintptr_t *lo, uintptr_t *hi)
+{
+  if (TA_UNLIKELY(tls_stack_state != 2)) {
+    if (tls_stack_state == 0) {
+      pthread_attr_t attr;
+      void *addr;
+      size_t size;
+      tls_stack_state = 1;
+      int state = 3;
+      if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size != 0) {
+          tls_stack_lo = (uintptr_t)addr;
+          tls_stack_hi = (uintptr_t)addr + size;
+          state = 2;
+        }
+        pthread_attr_destroy(&attr);
+      }
+      tls_stack_state = state;
+    }
+    if (tls_stack_state != 2) {
+      *lo = *hi = 0;
+      return;
+    }
+  }
+  *lo = tls_stack_lo;
+  *hi = tls_stack_hi;
+}
+
+static inline void stack_bounds(uintptr_t *lo, uintptr_t *hi)
+{
+  _ta_thread_stack(lo, hi);
+  if (TA_UNLIKELY(*lo == 0 && *hi == 0))
+    own_stack_bounds(lo, hi);
+}
+
+/* A word of the stack; the caller has checked [a, a + 8) is in bounds. */
+static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek(uintptr_t a)
+{
+  uintptr_t v;
+  memcpy(&v, (const void *)a, sizeof v);
+  return v;
+}
+
+/* ---- libunwind fallback ------------------------------------------------- */
+
+#define UNW_EXTRA 8     /* frames of ours libunwind may report before ra0 */
+#define UNW_CAP   512   /* most frames asked of libunwind */
+
+static atomic_int unw_policy_set;
+
+/* The stack from ra0 (the return address into _ta_unwind's caller) on. */
+static TA_NOINLINE size_t unwind_libunwind(uintptr_t *pcs, size_t max, size_t skip,
+                                           uintptr_t ra0)
+{
+  void *buf[UNW_CAP];
+  size_t want = UNW_CAP;
+  if (skip < UNW_CAP && max < UNW_CAP && skip + max + UNW_EXTRA < UNW_CAP)
+    want = skip + max + UNW_EXTRA;
+
+  if (TA_UNLIKELY(!atomic_load_explicit(&unw_policy_set, memory_order_relaxed))) {
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    atomic_store_explicit(&unw_policy_set, 1, memory_order_relaxed);
+  }
+  int got = unw_backtrace(buf, (int)want);
+  if (got <= 0)
+    return 0;
+
+  size_t first = 0, ngot = (size_t)got;
+  while (first < ngot && first < UNW_EXTRA && (uintptr_t)buf[first] != ra0)
+    first++;
+  if (first == ngot || first == UNW_EXTRA)
+    return 0;                     /* libunwind did not get to the caller */
+
+  size_t n = 0;
+  for (size_t i = first + skip; i < ngot && n < max; i++)
+    pcs[n++] = (uintptr_t)buf[i];
+  return n;
+}
+
+/* ---- fast: frame pointers ----------------------------------------------- */
+
+#if defined(__x86_64__) || defined(__aarch64__)
+/* fp is _ta_unwind's frame record: [fp] = caller's fp, [fp + 8] = ra0. */
+static TA_NO_ASAN size_t walk_fast(uintptr_t *pcs, size_t max, size_t skip,
+                                   uintptr_t fp, uintptr_t lo, uintptr_t hi)
+{
+  size_t n = 0, k = 0;
+  while (fp >= lo && fp < hi && hi - fp >= 2 * sizeof(uintptr_t) &&
+         (fp & (sizeof(uintptr_t) - 1)) == 0) {
+    uintptr_t pc = peek(fp + sizeof(uintptr_t));
+    if (pc == 0)
+      break;
+    if (k++ >= skip) {
+      pcs[n++] = pc;
+      if (n == max)
+        break;
+    }
+    uintptr_t next = peek(fp);
+    if (next <= fp)
+      break;
+    fp = next;
+  }
+  return n;
+}
+#endif
+
+/* ---- exact: the rule cache ---------------------------------------------- */
+
+#if defined(__x86_64__)
+
+enum {
+  CFA_RSP = 1, CFA_RBP = 2, CFA_SPECIAL = 3,
+  RBP_SAME = 0, RBP_SAVED = 1, RBP_UNDEF = 2,
+};
+#define RULE_END     ((uint64_t)CFA_SPECIAL)
+#define RULE_COMPLEX ((uint64_t)CFA_SPECIAL | (1u << 2))
+
+static inline uint64_t rule_make(int base, int32_t cfa_off, int rbp, int16_t rbp_off)
+{
+  return (uint64_t)base | ((uint64_t)rbp << 4) |
+         ((uint64_t)(uint16_t)rbp_off << 16) | ((uint64_t)(uint32_t)cfa_off << 32);
+}
+/* The low half (flags) and the high half (cfa_off) of a rule. */
+static inline uint32_t rule_flags(uint64_t r)  { return (uint32_t)r; }
+static inline int32_t  rule_cfa_off(uint64_t r) { return (int32_t)(uint32_t)(r >> 32); }
+static inline int      flags_base(uint32_t f)    { return (int)(f & 3); }
+static inline int      flags_rbp(uint32_t f)     { return (int)((f >> 4) & 3); }
+static inline int16_t  flags_rbp_off(uint32_t f) { return (int16_t)(uint16_t)(f >> 16); }
+
+#define CACHE_BITS 16
+#define CACHE_SIZE ((size_t)1 << CACHE_BITS)
+#define PROBE_MAX  32
+
+/* Three arrays, so that each is one scaled load: the key (0 = empty, never
+ * removed), the flags half of the rule (0 = not known) and its cfa_off half,
+ * which the walk loads straight into the address of the next return address.
+ * The writer stores cfa_off, then the flags with release; readers load the
+ * flags with acquire, then cfa_off. */
+static _Atomic uintptr_t cache_key[CACHE_SIZE];
+static _Atomic uint32_t  cache_flags[CACHE_SIZE];
+static _Atomic intptr_t  cache_off[CACHE_SIZE];
+
+/* The low bits of return addresses are already well spread: call sites are
+ * distinct addresses and modules start at random pages.  So the slot is the
+ * low CACHE_BITS bits, no mixing: the hash is on the critical path of the
+ * walk (pc -> slot -> cfa -> next pc), and the return addresses of nearby
+ * code share cache lines. */
+static inline size_t rule_hash(uintptr_t ra)
+{
+  return (size_t)(ra & (CACHE_SIZE - 1));
+}
+
+/* The flags of ra's rule, 0 on a miss; *off gets its cfa_off. */
+static inline uint32_t cache_get(uintptr_t ra, intptr_t *off)
+{
+  size_t h = rule_hash(ra);
+  for (size_t i = 0; i < PROBE_MAX; i++) {
+    size_t j = (h + i) & (CACHE_SIZE - 1);
+    uintptr_t k = atomic_load_explicit(&cache_key[j], memory_order_relaxed);
+    if (TA_LIKELY(k == ra)) {
+      uint32_t f = atomic_load_explicit(&cache_flags[j], memory_order_acquire);
+      *off = atomic_load_explicit(&cache_off[j], memory_order_relaxed);
+      return f;
+    }
+    if (k == 0)
+      return 0;
+  }
+  return 0;
+}
+
+/* Under dw_lock (the only writer), readers may be running. */
+static void cache_put(uintptr_t ra, uint64_t rule)
+{
+  size_t h = rule_hash(ra);
+  for (size_t i = 0; i < PROBE_MAX; i++) {
+    size_t j = (h + i) & (CACHE_SIZE - 1);
+    uintptr_t k = atomic_load_explicit(&cache_key[j], memory_order_relaxed);
+    if (k == 0) {
+      uintptr_t empty = 0;
+      if (atomic_compare_exchange_strong_explicit(&cache_key[j], &empty, ra,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        k = ra;
+      else
+        k = empty;
+    }
+    if (k == ra) {
+      atomic_store_explicit(&cache_off[j], rule_cfa_off(rule), memory_order_relaxed);
+      atomic_store_explicit(&cache_flags[j], rule_flags(rule), memory_order_release);
+      return;
+    }
+  }
+  /* full around ra: not cached */
+}
+
+/* ---- exact: rules from libdw (misses only) ------------------------------- */
+
+static pthread_mutex_t dw_lock = PTHREAD_MUTEX_INITIALIZER;
+static Dwfl *dw_fl;             /* under dw_lock */
+static bool dw_broken;          /* libdw could not be set up: all COMPLEX */
+static bool dw_stale;           /* a range was forgotten: report the maps again */
+static TA_TLS int tls_in_miss;  /* this thread is inside compute (nesting) */
+
+static void dw_fork_prepare(void) { pthread_mutex_lock(&dw_lock); }
+static void dw_fork_parent(void)  { pthread_mutex_unlock(&dw_lock); }
+static void dw_fork_child(void)   { pthread_mutex_unlock(&dw_lock); }
+
+static char *dw_debuginfo_path;
+static const Dwfl_Callbacks dw_callbacks = {
+  .find_elf = dwfl_linux_proc_find_elf,
+  .find_debuginfo = dwfl_standard_find_debuginfo,
+  .debuginfo_path = &dw_debuginfo_path,
+};
+
+static bool dw_report(void)
+{
+  dwfl_report_begin(dw_fl);
+  int rc = dwfl_linux_proc_report(dw_fl, getpid());
+  return dwfl_report_end(dw_fl, NULL, NULL) == 0 && rc == 0;
+}
+
+static bool dw_setup(void)
+{
+  if (dw_fl)
+    return true;
+  if (dw_broken)
+    return false;
+  dw_fl = dwfl_begin(&dw_callbacks);
+  if (!dw_fl || !dw_report()) {
+    if (dw_fl)
+      dwfl_end(dw_fl);
+    dw_fl = NULL;
+    dw_broken = true;
+    return false;
+  }
+  pthread_atfork(dw_fork_prepare, dw_fork_parent, dw_fork_child);
+  return true;
+}
+
+/* ops is "DW_OP_call_frame_cfa [DW_OP_plus_uconst n | DW_OP_consts n DW_OP_plus]":
+ * the register is saved at CFA + n.  Returns false for anything else. */
+static bool ops_cfa_offset(const Dwarf_Op *ops, size_t nops, int64_t *off)
+{
+  if (nops == 0 || ops[0].atom != DW_OP_call_frame_cfa)
+    return false;
+  if (nops == 1) {
+    *off = 0;
+    return true;
+  }
+  if (nops == 2 && ops[1].atom == DW_OP_plus_uconst) {
+    *off = (int64_t)ops[1].number;
+    return true;
+  }
+  if (nops == 3 && (ops[1].atom == DW_OP_consts || ops[1].atom == DW_OP_constu) &&
+      ops[2].atom == DW_OP_plus) {
+    *off = (int64_t)ops[1].number;
+    return true;
+  }
+  return false;
+}
+
+static uint64_t rule_of_frame(Dwarf_Frame *frame)
+{
+  bool signal = false;
+  if (dwarf_frame_info(frame, NULL, NULL, &signal) != 16 || signal)
+    return RULE_COMPLEX;
+
+  /* RA: undefined ends the stack, otherwise it must be [CFA - 8] */
+  Dwarf_Op mem[3], *ops = NULL;
+  size_t nops = 0;
+  int64_t off;
+  if (dwarf_frame_register(frame, 16, mem, &ops, &nops) != 0)
+    return RULE_COMPLEX;
+  if (nops == 0)
+    return ops ? RULE_END : RULE_COMPLEX;          /* undefined : same value */
+  if (!ops_cfa_offset(ops, nops, &off) || off != -8)
+    return RULE_COMPLEX;
+
+  /* CFA = rsp + k or rbp + k */
+  if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops != 1)
+    return RULE_COMPLEX;
+  int reg;
+  int64_t k;
+  if (ops[0].atom == DW_OP_bregx) {
+    reg = (int)ops[0].number;
+    k = (int64_t)ops[0].number2;
+  } else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31) {
+    reg = ops[0].atom - DW_OP_breg0;
+    k = (int64_t)ops[0].number;
+  } else {
+    return RULE_COMPLEX;
+  }
+  int base = reg == 7 ? CFA_RSP : reg == 6 ? CFA_RBP : 0;
+  if (!base || k < 8 || k > INT32_MAX)
+    return RULE_COMPLEX;
+
+  /* rbp: same value, undefined, or saved at CFA + n */
+  int rbp;
+  int64_t roff = 0;
+  if (dwarf_frame_register(frame, 6, mem, &ops, &nops) != 0)
+    return RULE_COMPLEX;
+  if (nops == 0)
+    rbp = ops ? RBP_UNDEF : RBP_SAME;
+  else if (ops_cfa_offset(ops, nops, &roff) && roff >= INT16_MIN && roff <= INT16_MAX)
+    rbp = RBP_SAVED;
+  else
+    return RULE_COMPLEX;
+  return rule_make(base, (int32_t)k, rbp, (int16_t)roff);
+}
+
+/* The rule of return address ra, from libdw; dw_lock held. */
+static uint64_t rule_compute(uintptr_t ra)
+{
+  if (!dw_setup())
+    return RULE_COMPLEX;
+  bool reported = false;
+  if (dw_stale) {
+    dw_stale = false;
+    reported = true;
+    if (!dw_report())
+      return RULE_COMPLEX;
+  }
+  Dwarf_Addr pc = (Dwarf_Addr)ra - 1;
+  Dwfl_Module *mod = dwfl_addrmodule(dw_fl, pc);
+  if (!mod && !reported) {      /* dlopen'd since the last report? */
+    if (dw_report())
+      mod = dwfl_addrmodule(dw_fl, pc);
+  }
+  if (!mod)
+    return RULE_COMPLEX;        /* JIT code or garbage: libunwind decides */
+
+  uint64_t rule = RULE_COMPLEX;
+  for (int pass = 0; pass < 2; pass++) {
+    Dwarf_Addr bias = 0;
+    Dwarf_CFI *cfi = pass == 0 ? dwfl_module_eh_cfi(mod, &bias)
+                               : dwfl_module_dwarf_cfi(mod, &bias);
+    Dwarf_Frame *frame = NULL;
+    if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0 && frame) {
+      rule = rule_of_frame(frame);
+      free(frame);
+      break;
+    }
+  }
+  return rule;
+}
+
+static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
+{
+  if (tls_in_miss)
+    return RULE_COMPLEX;        /* nested (malloc inside libdw): not cached */
+  tls_in_miss = 1;
+  pthread_mutex_lock(&dw_lock);
+  intptr_t off;
+  uint32_t flags = cache_get(ra, &off);
+  uint64_t rule;
+  if (flags)
+    rule = flags | ((uint64_t)(uint32_t)off << 32);
+  else {
+    rule = rule_compute(ra);
+    cache_put(ra, rule);
+  }
+  pthread_mutex_unlock(&dw_lock);
+  tls_in_miss = 0;
+  return rule;
+}
+
+/* pc, sp, bp: the state of _ta_unwind's caller after the call returned.
+ * Returns SIZE_MAX when libunwind must do the walk. */
+static TA_NO_ASAN size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip,
+                                    uintptr_t pc, uintptr_t sp, uintptr_t bp,
+                                    uintptr_t hi)
+{
+  size_t n = 0, k = 0;
+  for (;;) {
+    if (k++ >= skip) {
+      pcs[n++] = pc;
+      if (n == max)
+        break;
+    }
+    intptr_t off;
+    uint32_t flags = cache_get(pc, &off);
+    if (TA_UNLIKELY(flags == 0)) {
+      uint64_t rule = rule_miss(pc);
+      flags = rule_flags(rule);
+      off = rule_cfa_off(rule);
+    }
+    int base = flags_base(flags);
+    if (TA_UNLIKELY(base == CFA_SPECIAL)) {
+      if (flags == RULE_END)
+        break;
+      return SIZE_MAX;
+    }
+    /* a branch, not a cmov: predicted, it keeps the rule's bits off the
+     * pc -> rule -> cfa -> pc dependency chain */
+    uintptr_t cfa;
+    if (base == CFA_RSP)
+      cfa = sp;
+    else {
+      cfa = bp;
+      __asm__("" : "+r"(cfa));
+    }
+    cfa += (uintptr_t)(intptr_t)off;
+    /* [cfa - 8, cfa) holds the RA: need sp < cfa <= hi (sp >= lo already) */
+    if (cfa <= sp || cfa > hi || (cfa & 7) != 0)
+      break;
+    switch (flags_rbp(flags)) {
+    case RBP_SAVED: {
+      uintptr_t a = cfa + (uintptr_t)(intptr_t)flags_rbp_off(flags);
+      if (a < sp || a > hi - 8 || (a & 7) != 0)   /* a == sp: push rbp; call */
+        return n;
+      bp = peek(a);
+      break;
+    }
+    case RBP_UNDEF:
+      bp = 0;
+      break;
+    default:
+      break;
+    }
+    pc = peek(cfa - 8);
+    sp = cfa;
+    if (pc == 0)
+      break;
+  }
+  return n;
+}
+
+void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
+{
+  pthread_mutex_lock(&dw_lock);
+  for (size_t i = 0; i < CACHE_SIZE; i++) {
+    uintptr_t k = atomic_load_explicit(&cache_key[i], memory_order_relaxed);
+    if (k >= lo && k < hi && k != 0)
+      atomic_store_explicit(&cache_flags[i], 0, memory_order_relaxed);
+  }
+  dw_stale = true;
+  pthread_mutex_unlock(&dw_lock);
+}
+
+#else  /* !__x86_64__ */
+
+void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
+{
+  (void)lo;
+  (void)hi;
+}
+
+#endif
+
+/* ---- entry -------------------------------------------------------------- */
+
+TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode)
+{
+  if (max == 0 || (mode != TA_UNWIND_EXACT && mode != TA_UNWIND_FAST))
+    return 0;
+  uintptr_t ra0 = (uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0));
+
+#if defined(__x86_64__) || defined(__aarch64__)
+  /* Our own frame record: [fp] = caller's fp, [fp + 8] = ra0; its CFA
+   * (the caller's sp after the return) is fp + 16. */
+  uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+  uintptr_t lo, hi;
+  stack_bounds(&lo, &hi);
+  bool on_stack = fp >= lo && fp < hi && hi - fp >= 2 * sizeof(uintptr_t);
+  if (mode == TA_UNWIND_FAST)
+    return on_stack ? walk_fast(pcs, max, skip, fp, fp, hi) : 0;
+# if defined(__x86_64__)
+  if (on_stack) {
+    size_t n = walk_exact(pcs, max, skip, ra0, fp + 16, peek(fp), hi);
+    if (TA_LIKELY(n != SIZE_MAX))
+      return n;
+  }
+# endif
+#else
+  if (mode == TA_UNWIND_FAST)
+    return 0;
+#endif
+  return unwind_libunwind(pcs, max, skip, ra0);
+}

@@ -1,0 +1,402 @@
+/* symbolize.c - addresses of the running process to function, file:line and
+ * module, with inlined frames, on elfutils libdw (Dwfl over /proc/PID/maps).
+ *
+ * Runs at report time only: memory comes from plain malloc, one mutex per
+ * context serializes libdw (which is not thread-safe per Dwfl).  Results are
+ * cached per looked-up address; every string handed out is interned in the
+ * context, so frames stay valid while modules come and go. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   /* dl_iterate_phdr, RTLD_DEFAULT */
+#endif
+#include "report.h"
+
+#include <dlfcn.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <dwarf.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- the context --------------------------------------------------------- */
+
+typedef struct {
+  uintptr_t     key;     /* the address looked up (pc - 1 for a return address) */
+  uintptr_t     start;   /* load start of the module, 0 when none */
+  uint32_t      n;       /* frames; 0 marks an empty slot */
+  report_frame *frames;
+} cache_entry;
+
+struct report_ctx {
+  pthread_mutex_t mu;
+  Dwfl           *dwfl;
+  Dwfl_Callbacks  callbacks;       /* dwfl keeps a pointer to it */
+  char           *debuginfo_path;  /* NULL: the standard path */
+  pid_t           pid;             /* the process the modules were reported for */
+  unsigned long long dl_adds, dl_subs;  /* dl_iterate_phdr's counters at the last report */
+
+  cache_entry    *cache;
+  size_t          cache_cap, cache_used;   /* cap: a power of two */
+
+  char          **strs;                    /* interned strings, open addressing */
+  size_t          strs_cap, strs_used;
+};
+
+/* ---- C++ demangling, only when libstdc++ is already in the process ------- */
+
+typedef char *demangle_fn(const char *mangled, char *buf, size_t *len, int *status);
+static demangle_fn   *demangler;
+static pthread_once_t demangler_once = PTHREAD_ONCE_INIT;
+
+static void demangler_find(void) {
+  void *sym = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  memcpy(&demangler, &sym, sizeof sym);   /* object pointer to function pointer */
+}
+
+/* ---- interned strings ---------------------------------------------------- */
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;           /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int strs_grow(report_ctx *c) {
+  size_t ncap = c->strs_cap ? c->strs_cap * 2 : 256;
+  char **n = calloc(ncap, sizeof *n);
+  if (!n) return -1;
+  for (size_t i = 0; i < c->strs_cap; i++) {
+    char *s = c->strs[i];
+    if (!s) continue;
+    size_t j = hash_str(s) & (ncap - 1);
+    while (n[j]) j = (j + 1) & (ncap - 1);
+    n[j] = s;
+  }
+  free(c->strs);
+  c->strs = n;
+  c->strs_cap = ncap;
+  return 0;
+}
+
+/* The context's copy of s; NULL for NULL (or when memory runs out). */
+static const char *intern(report_ctx *c, const char *s) {
+  if (!s) return NULL;
+  if ((c->strs_used + 1) * 4 > c->strs_cap * 3 && strs_grow(c) != 0) return NULL;
+  size_t j = hash_str(s) & (c->strs_cap - 1);
+  for (; c->strs[j]; j = (j + 1) & (c->strs_cap - 1))
+    if (strcmp(c->strs[j], s) == 0) return c->strs[j];
+  char *copy = strdup(s);
+  if (!copy) return NULL;
+  c->strs[j] = copy;
+  c->strs_used++;
+  return copy;
+}
+
+/* A function name as printed: C++ names demangled. */
+static const char *intern_function(report_ctx *c, const char *name) {
+  if (!name || !*name) return NULL;
+  if (name[0] == '_' && name[1] == 'Z') {
+    pthread_once(&demangler_once, demangler_find);
+    if (demangler) {
+      int status = -1;
+      char *d = demangler(name, NULL, NULL, &status);
+      if (d && status == 0) {
+        const char *r = intern(c, d);
+        free(d);
+        if (r) return r;
+      } else {
+        free(d);
+      }
+    }
+  }
+  return intern(c, name);
+}
+
+/* ---- the address cache ---------------------------------------------------- */
+
+static size_t hash_addr(uintptr_t a, size_t cap) {
+  return (size_t)(((uint64_t)a * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
+
+static cache_entry *cache_find(report_ctx *c, uintptr_t key) {
+  if (!c->cache_cap) return NULL;
+  for (size_t j = hash_addr(key, c->cache_cap);; j = (j + 1) & (c->cache_cap - 1)) {
+    cache_entry *e = &c->cache[j];
+    if (!e->n) return NULL;
+    if (e->key == key) return e;
+  }
+}
+
+static int cache_grow(report_ctx *c) {
+  size_t ncap = c->cache_cap ? c->cache_cap * 2 : 1024;
+  cache_entry *n = calloc(ncap, sizeof *n);
+  if (!n) return -1;
+  for (size_t i = 0; i < c->cache_cap; i++) {
+    cache_entry *e = &c->cache[i];
+    if (!e->n) continue;
+    size_t j = hash_addr(e->key, ncap);
+    while (n[j].n) j = (j + 1) & (ncap - 1);
+    n[j] = *e;
+  }
+  free(c->cache);
+  c->cache = n;
+  c->cache_cap = ncap;
+  return 0;
+}
+
+/* Keeps a copy of frames[0..n) for key; silently skipped without memory. */
+static void cache_put(report_ctx *c, uintptr_t key, uintptr_t start,
+                      const report_frame *frames, size_t n) {
+  if ((c->cache_used + 1) * 4 > c->cache_cap * 3 && cache_grow(c) != 0) return;
+  report_frame *copy = malloc(n * sizeof *copy);
+  if (!copy) return;
+  memcpy(copy, frames, n * sizeof *copy);
+  size_t j = hash_addr(key, c->cache_cap);
+  while (c->cache[j].n) j = (j + 1) & (c->cache_cap - 1);
+  c->cache[j] = (cache_entry){ .key = key, .start = start, .n = (uint32_t)n, .frames = copy };
+  c->cache_used++;
+}
+
+/* ---- modules -------------------------------------------------------------- */
+
+static int dl_counters_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  unsigned long long *out = arg;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    out[0] = info->dlpi_adds;
+    out[1] = info->dlpi_subs;
+  }
+  return 1;   /* the counters are the same in every entry: stop at the first */
+}
+
+static void dl_counters(unsigned long long *adds, unsigned long long *subs) {
+  unsigned long long v[2] = { 0, 0 };
+  dl_iterate_phdr(dl_counters_cb, v);
+  *adds = v[0];
+  *subs = v[1];
+}
+
+/* (Re-)reads the process's maps; modules still mapped keep their state. */
+static void report_modules(report_ctx *c) {
+  c->pid = getpid();
+  dl_counters(&c->dl_adds, &c->dl_subs);
+  dwfl_report_begin(c->dwfl);
+  (void)dwfl_linux_proc_report(c->dwfl, c->pid);
+  dwfl_report_end(c->dwfl, NULL, NULL);
+}
+
+/* dwfl_addrmodule, but only a module whose range holds addr: libdw 0.188
+ * can answer with the module before an unreported gap (where a library
+ * dlopen()ed since the last report now lives). */
+static Dwfl_Module *addrmodule(Dwfl *dwfl, uintptr_t addr) {
+  Dwfl_Module *m = dwfl_addrmodule(dwfl, addr);
+  Dwarf_Addr lo = 0, hi = 0;
+  if (m && dwfl_module_info(m, NULL, &lo, &hi, NULL, NULL, NULL, NULL) &&
+      (addr < lo || addr >= hi))
+    return NULL;
+  return m;
+}
+
+/* A module for addr, reporting the maps once more when the dynamic linker
+ * has loaded or unloaded something since the last report (or after fork). */
+static Dwfl_Module *module_of(report_ctx *c, uintptr_t addr) {
+  Dwfl_Module *m = addrmodule(c->dwfl, addr);
+  if (m) return m;
+  unsigned long long adds, subs;
+  dl_counters(&adds, &subs);
+  if (adds == c->dl_adds && subs == c->dl_subs && getpid() == c->pid) return NULL;
+  report_modules(c);
+  return addrmodule(c->dwfl, addr);
+}
+
+report_ctx *report_ctx_new(void) {
+  report_ctx *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->callbacks.find_elf = dwfl_linux_proc_find_elf;
+  c->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  c->callbacks.debuginfo_path = &c->debuginfo_path;
+  c->dwfl = dwfl_begin(&c->callbacks);
+  if (!c->dwfl) {
+    free(c);
+    return NULL;
+  }
+  pthread_mutex_init(&c->mu, NULL);
+  report_modules(c);
+  return c;
+}
+
+void report_ctx_free(report_ctx *c) {
+  if (!c) return;
+  dwfl_end(c->dwfl);
+  for (size_t i = 0; i < c->cache_cap; i++) free(c->cache[i].frames);
+  free(c->cache);
+  for (size_t i = 0; i < c->strs_cap; i++) free(c->strs[i]);
+  free(c->strs);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+/* ---- DWARF ---------------------------------------------------------------- */
+
+/* The name of a subprogram or inlined subroutine: the linkage name when there
+ * is one (C++, to demangle), else DW_AT_name; both through abstract origins. */
+static const char *die_function_name(Dwarf_Die *die) {
+  Dwarf_Attribute a;
+  const char *n = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &a));
+  if (!n) n = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &a));
+  if (!n) n = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_name, &a));
+  return n;
+}
+
+static int die_udata(Dwarf_Die *die, unsigned int name, Dwarf_Word *out) {
+  Dwarf_Attribute a;
+  return dwarf_formudata(dwarf_attr(die, name, &a), out);
+}
+
+/* The call site of an inlined subroutine: file, line, column. */
+static void die_call_site(Dwarf_Die *die, Dwarf_Die *fallback_cu,
+                          const char **file, int *line, int *column) {
+  Dwarf_Word v;
+  *file = NULL;
+  *line = die_udata(die, DW_AT_call_line, &v) == 0 ? (int)v : 0;
+  *column = die_udata(die, DW_AT_call_column, &v) == 0 ? (int)v : 0;
+  if (die_udata(die, DW_AT_call_file, &v) != 0) return;
+  Dwarf_Die cu_mem, *cu = dwarf_diecu(die, &cu_mem, NULL, NULL);
+  Dwarf_Files *files;
+  size_t nfiles;
+  if (!cu || dwarf_getsrcfiles(cu, &files, &nfiles) != 0) {
+    cu = fallback_cu;
+    if (!cu || dwarf_getsrcfiles(cu, &files, &nfiles) != 0) return;
+  }
+  if (v < nfiles) *file = dwarf_filesrc(files, v, NULL, NULL);
+}
+
+/* The compilation unit holding addr.  libdw before 0.191 finds CUs through
+ * .debug_aranges only, which clang does not emit: scan the CUs then. */
+static Dwarf_Die *cu_of(Dwfl_Module *mod, Dwarf_Addr addr, Dwarf_Addr *bias) {
+  Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, bias);
+  if (cu) return cu;
+  Dwarf_Addr b = 0;
+  for (cu = dwfl_module_nextcu(mod, NULL, &b); cu; cu = dwfl_module_nextcu(mod, cu, &b)) {
+    if (dwarf_haspc(cu, addr - b) > 0) {
+      *bias = b;
+      return cu;
+    }
+  }
+  return NULL;
+}
+
+/* Symbolizes addr (already adjusted) into fr[0..REPORT_MAX_INLINE); returns
+ * the number of frames (>= 1) and the module's load start. */
+static size_t lookup(report_ctx *c, uintptr_t addr, report_frame *fr, uintptr_t *start_out) {
+  memset(fr, 0, sizeof *fr);
+  *start_out = 0;
+  Dwfl_Module *mod = module_of(c, addr);
+  if (!mod) return 1;
+
+  Dwarf_Addr start = 0;
+  const char *mname = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);
+  const char *module = intern(c, mname);
+  *start_out = (uintptr_t)start;
+
+  Dwarf_Addr bias = 0;
+  Dwarf_Die *cu = cu_of(mod, addr, &bias);
+
+  /* The innermost source location: the line table. */
+  const char *file = NULL;
+  int line = 0, column = 0;
+  Dwarf_Line *l = NULL;
+  Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
+  if (dl) {
+    Dwarf_Addr lbias;
+    l = dwfl_dwarf_line(dl, &lbias);
+    if (!l) file = dwfl_lineinfo(dl, NULL, &line, &column, NULL, NULL);
+  } else if (cu) {
+    l = dwarf_getsrc_die(cu, addr - bias);
+  }
+  if (l) {
+    file = dwarf_linesrc(l, NULL, NULL);
+    if (dwarf_lineno(l, &line) != 0) line = 0;
+    if (dwarf_linecol(l, &column) != 0) column = 0;
+  }
+
+  /* The chain of inlined subroutines up to the subprogram, innermost first;
+   * each one's caller is at its DW_AT_call_file/line. */
+  size_t n = 0;
+  Dwarf_Die *scopes = NULL;
+  int nscopes = cu ? dwarf_getscopes(cu, addr - bias, &scopes) : 0;
+  if (nscopes > 0) {
+    /* Past an inlined subroutine, dwarf_getscopes goes on with the scopes of
+     * its abstract origin; the scopes that really contain the innermost one
+     * (the callers) come from dwarf_getscopes_die, as eu-addr2line -i does. */
+    Dwarf_Die inner = scopes[0];
+    free(scopes);
+    scopes = NULL;
+    nscopes = dwarf_getscopes_die(&inner, &scopes);
+  }
+  for (int i = 0; i < nscopes && n < REPORT_MAX_INLINE; i++) {
+    int tag = dwarf_tag(&scopes[i]);
+    if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram &&
+        tag != DW_TAG_entry_point)
+      continue;
+    report_frame *f = &fr[n++];
+    memset(f, 0, sizeof *f);
+    f->function = intern_function(c, die_function_name(&scopes[i]));
+    f->file = intern(c, file);
+    f->line = line;
+    f->column = column;
+    f->module = module;
+    if (tag != DW_TAG_inlined_subroutine) break;
+    f->inlined = 1;
+    die_call_site(&scopes[i], cu, &file, &line, &column);
+  }
+  free(scopes);
+
+  if (n == 0) {   /* no DWARF scope: the symbol table and the line table */
+    fr[0].file = intern(c, file);
+    fr[0].line = line;
+    fr[0].column = column;
+    fr[0].module = module;
+    n = 1;
+  }
+  report_frame *outer = &fr[n - 1];
+  if (!outer->function && !outer->inlined)
+    outer->function = intern_function(c, dwfl_module_addrname(mod, addr));
+  return n;
+}
+
+static int symbolize(report_ctx *c, uintptr_t pc, uintptr_t key, report_frame *out, size_t max_out) {
+  if (!c || !out || max_out == 0) return 0;
+  report_frame tmp[REPORT_MAX_INLINE];
+  const report_frame *frames;
+  size_t n;
+  uintptr_t start;
+  pthread_mutex_lock(&c->mu);
+  cache_entry *e = cache_find(c, key);
+  if (e) {
+    frames = e->frames;
+    n = e->n;
+    start = e->start;
+  } else {
+    n = lookup(c, key, tmp, &start);
+    if (tmp[0].module) cache_put(c, key, start, tmp, n);   /* a miss may be a module loaded later */
+    frames = tmp;
+  }
+  if (n > max_out) n = max_out;
+  for (size_t i = 0; i < n; i++) {
+    out[i] = frames[i];
+    out[i].address = pc;
+    out[i].module_offset = out[i].module ? pc - start : 0;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return (int)n;
+}
+
+int report_symbolize(report_ctx *c, uintptr_t pc, report_frame *out, size_t max_out) {
+  return symbolize(c, pc, pc ? pc - 1 : 0, out, max_out);
+}
+
+int report_symbolize_exact(report_ctx *c, uintptr_t addr, report_frame *out, size_t max_out) {
+  return symbolize(c, addr, addr, out, max_out);
+}
