@@ -116,8 +116,9 @@ void _ta_findings_leaks_begin(void) {
   pthread_mutex_unlock(&lock);
 }
 
+/* Same group: a ref.leak group keeps the history of its first object. */
 static bool same_leak(const group *g, const char *kind, ta_tag tag, uint32_t stack, uint32_t aux) {
-  return g->f.history_len == 0 && g->f.stack == stack && g->f.tag == tag &&
+  return g->f.stack == stack && g->f.tag == tag &&
          g->f.aux_stack == aux && strcmp(g->f.kind, kind) == 0;
 }
 
@@ -128,7 +129,7 @@ void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t st
   /* The scan reports blocks sorted by stack, so equal keys arrive together;
    * leaks_merge() joins the rest. */
   group *last = leaks.n ? &leaks.v[leaks.n - 1] : NULL;
-  if (last && history_len == 0 && same_leak(last, kind, tag, stack, aux_stack)) {
+  if (last && same_leak(last, kind, tag, stack, aux_stack)) {
     last->f.bytes += bytes;
     last->f.blocks++;
   } else {
@@ -156,10 +157,11 @@ static void leaks_merge(void) {
   size_t out = 1;
   for (size_t i = 1; i < leaks.n; i++) {
     group *g = &leaks.v[i], *h = &leaks.v[out - 1];
-    if (g->f.history_len == 0 && same_leak(h, g->f.kind, g->f.tag, g->f.stack, g->f.aux_stack)) {
+    if (same_leak(h, g->f.kind, g->f.tag, g->f.stack, g->f.aux_stack)) {
       h->f.bytes += g->f.bytes;
       h->f.blocks += g->f.blocks;
       _ta_meta_free(g->slot);
+      _ta_meta_free(g->history);
     } else {
       leaks.v[out++] = *g;
     }
@@ -190,6 +192,18 @@ static int by_rank(const void *a, const void *b) {
   return x->f.stack < y->f.stack ? -1 : x->f.stack > y->f.stack;
 }
 
+/* A copy of g that owns its own history and slot. */
+static void group_copy(group *dst, const group *src) {
+  *dst = *src;
+  dst->history = NULL;
+  if (src->f.history_len) {
+    dst->history = _ta_meta_alloc(src->f.history_len * sizeof(ta_ref_event));
+    if (dst->history) memcpy(dst->history, src->history, src->f.history_len * sizeof(ta_ref_event));
+    else dst->f.history_len = 0;
+  }
+  dst->slot = src->slot ? _ta_meta_strdup(src->slot) : NULL;
+}
+
 size_t ta_findings_visit(ta_finding_fn *fn, void *arg) {
   /* Copy under the lock, visit without it: fn may symbolize, allocate, or
    * even record findings of its own. */
@@ -200,33 +214,9 @@ size_t ta_findings_visit(ta_finding_fn *fn, void *arg) {
     pthread_mutex_unlock(&lock);
     return 0;
   }
-  for (size_t i = 0; i < errors.n; i++) {
-    copy[k] = errors.v[i];
-    copy[k].history = NULL;
-    if (errors.v[i].f.history_len) {
-      copy[k].history = _ta_meta_alloc(errors.v[i].f.history_len * sizeof(ta_ref_event));
-      if (copy[k].history)
-        memcpy(copy[k].history, errors.v[i].history, errors.v[i].f.history_len * sizeof(ta_ref_event));
-      else
-        copy[k].f.history_len = 0;
-    }
-    copy[k].slot = errors.v[i].slot ? _ta_meta_strdup(errors.v[i].slot) : NULL;
-    k++;
-  }
+  for (size_t i = 0; i < errors.n; i++) group_copy(&copy[k++], &errors.v[i]);
   size_t nerr = k;
-  for (size_t i = 0; i < leaks.n; i++) {
-    copy[k] = leaks.v[i];
-    copy[k].history = NULL;
-    if (leaks.v[i].f.history_len) {
-      copy[k].history = _ta_meta_alloc(leaks.v[i].f.history_len * sizeof(ta_ref_event));
-      if (copy[k].history)
-        memcpy(copy[k].history, leaks.v[i].history, leaks.v[i].f.history_len * sizeof(ta_ref_event));
-      else
-        copy[k].f.history_len = 0;
-    }
-    copy[k].slot = leaks.v[i].slot ? _ta_meta_strdup(leaks.v[i].slot) : NULL;
-    k++;
-  }
+  for (size_t i = 0; i < leaks.n; i++) group_copy(&copy[k++], &leaks.v[i]);
   pthread_mutex_unlock(&lock);
   qsort(copy + nerr, k - nerr, sizeof *copy, by_rank);
   size_t visited = 0;
