@@ -223,9 +223,13 @@ size_t ta_stack_frames(uint32_t stack, const uintptr_t **frames) {
   return _ta_depot_get(stack, frames);
 }
 
+size_t ta_stacks_count(void) { return _ta_depot_count(); }
+
 TA_NOINLINE uint32_t ta_stack_here(void) {
   _ta_ensure();
-  return _ta_stack_capture(1);
+  uint32_t id = _ta_stack_capture(1);
+  __asm__ volatile("" ::: "memory");     /* no tail call: this frame is skipped */
+  return id;
 }
 
 /* ---- allocation ------------------------------------------------------------ */
@@ -864,12 +868,14 @@ void _ta_init(void) {
     init_tags();
     pthread_atfork(fork_prepare, fork_parent, fork_parent);
     _ta_trace_open();
-    atexit(ledger_exit);
   }
   pthread_mutex_unlock(&lock);
 }
 
-__attribute__((constructor(101))) static void ledger_ctor(void) { _ta_init(); }
+/* Options are read at the first ledger call (a test may set them in main);
+ * the exit handler is registered here, as early as can be, so that it runs
+ * after every handler the program registers later (C++ destructors, ...). */
+__attribute__((constructor(101))) static void ledger_ctor(void) { atexit(ledger_exit); }
 
 static ta_reporter_fn *reporter;
 void ta_reporter_set(ta_reporter_fn *fn) { reporter = fn; }
@@ -879,6 +885,7 @@ void ta_report_now(void) {
 }
 
 static void ledger_exit(void) {
+  if (!atomic_load(&_ta_ready)) return;     /* the ledger was never used */
   ta_thread *t = _ta_thread();
   t->guard++;
   _ta_quarantine_check_all();

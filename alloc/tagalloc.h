@@ -185,6 +185,7 @@ void ta_reporter_set(ta_reporter_fn *fn);
  * number of frames, 0 for an unknown id. */
 size_t ta_stack_frames(uint32_t stack, const uintptr_t **frames);
 uint32_t ta_stack_here(void);   /* the stack of the caller, deduplicated */
+size_t   ta_stacks_count(void); /* distinct stacks recorded so far */
 
 /* ---- assertions for tests ------------------------------------------------ */
 

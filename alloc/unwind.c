@@ -68,9 +68,11 @@
  */
 #include "internal.h"
 
+#include <dlfcn.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -137,7 +139,12 @@ static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek(uintptr_t
 #define UNW_EXTRA 8     /* frames of ours libunwind may report before ra0 */
 #define UNW_CAP   512   /* most frames asked of libunwind */
 
-static atomic_int unw_policy_set;
+static pthread_once_t unw_policy_once = PTHREAD_ONCE_INIT;
+
+static void unw_policy_init(void)
+{
+  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+}
 
 /* The stack from ra0 (the return address into _ta_unwind's caller) on. */
 static TA_NOINLINE size_t unwind_libunwind(uintptr_t *pcs, size_t max, size_t skip,
@@ -148,10 +155,7 @@ static TA_NOINLINE size_t unwind_libunwind(uintptr_t *pcs, size_t max, size_t sk
   if (skip < UNW_CAP && max < UNW_CAP && skip + max + UNW_EXTRA < UNW_CAP)
     want = skip + max + UNW_EXTRA;
 
-  if (TA_UNLIKELY(!atomic_load_explicit(&unw_policy_set, memory_order_relaxed))) {
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
-    atomic_store_explicit(&unw_policy_set, 1, memory_order_relaxed);
-  }
+  pthread_once(&unw_policy_once, unw_policy_init);
   int got = unw_backtrace(buf, (int)want);
   if (got <= 0)
     return 0;
@@ -399,40 +403,71 @@ static uint64_t rule_of_frame(Dwarf_Frame *frame)
   return rule_make(base, (int32_t)k, rbp, (int16_t)roff);
 }
 
+/* The load bias of the object that holds pc, as the dynamic loader knows it
+ * (lock-free, so no lock order against the loader's lock). */
+static bool loader_bias(Dwarf_Addr pc, Dwarf_Addr *bias)
+{
+#if defined(__GLIBC_PREREQ) && __GLIBC_PREREQ(2, 35)
+  struct dl_find_object dlfo;
+  if (_dl_find_object((void *)(uintptr_t)pc, &dlfo) == 0 && dlfo.dlfo_link_map) {
+    *bias = (Dwarf_Addr)dlfo.dlfo_link_map->l_addr;
+    return true;
+  }
+#else
+  (void)pc;
+  (void)bias;
+#endif
+  return false;
+}
+
+/* The rule at pc from the modules libdw knows now.  False when no module
+ * holds pc, or when its bias is not the loader's: /proc/self/maps can mislead
+ * dwfl_linux_proc_report (e.g. a stale mapping of a reloaded library). */
+static bool rule_from_dwfl(Dwarf_Addr pc, uint64_t *rule)
+{
+  Dwfl_Module *mod = dwfl_addrmodule(dw_fl, pc);
+  if (!mod)
+    return false;
+  Dwarf_Addr want = 0;
+  bool check = loader_bias(pc, &want);
+  *rule = RULE_COMPLEX;           /* no CFI for pc: libunwind decides */
+  for (int pass = 0; pass < 2; pass++) {
+    Dwarf_Addr bias = 0;
+    Dwarf_CFI *cfi = pass == 0 ? dwfl_module_eh_cfi(mod, &bias)
+                               : dwfl_module_dwarf_cfi(mod, &bias);
+    if (!cfi)
+      continue;
+    if (check && bias != want)
+      return false;
+    Dwarf_Frame *frame = NULL;
+    if (dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0 && frame) {
+      *rule = rule_of_frame(frame);
+      free(frame);
+      break;
+    }
+  }
+  return true;
+}
+
 /* The rule of return address ra, from libdw; dw_lock held. */
 static uint64_t rule_compute(uintptr_t ra)
 {
   if (!dw_setup())
     return RULE_COMPLEX;
   bool reported = false;
-  if (dw_stale) {
+  if (dw_stale) {                 /* a module was unloaded since */
     dw_stale = false;
     reported = true;
     if (!dw_report())
       return RULE_COMPLEX;
   }
-  Dwarf_Addr pc = (Dwarf_Addr)ra - 1;
-  Dwfl_Module *mod = dwfl_addrmodule(dw_fl, pc);
-  if (!mod && !reported) {      /* dlopen'd since the last report? */
-    if (dw_report())
-      mod = dwfl_addrmodule(dw_fl, pc);
-  }
-  if (!mod)
-    return RULE_COMPLEX;        /* JIT code or garbage: libunwind decides */
-
-  uint64_t rule = RULE_COMPLEX;
-  for (int pass = 0; pass < 2; pass++) {
-    Dwarf_Addr bias = 0;
-    Dwarf_CFI *cfi = pass == 0 ? dwfl_module_eh_cfi(mod, &bias)
-                               : dwfl_module_dwarf_cfi(mod, &bias);
-    Dwarf_Frame *frame = NULL;
-    if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0 && frame) {
-      rule = rule_of_frame(frame);
-      free(frame);
-      break;
-    }
-  }
-  return rule;
+  uint64_t rule;
+  if (rule_from_dwfl((Dwarf_Addr)ra - 1, &rule))
+    return rule;
+  /* dlopen'd since the last report?  Read the maps once more. */
+  if (!reported && dw_report() && rule_from_dwfl((Dwarf_Addr)ra - 1, &rule))
+    return rule;
+  return RULE_COMPLEX;            /* JIT code, garbage: libunwind decides */
 }
 
 static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)

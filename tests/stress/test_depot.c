@@ -1,0 +1,137 @@
+/* test_depot.c - the stack depot with millions of distinct stacks.
+ *
+ * A recursive binary tree build where every node is allocated at the bottom
+ * of a different call path (left and right children are built from two
+ * different call sites): depth 21 gives 2^21 - 1 nodes, each with a stack of
+ * its own (`test_depot 21`; make test uses depth 18, 262,143 stacks).  Proves that every distinct stack gets a distinct id, that equal
+ * stacks share one, that ids read back the same frames, and that the counts
+ * stay exact. */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct node { struct node *l, *r; uint32_t stack; } node;
+
+static ta_tag T;
+static size_t nodes;
+
+static node *build(int depth);
+
+__attribute__((noinline)) static node *build_left(int depth) {
+  node *n = build(depth);
+  __asm__ volatile("" ::: "memory");
+  return n;
+}
+
+__attribute__((noinline)) static node *build_right(int depth) {
+  node *n = build(depth);
+  __asm__ volatile("" ::: "memory");
+  return n;
+}
+
+__attribute__((noinline)) static node *build(int depth) {
+  node *n = ta_alloc(T, sizeof *n);
+  nodes++;
+  n->stack = ta_stack_here();
+  n->l = depth > 1 ? build_left(depth - 1) : NULL;
+  n->r = depth > 1 ? build_right(depth - 1) : NULL;
+  __asm__ volatile("" ::: "memory");
+  return n;
+}
+
+static size_t free_tree(node *n, uint32_t *ids, size_t k) {
+  if (n == NULL) return k;
+  ids[k++] = n->stack;
+  k = free_tree(n->l, ids, k);
+  k = free_tree(n->r, ids, k);
+  ta_free(n);
+  return k;
+}
+
+__attribute__((noinline)) static size_t free_all(node *root, uint32_t *ids) {
+  size_t k = free_tree(root, ids, 0);
+  __asm__ volatile("" ::: "memory");
+  return k;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int depth = 18;
+
+__attribute__((noinline)) static node *make_tree(void) {
+  node *n = build(depth);
+  __asm__ volatile("" ::: "memory");
+  return n;
+}
+
+static void test_many_stacks(void **state) {
+  (void)state;
+  T = ta_tag_get("tree.node");
+  size_t expected = ((size_t)1 << depth) - 1;
+  size_t before = ta_stacks_count(), after_first = 0;
+  uint32_t *ids = malloc(expected * sizeof *ids);
+  assert_non_null(ids);
+  /* Two rounds from the same call sites: the second finds every stack of
+   * the first already in the depot. */
+  for (volatile int round = 0; round < 2; round++) {
+    ta_mark m = ta_mark_now();
+    nodes = 0;
+    node *root = make_tree();
+    assert_int_equal(nodes, expected);
+    ta_counts c = ta_since(m, T);
+    assert_int_equal(c.allocs, expected);
+    assert_int_equal(c.live_blocks, expected);
+    assert_int_equal(free_all(root, ids), expected);
+    c = ta_since(m, T);
+    assert_int_equal(c.frees, expected);
+    assert_int_equal(c.live_blocks, 0);
+    /* every node's ta_stack_here is a stack of its own */
+    qsort(ids, expected, sizeof *ids, cmp_u32);
+    for (size_t i = 1; i < expected; i++) assert_true(ids[i] != ids[i - 1]);
+    if (round == 0) {
+      /* per node: its allocation, its ta_stack_here and its free */
+      assert_int_equal(ta_stacks_count() - before, 3 * expected);
+      after_first = ta_stacks_count();
+    } else {
+      assert_int_equal(ta_stacks_count(), after_first);
+    }
+  }
+  free(ids);
+}
+
+static void test_frames_read_back(void **state) {
+  (void)state;
+  uint32_t a = ta_stack_here(), b = ta_stack_here();
+  assert_true(a != 0 && b != 0 && a != b);   /* two call sites */
+  const uintptr_t *fa, *fa2;
+  size_t na = ta_stack_frames(a, &fa);
+  assert_true(na >= 2);
+  uint32_t a2 = 0;
+  for (volatile int i = 0; i < 2; i++) {   /* volatile: not unrolled into two sites */
+    uint32_t s = ta_stack_here();           /* the same call site twice */
+    if (i == 0) a2 = s;
+    else assert_int_equal(s, a2);
+  }
+  size_t na2 = ta_stack_frames(a2, &fa2);
+  assert_int_equal(na2, na);
+  assert_memory_equal(fa + 1, fa2 + 1, (na - 1) * sizeof *fa);   /* same callers */
+  assert_int_equal(ta_stack_frames(0, &fa), 0);
+  assert_int_equal(ta_stack_frames(0x7fffffff, &fa), 0);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) depth = atoi(argv[1]);
+  setenv("TAGALLOC_REPORT", "0", 1);
+  setenv("TAGALLOC_SCAN", "0", 1);
+  setenv("TAGALLOC_QUARANTINE", "0", 1);
+  setenv("TAGALLOC_DEPTH", "64", 1);   /* the deepest nodes are 2 * depth + 5 frames down */
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_frames_read_back),
+    cmocka_unit_test(test_many_stacks),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
