@@ -10,7 +10,7 @@ COMMON   = $(WARN) -std=gnu11 -pthread -fPIC -fno-omit-frame-pointer -D_GNU_SOUR
 LIBS     = -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm
 
 # The library: the ledger plus the symbolizer and text emitter of reports/.
-LIB_SRC  = $(wildcard alloc/*.c) reports/symbolize.c reports/text.c
+LIB_SRC  = $(wildcard alloc/*.c) reports/symbolize.c reports/text.c reports/trace_read.c
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 
 UNIT_SRC = $(wildcard tests/unit/*.c) $(wildcard tests/misuse/*.c) $(wildcard tests/stress/*.c)

@@ -265,3 +265,8 @@ void ta_findings_clear(void) {
   error_occurrences_dropped = 0;
   pthread_mutex_unlock(&lock);
 }
+
+void _ta_findings_fork(int phase) {
+  if (phase == TA_FORK_PREPARE) pthread_mutex_lock(&lock);
+  else pthread_mutex_unlock(&lock);
+}

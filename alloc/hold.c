@@ -153,6 +153,10 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
       h->free_stack = b.free_stack;
       detail = "the pointer is to a freed block";
     }
+  } else if (_ta_addr_on_unknown_stack(p)) {
+    bad = "hold.stack";
+    _ta_snprintf(buf, sizeof buf, "slot \"%s\" of %p points into a thread's stack", slot, holder);
+    detail = buf;
   } else if (gen || live || reset_stack) {
     h->target_tag = atag;
     if (!live) {
@@ -306,4 +310,9 @@ bool _ta_hold_is_orphan(uintptr_t a, uint32_t *stack, uintptr_t *holder, const c
   }
   pthread_mutex_unlock(&lock);
   return o != NULL;
+}
+
+void _ta_hold_fork(int phase) {
+  if (phase == TA_FORK_PREPARE) pthread_mutex_lock(&lock);
+  else pthread_mutex_unlock(&lock);
 }

@@ -97,6 +97,7 @@ static inline ta_thread *_ta_thread(void) {   /* the calling thread's, created o
 void       _ta_thread_sum(ta_tag_counts_plain *out, size_t ntags);
 /* Calls fn on each live thread, under the registry lock. */
 void       _ta_thread_each(void (*fn)(ta_thread *t, void *arg), void *arg);
+bool       _ta_thread_each_try(void (*fn)(ta_thread *t, void *arg), void *arg);  /* signal handlers */
 void       _ta_thread_lock(void);
 void       _ta_thread_unlock(void);
 uint32_t   _ta_thread_id(void);       /* small, stable number of the calling thread (1 = first) */
@@ -104,6 +105,8 @@ uint32_t   _ta_thread_id(void);       /* small, stable number of the calling thr
 void       _ta_thread_stack(uintptr_t *lo, uintptr_t *hi);
 /* Is addr inside the stack of any thread the ledger knows of? */
 bool       _ta_addr_on_stack(uintptr_t addr);
+/* ... of a thread that never called the ledger (slow: reads /proc). */
+bool       _ta_addr_on_unknown_stack(uintptr_t addr);
 
 /* ---- depot.c ------------------------------------------------------------- */
 
@@ -221,6 +224,16 @@ void _ta_trace_tag(ta_tag tag, const char *name);
 void _ta_trace_finding(const char *kind, uintptr_t addr, uint32_t stack, uint64_t seq);
 void _ta_trace_thread_start(ta_thread *t);
 void _ta_trace_thread_exit(ta_thread *t);
+
+/* ---- fork: each module's locks, taken before fork() and let go after ---- */
+
+enum { TA_FORK_PREPARE, TA_FORK_PARENT, TA_FORK_CHILD };
+void _ta_findings_fork(int phase);
+void _ta_hold_fork(int phase);
+void _ta_ref_fork(int phase);
+void _ta_trace_fork(int phase);       /* child: a trace of its own, or none */
+void _ta_thread_fork(int phase);      /* child: only the forking thread is left */
+void _ta_scan_fork(int phase);
 
 /* ---- map.c -------------------------------------------------------------------- */
 

@@ -9,7 +9,8 @@
  *   addr | size | seq (birth) | stack | free_stack | thread | tag | state | flags
  *
  * Freed blocks stay in the table as TA_FREED while they sit in the
- * quarantine (a FIFO per shard, TAGALLOC_QUARANTINE bytes in all), filled
+ * quarantine (a FIFO per shard, TAGALLOC_QUARANTINE bytes in all, trimmed
+ * by taking the oldest of each shard in turn), filled
  * with the poison byte; so a second free, or a hold on a freed block, finds
  * the record with both stacks, and a write after free is seen when the
  * block leaves the quarantine.
@@ -370,6 +371,33 @@ static void quarantine_evict(shard *s, evicted_block *ev) {
   dallocx((void *)a, 0);
 }
 
+static _Atomic uint32_t evict_cursor;
+
+/* Brings the quarantine back under its budget: the oldest block of each
+ * shard in turn, so a block leaves after about as many frees as there are
+ * blocks in the quarantine, whichever shard it sits in.  No other shard
+ * lock is held here. */
+static void quarantine_trim(void) {
+  int64_t budget = _ta_opt.quarantine;
+  int empty = 0, evicted = 0;
+  while (atomic_load_explicit(&q_bytes, memory_order_relaxed) > budget && empty < NSHARDS &&
+         evicted < 8) {
+    shard *s = &shards[atomic_fetch_add_explicit(&evict_cursor, 1, memory_order_relaxed) % NSHARDS];
+    evicted_block ev;
+    shard_lock(s);
+    if (s->qlen == 0) {
+      shard_unlock(s);
+      empty++;
+      continue;
+    }
+    quarantine_evict(s, &ev);
+    shard_unlock(s);
+    empty = 0;
+    evicted++;
+    if (ev.at >= 0) report_write_after_free(&ev.b, ev.at, ev.value);
+  }
+}
+
 static bool quarantine_push(shard *s, uintptr_t a) {
   if (s->qlen == s->qcap) {
     uint32_t cap = s->qcap ? s->qcap * 2 : 16;
@@ -415,29 +443,22 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
       return false;
     }
   }
+  uint64_t seq = _ta_tracing ? atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed) : 0;
   int64_t budget = _ta_opt.quarantine;
-  evicted_block evicted[4];
-  int nevicted = 0;
+  bool over = false;
   if (budget > 0 && quarantine_push(s, a)) {
     b->state = TA_FREED;
     b->free_stack = stack;
     memset((void *)a, (int)_ta_opt.poison, size);
-    int64_t q = atomic_fetch_add_explicit(&q_bytes, (int64_t)size, memory_order_relaxed) + (int64_t)size;
-    while (q > budget && s->qlen > 1 && nevicted < 4) {
-      quarantine_evict(s, &evicted[nevicted]);
-      nevicted++;
-      q = atomic_load_explicit(&q_bytes, memory_order_relaxed);
-    }
+    over = atomic_fetch_add_explicit(&q_bytes, (int64_t)size, memory_order_relaxed) + (int64_t)size > budget;
   } else {
     slot_remove(s, b);
     dallocx((void *)a, 0);
   }
   shard_unlock(s);
-  for (int i = 0; i < nevicted; i++)
-    if (evicted[i].at >= 0) report_write_after_free(&evicted[i].b, evicted[i].at, evicted[i].value);
+  if (over) quarantine_trim();
   count_free(t, tag, size);
-  if (_ta_tracing)
-    _ta_trace_free(t, a, stack, atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed));
+  if (seq) _ta_trace_free(t, a, stack, seq);   /* seq taken before the memory could be reused */
   return true;
 }
 
@@ -562,16 +583,17 @@ void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uin
 }
 
 void _ta_block_drop_arena(ta_thread *t, uintptr_t a, uint32_t stack) {
-  (void)stack;
   shard *s = shard_of(a);
   shard_lock(s);
   ta_block *b = slot_find(s, a);
   if (b == NULL || !(b->flags & TA_F_ARENA)) { shard_unlock(s); return; }
   ta_tag tag = b->tag;
   uint64_t size = b->size;
+  uint64_t seq = _ta_tracing ? atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed) : 0;
   slot_remove(s, b);
   shard_unlock(s);
   count_free(t, tag, size);
+  if (seq) _ta_trace_free(t, a, stack, seq);
 }
 
 void _ta_block_lock_all(void) {
@@ -693,13 +715,20 @@ static void since_visit(const ta_block *b, void *arg) {
 
 typedef struct { since_walk *w; bool complete; } ring_walk;
 
-/* Walks a thread's recent births back to the mark; incomplete when the ring
- * no longer reaches back that far. */
+/* Does t's ring of recent births reach back to seq? */
+static void ring_check(ta_thread *t, void *arg) {
+  ring_walk *rw = arg;
+  uint64_t head = atomic_load_explicit(&t->ring_head, memory_order_acquire);
+  if (head <= TA_RING) return;                       /* every birth is there */
+  uint64_t oldest = atomic_load_explicit(&t->ring[head % TA_RING].seq, memory_order_relaxed);
+  if (oldest >= rw->w->seq) rw->complete = false;    /* births before it are gone */
+}
+
+/* Walks a thread's recent births back to the mark. */
 static void ring_visit(ta_thread *t, void *arg) {
   ring_walk *rw = arg;
   uint64_t head = atomic_load_explicit(&t->ring_head, memory_order_acquire);
-  uint64_t k = head;
-  for (; k > 0 && head - k < TA_RING; k--) {
+  for (uint64_t k = head; k > 0 && head - k < TA_RING; k--) {
     ta_birth *r = &t->ring[(k - 1) % TA_RING];
     uint64_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
     if (seq < rw->w->seq) return;
@@ -707,7 +736,6 @@ static void ring_visit(ta_thread *t, void *arg) {
     uintptr_t a = atomic_load_explicit(&r->addr, memory_order_relaxed);
     if (_ta_block_get(a, &b) && b.state == TA_LIVE && b.seq == seq) since_visit(&b, rw->w);
   }
-  if (k > 0) rw->complete = false;
 }
 
 static bool retired_births_since(uint64_t seq);
@@ -720,10 +748,11 @@ static void live_since(uint64_t seq, ta_tag tag, since_walk *w) {
    * mark and no thread that allocated since has exited. */
   if (seq > 1 && !retired_births_since(seq)) {
     ring_walk rw = { w, true };
-    since_walk saved = *w;
-    _ta_thread_each(ring_visit, &rw);
-    if (rw.complete) return;
-    *w = saved;
+    _ta_thread_each(ring_check, &rw);
+    if (rw.complete) {
+      _ta_thread_each(ring_visit, &rw);
+      return;
+    }
   }
   _ta_block_each(false, since_visit, w);
 }
@@ -846,8 +875,35 @@ void _ta_summary_counts(ta_summary *s) {
 
 /* ---- fork: no lock may be held across it ------------------------------------- */
 
-static void fork_prepare(void) { _ta_thread_lock(); _ta_block_lock_all(); }
-static void fork_parent(void) { _ta_block_unlock_all(); _ta_thread_unlock(); }
+/* Every lock of the ledger, in the order the code nests them, so that no
+ * thread is inside the ledger when fork() copies the process. */
+static void fork_phase(int phase) {
+  if (phase == TA_FORK_PREPARE) {
+    _ta_scan_fork(phase);
+    pthread_mutex_lock(&mark_lock);
+    pthread_mutex_lock(&tag_lock);
+    _ta_trace_fork(phase);
+    _ta_thread_fork(phase);
+    _ta_ref_fork(phase);
+    _ta_hold_fork(phase);
+    _ta_block_lock_all();
+    _ta_findings_fork(phase);
+    return;
+  }
+  _ta_findings_fork(phase);
+  _ta_block_unlock_all();
+  _ta_hold_fork(phase);
+  _ta_ref_fork(phase);
+  _ta_thread_fork(phase);
+  _ta_trace_fork(phase);
+  pthread_mutex_unlock(&tag_lock);
+  pthread_mutex_unlock(&mark_lock);
+  _ta_scan_fork(phase);
+}
+
+static void fork_prepare(void) { fork_phase(TA_FORK_PREPARE); }
+static void fork_parent(void) { fork_phase(TA_FORK_PARENT); }
+static void fork_child(void) { fork_phase(TA_FORK_CHILD); }
 
 static void init_tags(void) {
   tag_realloc = ta_tag_get("realloc");
@@ -866,7 +922,7 @@ void _ta_init(void) {
     _ta_options_init();
     atomic_store(&_ta_ready, 1);         /* what follows may call the ledger */
     init_tags();
-    pthread_atfork(fork_prepare, fork_parent, fork_parent);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     _ta_trace_open();
   }
   pthread_mutex_unlock(&lock);
@@ -894,4 +950,37 @@ static void ledger_exit(void) {
   _ta_trace_close();
   if (_ta_opt.report && reporter) reporter(2);
   t->guard--;
+}
+
+/* ---- pointer checks ---------------------------------------------------------- */
+
+TA_NOINLINE int ta_check(const void *ptr) {
+  _ta_ensure();
+  uint32_t stack = _ta_stack_capture(1);
+  uintptr_t p = (uintptr_t)ptr;
+  ta_block b;
+  uint64_t gen;
+  bool live = false;
+  ta_tag atag;
+  uint32_t reset_stack = 0;
+  bool found = _ta_block_get(p, &b);
+  if (!found && _ta_arena_lookup(p, &gen, &live, &atag, &reset_stack)) {
+    if (live) return 1;
+    ta_error_info e = { .kind = "arena.after-reset", .tag = atag, .stack = stack,
+                        .free_stack = reset_stack, .addr = p,
+                        .detail = "a pointer into arena memory reset since" };
+    _ta_finding_error(&e);
+    return 0;
+  }
+  if (!found) found = _ta_block_find(p, &b);
+  if (!found) return 0;                      /* not the ledger's memory */
+  if (b.state == TA_LIVE) return 1;
+  char detail[96];
+  _ta_snprintf(detail, sizeof detail, "a pointer at offset %zu of a freed %zu-byte block",
+               (size_t)(p - b.addr), (size_t)b.size);
+  ta_error_info e = { .kind = "use.after-free", .bytes = b.size, .tag = b.tag, .stack = stack,
+                      .alloc_stack = b.stack, .free_stack = b.free_stack, .addr = p,
+                      .detail = detail };
+  _ta_finding_error(&e);
+  return 0;
 }

@@ -341,3 +341,14 @@ void _ta_ref_exit(void) {
     _ta_meta_free(l.v);
   }
 }
+
+void _ta_ref_fork(int phase) {
+  pthread_once(&once, shards_init);
+  if (phase == TA_FORK_PREPARE) {
+    for (int i = 0; i < NSHARDS; i++) pthread_mutex_lock(&shards[i].lock);
+    pthread_mutex_lock(&dead_lock);
+  } else {
+    pthread_mutex_unlock(&dead_lock);
+    for (int i = NSHARDS - 1; i >= 0; i--) pthread_mutex_unlock(&shards[i].lock);
+  }
+}

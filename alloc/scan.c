@@ -503,3 +503,8 @@ TA_NOINLINE void ta_scan(void) {
 void _ta_scan_exit(void) {
   scan_here(true);
 }
+
+void _ta_scan_fork(int phase) {
+  if (phase == TA_FORK_PREPARE) pthread_mutex_lock(&scan_lock);
+  else pthread_mutex_unlock(&scan_lock);
+}

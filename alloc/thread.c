@@ -4,6 +4,9 @@
  * stay exact after threads end. */
 #include "internal.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -21,18 +24,23 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 void _ta_thread_lock(void) { pthread_mutex_lock(&registry_lock); }
 void _ta_thread_unlock(void) { pthread_mutex_unlock(&registry_lock); }
 
-static void thread_exit(void *arg) {
-  ta_thread *t = arg;
-  if (t == NULL) return;
-  _ta_trace_thread_exit(t);
-  _ta_thread_retire_births(t);
-  pthread_mutex_lock(&registry_lock);
+/* Adds t's counts to the retired totals; the registry is locked. */
+static void fold(ta_thread *t) {
   for (size_t i = 0; i < TA_MAX_TAGS; i++) {
     retired[i].allocs += atomic_load_explicit(&t->counts[i].allocs, memory_order_relaxed);
     retired[i].frees += atomic_load_explicit(&t->counts[i].frees, memory_order_relaxed);
     retired[i].alloc_bytes += atomic_load_explicit(&t->counts[i].alloc_bytes, memory_order_relaxed);
     retired[i].free_bytes += atomic_load_explicit(&t->counts[i].free_bytes, memory_order_relaxed);
   }
+  _ta_thread_retire_births(t);
+}
+
+static void thread_exit(void *arg) {
+  ta_thread *t = arg;
+  if (t == NULL) return;
+  _ta_trace_thread_exit(t);
+  pthread_mutex_lock(&registry_lock);
+  fold(t);
   if (t->prev) t->prev->next = t->next; else registry = t->next;
   if (t->next) t->next->prev = t->prev;
   pthread_mutex_unlock(&registry_lock);
@@ -86,6 +94,65 @@ void _ta_thread_stack(uintptr_t *lo, uintptr_t *hi) {
   else { *lo = *hi = 0; }
 }
 
+/* Reads a small /proc file into buf; returns its length. */
+static size_t read_small(const char *path, char *buf, size_t n) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t len = 0;
+  ssize_t r;
+  while (len + 1 < n && (r = read(fd, buf + len, n - 1 - len)) > 0) len += (size_t)r;
+  close(fd);
+  buf[len] = '\0';
+  return len;
+}
+
+/* The mapping [lo, hi) of /proc/self/maps that contains a; false if none. */
+static bool mapping_of(uintptr_t a, uintptr_t *lo, uintptr_t *hi) {
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (f == NULL) return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) {
+    unsigned long l, h;
+    if (sscanf(line, "%lx-%lx", &l, &h) == 2 && a >= l && a < h) {
+      *lo = l;
+      *hi = h;
+      found = true;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* Threads that never called the ledger are not registered: find their
+ * stacks by the stack pointer each one shows in /proc/self/task/N/syscall
+ * (blocked threads) - slow, and only for pointers nothing else explains. */
+static bool on_unknown_stack(uintptr_t addr) {
+  uintptr_t lo, hi;
+  if (!mapping_of(addr, &lo, &hi)) return false;
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[300], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%s/syscall", e->d_name);
+    if (read_small(path, buf, sizeof buf) == 0 || strncmp(buf, "running", 7) == 0) continue;
+    /* "nr a1 a2 a3 a4 a5 a6 sp pc" */
+    char *p = buf;
+    for (int field = 0; field < 7 && p; field++) {
+      p = strchr(p, ' ');
+      if (p) p++;
+    }
+    if (p == NULL) continue;
+    uintptr_t sp = (uintptr_t)strtoull(p, NULL, 16);
+    found = sp >= lo && sp < hi;
+  }
+  closedir(d);
+  return found;
+}
+
 bool _ta_addr_on_stack(uintptr_t addr) {
   bool found = false;
   pthread_mutex_lock(&registry_lock);
@@ -93,6 +160,10 @@ bool _ta_addr_on_stack(uintptr_t addr) {
     found = addr >= t->stack_lo && addr < t->stack_hi;
   pthread_mutex_unlock(&registry_lock);
   return found;
+}
+
+bool _ta_addr_on_unknown_stack(uintptr_t addr) {
+  return on_unknown_stack(addr);
 }
 
 void _ta_thread_sum(ta_tag_counts_plain *out, size_t ntags) {
@@ -112,5 +183,34 @@ void _ta_thread_sum(ta_tag_counts_plain *out, size_t ntags) {
 void _ta_thread_each(void (*fn)(ta_thread *t, void *arg), void *arg) {
   pthread_mutex_lock(&registry_lock);
   for (ta_thread *t = registry; t; t = t->next) fn(t, arg);
+  pthread_mutex_unlock(&registry_lock);
+}
+
+bool _ta_thread_each_try(void (*fn)(ta_thread *t, void *arg), void *arg) {
+  if (pthread_mutex_trylock(&registry_lock) != 0) return false;
+  for (ta_thread *t = registry; t; t = t->next) fn(t, arg);
+  pthread_mutex_unlock(&registry_lock);
+  return true;
+}
+
+void _ta_thread_fork(int phase) {
+  if (phase == TA_FORK_PREPARE) {
+    pthread_mutex_lock(&registry_lock);
+    return;
+  }
+  if (phase == TA_FORK_CHILD) {
+    /* The other threads are gone: their counts become history. */
+    ta_thread *self = _ta_self, *next;
+    for (ta_thread *t = registry; t; t = next) {
+      next = t->next;
+      if (t == self) continue;
+      fold(t);
+      if (t->prev) t->prev->next = t->next; else registry = t->next;
+      if (t->next) t->next->prev = t->prev;
+      _ta_meta_free(t->trace);
+      _ta_meta_free(t);
+    }
+    if (self) self->tid = (int)syscall(SYS_gettid);
+  }
   pthread_mutex_unlock(&registry_lock);
 }

@@ -63,7 +63,10 @@ static void stack_out(uint32_t id, const uintptr_t *pcs, size_t n, void *arg) {
 
 /* Writes the new stacks, then buf; file_lock is held. */
 static void flush_locked(tbuf *b) {
-  if (trace_fd < 0) return;
+  if (trace_fd < 0) {
+    if (b) b->len = 0;
+    return;
+  }
   _ta_depot_each_since(&depot_cursor, stack_out, NULL);
   if (stacklen) {
     raw_write(stackbuf, stacklen);
@@ -91,7 +94,9 @@ static void *reserve(ta_thread *t, uint8_t type, size_t size, bool *global) {
   tbuf *b = t ? t->trace : NULL;
   *global = false;
   if (t && b == NULL) b = t->trace = tbuf_new();
-  if (b == NULL || size + sizeof(tr_header) > b->cap) {
+  /* A record that would not fit a fresh buffer after its TIME record goes
+   * to the shared buffer. */
+  if (b == NULL || size + 2 * sizeof(tr_header) + sizeof(tr_time) > b->cap) {
     pthread_mutex_lock(&file_lock);
     *global = true;
     if (global_buf == NULL) global_buf = tbuf_new();
@@ -124,6 +129,12 @@ static void *reserve(ta_thread *t, uint8_t type, size_t size, bool *global) {
 
 static void done(bool global) {
   if (global) pthread_mutex_unlock(&file_lock);
+}
+
+static void flush_global(void) {
+  pthread_mutex_lock(&file_lock);
+  if (global_buf) flush_locked(global_buf);
+  pthread_mutex_unlock(&file_lock);
 }
 
 static size_t str_room(const char *s) { return s ? strlen(s) + 1 : 1; }
@@ -199,6 +210,7 @@ void _ta_trace_tag(ta_tag tag, const char *name) {
     put_str((char *)(r + 1), name);
   }
   done(g);
+  flush_global();       /* tags are few: write them now, a SIGKILL keeps them */
 }
 
 void _ta_trace_finding(const char *kind, uintptr_t addr, uint32_t stack, uint64_t seq) {
@@ -239,9 +251,11 @@ void _ta_trace_thread_exit(ta_thread *t) {
 
 /* Writes the executable mappings of /proc/self/maps: the reader symbolizes
  * offline with them.  Only mappings not written before. */
+static uintptr_t modules_seen[1024];
+static size_t nseen;
+
 static void write_modules(void) {
-  static uintptr_t seen[1024];
-  static size_t nseen;
+  uintptr_t *seen = modules_seen;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   static char buf[1 << 16];
@@ -325,7 +339,7 @@ void _ta_trace_flush_all_signal(void) {
   /* Best effort: a thread may be mid-record; the reader stops at damage. */
   if (pthread_mutex_trylock(&file_lock) != 0) return;
   flush_locked(global_buf);
-  _ta_thread_each(flush_thread, NULL);
+  _ta_thread_each_try(flush_thread, NULL);
   pthread_mutex_unlock(&file_lock);
 }
 
@@ -341,9 +355,23 @@ static void on_fatal(int sig, siginfo_t *si, void *ctx) {
   else old_actions[sig].sa_handler(sig);
 }
 
+static void open_file(void);
+
 void _ta_trace_open(void) {
+  if (_ta_opt.trace == NULL) return;
+  open_file();
+  if (trace_fd < 0) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fatal;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESETHAND;
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++)
+    sigaction(fatal_signals[i], &sa, &old_actions[fatal_signals[i]]);
+}
+
+/* Opens the trace file ("%p": the pid), writes its header, tags, modules. */
+static void open_file(void) {
   const char *path = _ta_opt.trace;
-  if (path == NULL) return;
   char full[4096];
   size_t o = 0;
   for (const char *p = path; *p && o < sizeof full - 24; p++) {
@@ -371,12 +399,38 @@ void _ta_trace_open(void) {
     _ta_trace_tag(i, name);
   }
   write_modules();
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_fatal;
-  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESETHAND;
-  for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++)
-    sigaction(fatal_signals[i], &sa, &old_actions[fatal_signals[i]]);
+  flush_global();
+}
+
+static void drop_thread_buffer(ta_thread *t, void *arg) {
+  (void)arg;
+  if (t->trace) ((tbuf *)t->trace)->len = 0;
+}
+
+/* fork(): the child must not write the parent's buffers or file.  With "%p"
+ * in the path it gets a trace of its own (every stack written again);
+ * otherwise it traces nothing. */
+void _ta_trace_fork(int phase) {
+  if (phase == TA_FORK_PREPARE) {
+    pthread_mutex_lock(&file_lock);
+    return;
+  }
+  if (phase == TA_FORK_CHILD && _ta_tracing) {
+    _ta_tracing = false;
+    close(trace_fd);
+    trace_fd = -1;
+    stacklen = 0;
+    depot_cursor = 0;
+    nseen = 0;
+    if (global_buf) global_buf->len = 0;
+    /* the registry is locked by the ledger's fork handler: walk it as is */
+    ta_thread *self = _ta_self;
+    if (self) drop_thread_buffer(self, NULL);
+    pthread_mutex_unlock(&file_lock);
+    if (_ta_opt.trace && strstr(_ta_opt.trace, "%p")) open_file();
+    return;
+  }
+  pthread_mutex_unlock(&file_lock);
 }
 
 void _ta_trace_close(void) {

@@ -1,0 +1,777 @@
+/* trace_read.c - the trace reader (see trace_read.h and alloc/TRACE.md).
+ *
+ * The whole file is mapped (or read, for what cannot be mapped); every
+ * record is bounds-checked before anything in it is looked at, so no input
+ * makes the reader touch a byte outside the file.  The model replays the
+ * allocation events in sequence order (the file holds per-thread buffers in
+ * flush order, not in event order) with open-addressing hash maps. */
+#include "trace_read.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct report_trace {
+  const unsigned char *data;
+  size_t size;
+  void *owned;               /* malloc'd bytes to free, or NULL */
+  void *map;                 /* mmap'd bytes to unmap, or NULL */
+  size_t map_len;
+  char *name;
+  tr_file_header hdr;
+  uint64_t first;            /* offset of the first record (header_size) */
+};
+
+/* ---- open ------------------------------------------------------------------ */
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (err == NULL || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static void trace_free(report_trace *t) {
+  if (t == NULL) return;
+  if (t->map) munmap(t->map, t->map_len);
+  free(t->owned);
+  free(t->name);
+  free(t);
+}
+
+/* Checks the file header of t->data; false with err set when it is bad. */
+static bool check_header(report_trace *t, char *err, size_t errlen) {
+  const char *name = t->name;
+  if (t->size < sizeof(uint64_t)) {
+    set_err(err, errlen, "TRACE: not a tagalloc trace (%zu bytes, too short for a header): %s", t->size, name);
+    return false;
+  }
+  uint64_t magic;
+  memcpy(&magic, t->data, sizeof magic);
+  if (magic != TR_MAGIC) {
+    set_err(err, errlen, "TRACE: not a tagalloc trace (bad magic): %s", name);
+    return false;
+  }
+  if (t->size < sizeof(tr_file_header)) {
+    set_err(err, errlen, "TRACE: the file header is cut short (%zu of %zu bytes): %s", t->size,
+            sizeof(tr_file_header), name);
+    return false;
+  }
+  memcpy(&t->hdr, t->data, sizeof t->hdr);
+  if (t->hdr.version != TR_VERSION) {
+    set_err(err, errlen, "TRACE: version %" PRIu32 " is not supported (this reader knows %d): %s",
+            t->hdr.version, TR_VERSION, name);
+    return false;
+  }
+  uint32_t hs = t->hdr.header_size;
+  if (hs < sizeof(tr_file_header) || hs % 8 != 0 || hs > t->size) {
+    set_err(err, errlen, "TRACE: bad file header size %" PRIu32 " (file of %zu bytes): %s", hs, t->size, name);
+    return false;
+  }
+  t->first = hs;
+  return true;
+}
+
+static report_trace *trace_new(const char *name) {
+  report_trace *t = calloc(1, sizeof *t);
+  if (t == NULL) return NULL;
+  t->name = strdup(name ? name : "(memory)");
+  if (t->name == NULL) {
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+report_trace *report_trace_open_mem(const void *data, size_t size, const char *name, char *err,
+                                    size_t errlen) {
+  report_trace *t = trace_new(name);
+  if (t == NULL) {
+    set_err(err, errlen, "TRACE: out of memory: %s", name ? name : "(memory)");
+    return NULL;
+  }
+  if (((uintptr_t)data & 7) != 0 && size > 0) {
+    t->owned = malloc(size);
+    if (t->owned == NULL) {
+      set_err(err, errlen, "TRACE: out of memory for %zu bytes: %s", size, t->name);
+      trace_free(t);
+      return NULL;
+    }
+    memcpy(t->owned, data, size);
+    data = t->owned;
+  }
+  t->data = data;
+  t->size = data ? size : 0;
+  if (!check_header(t, err, errlen)) {
+    trace_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+report_trace *report_trace_open(const char *path, char *err, size_t errlen) {
+  report_trace *t = trace_new(path);
+  if (t == NULL) {
+    set_err(err, errlen, "TRACE: out of memory: %s", path ? path : "(null)");
+    return NULL;
+  }
+  int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0) {
+    set_err(err, errlen, "TRACE: cannot open (%s): %s", strerror(path ? errno : EINVAL), t->name);
+    trace_free(t);
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      t->map = p;
+      t->map_len = (size_t)st.st_size;
+      t->data = p;
+      t->size = (size_t)st.st_size;
+    }
+  }
+  if (t->map == NULL) {                 /* not mappable (a pipe, /proc, empty): read it */
+    size_t cap = 1 << 16, len = 0;
+    unsigned char *buf = malloc(cap);
+    for (;;) {
+      if (buf == NULL) break;
+      if (len == cap) {
+        unsigned char *nb = realloc(buf, cap * 2);
+        if (nb == NULL) { free(buf); buf = NULL; break; }
+        buf = nb;
+        cap *= 2;
+      }
+      ssize_t n = read(fd, buf + len, cap - len);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        set_err(err, errlen, "TRACE: cannot read (%s): %s", strerror(errno), t->name);
+        free(buf);
+        close(fd);
+        trace_free(t);
+        return NULL;
+      }
+      if (n == 0) break;
+      len += (size_t)n;
+    }
+    if (buf == NULL) {
+      set_err(err, errlen, "TRACE: out of memory reading: %s", t->name);
+      close(fd);
+      trace_free(t);
+      return NULL;
+    }
+    t->owned = buf;
+    t->data = buf;
+    t->size = len;
+  }
+  close(fd);
+  if (!check_header(t, err, errlen)) {
+    trace_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+void report_trace_close(report_trace *t) { trace_free(t); }
+
+const tr_file_header *report_trace_header(const report_trace *t) { return &t->hdr; }
+size_t report_trace_size(const report_trace *t) { return t->size; }
+const char *report_trace_name(const report_trace *t) { return t->name; }
+
+/* ---- records ------------------------------------------------------------------ */
+
+const char *report_trace_type_name(unsigned type) {
+  static const char *const names[] = {
+    [TR_MODULE] = "MODULE", [TR_STACK] = "STACK", [TR_TAG] = "TAG", [TR_ALLOC] = "ALLOC",
+    [TR_FREE] = "FREE", [TR_REALLOC] = "REALLOC", [TR_REF] = "REF", [TR_HOLD] = "HOLD",
+    [TR_ARENA_RESET] = "ARENA_RESET", [TR_MARK] = "MARK", [TR_THREAD_START] = "THREAD_START",
+    [TR_THREAD_END] = "THREAD_END", [TR_TIME] = "TIME", [TR_FINDING_EVENT] = "FINDING_EVENT",
+    [TR_FINDING] = "FINDING", [TR_END] = "END",
+  };
+  return type < sizeof names / sizeof *names && names[type] ? names[type] : "?";
+}
+
+/* The fixed part of a known type and how many strings follow it; -1 for an
+ * unknown type. */
+static int layout(unsigned type, size_t *fixed) {
+  switch (type) {
+  case TR_MODULE:        *fixed = sizeof(tr_module); return 1;
+  case TR_STACK:         *fixed = sizeof(tr_stack); return 0;
+  case TR_TAG:           *fixed = sizeof(tr_tag); return 1;
+  case TR_ALLOC:         *fixed = sizeof(tr_alloc); return 0;
+  case TR_FREE:          *fixed = sizeof(tr_free); return 0;
+  case TR_REALLOC:       *fixed = sizeof(tr_realloc); return 0;
+  case TR_REF:           *fixed = sizeof(tr_ref); return 0;
+  case TR_HOLD:          *fixed = sizeof(tr_hold); return 1;
+  case TR_ARENA_RESET:   *fixed = sizeof(tr_arena_reset); return 0;
+  case TR_MARK:          *fixed = sizeof(tr_mark); return 0;
+  case TR_THREAD_START:
+  case TR_THREAD_END:    *fixed = sizeof(tr_thread); return 0;
+  case TR_TIME:          *fixed = sizeof(tr_time); return 0;
+  case TR_FINDING_EVENT: *fixed = sizeof(tr_finding_event); return 1;
+  case TR_FINDING:       *fixed = sizeof(tr_finding); return 3;
+  case TR_END:           *fixed = sizeof(tr_end); return 0;
+  default:               return -1;
+  }
+}
+
+static bool damage(report_trace_iter *it, uint64_t off, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool damage(report_trace_iter *it, uint64_t off, const char *fmt, ...) {
+  char why[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  it->done = true;
+  it->damaged = true;
+  it->damage_offset = off;
+  snprintf(it->message, sizeof it->message,
+           "TRACE: damaged at byte %" PRIu64 ": %s (%" PRIu64 " whole records before it): %s",
+           off, why, it->records, it->t->name);
+  return false;
+}
+
+void report_trace_iter_init(report_trace_iter *it, const report_trace *t) {
+  memset(it, 0, sizeof *it);
+  it->t = t;
+  it->off = t->first;
+}
+
+bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
+  const report_trace *t = it->t;
+  while (!it->done) {
+    uint64_t off = it->off, left = t->size - off;
+    if (left == 0) {
+      it->done = true;
+      return false;
+    }
+    if (left < sizeof(tr_header))
+      return damage(it, off, "the file ends inside a record header (%" PRIu64 " of %zu bytes)", left,
+                    sizeof(tr_header));
+    tr_header h;
+    memcpy(&h, t->data + off, sizeof h);
+    const char *tn = report_trace_type_name(h.type);
+    if (h.size < sizeof(tr_header))
+      return damage(it, off, "record size %" PRIu32 " is smaller than its %zu-byte header (type %u %s)",
+                    h.size, sizeof(tr_header), h.type, tn);
+    if (h.size % 8 != 0)
+      return damage(it, off, "record size %" PRIu32 " is not a multiple of 8 (type %u %s)", h.size, h.type, tn);
+    if (h.size > left)
+      return damage(it, off, "a %" PRIu32 "-byte record (type %u %s) runs past the end of the file "
+                    "(%" PRIu64 " bytes left): truncated", h.size, h.type, tn, left);
+    const unsigned char *p = t->data + off + sizeof h;
+    size_t psize = h.size - sizeof h, fixed = 0;
+    int nstr = layout(h.type, &fixed);
+    if (nstr < 0) {                     /* unknown: skip it */
+      it->unknown++;
+      it->records++;
+      it->off += h.size;
+      continue;
+    }
+    if (psize < fixed)
+      return damage(it, off, "a %s record of %zu payload bytes, shorter than its %zu-byte fixed part",
+                    tn, psize, fixed);
+    if (h.type == TR_STACK) {
+      tr_stack s;
+      memcpy(&s, p, sizeof s);
+      if ((size_t)s.n * sizeof(uint64_t) > psize - fixed)
+        return damage(it, off, "a STACK record of %u frames needs %zu bytes, has %zu", s.n,
+                      fixed + (size_t)s.n * sizeof(uint64_t), psize);
+    }
+    size_t at = fixed;
+    for (int i = 0; i < nstr; i++) {
+      const unsigned char *z = at < psize ? memchr(p + at, 0, psize - at) : NULL;
+      if (z == NULL)
+        return damage(it, off, "a %s record whose string %d is not NUL-terminated inside the record", tn, i);
+      at = (size_t)(z - p) + 1;
+    }
+    it->records++;
+    it->off += h.size;
+    r->type = h.type;
+    r->payload = p;
+    r->payload_size = (uint32_t)psize;
+    r->offset = off;
+    return true;
+  }
+  return false;
+}
+
+int report_trace_each(const report_trace *t, report_trace_fn *fn, void *arg, report_trace_iter *st) {
+  report_trace_iter local, *it = st ? st : &local;
+  report_trace_iter_init(it, t);
+  report_trace_rec r;
+  int rc = 0;
+  while (rc == 0 && report_trace_next(it, &r)) rc = fn(&r, arg);
+  return rc;
+}
+
+const char *report_trace_string(const report_trace_rec *r, int n) {
+  size_t fixed;
+  int nstr = layout(r->type, &fixed);
+  if (nstr <= 0 || n < 0 || n >= nstr) return NULL;
+  const char *p = r->payload;
+  size_t at = fixed;
+  for (int i = 0; ; i++) {
+    if (at >= r->payload_size) return NULL;
+    const char *z = memchr(p + at, 0, r->payload_size - at);
+    if (z == NULL) return NULL;
+    if (i == n) return p + at;
+    at = (size_t)(z - p) + 1;
+  }
+}
+
+/* ---- the model: hash maps ------------------------------------------------------- */
+
+/* uint64 key -> size_t value; linear probing, backward-shift deletion.
+ * A slot is empty when its stored value is 0 (values are kept +1). */
+typedef struct {
+  uint64_t *keys;
+  size_t *vals;
+  size_t cap, n;
+} u64map;
+
+static inline size_t hash64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return (size_t)x;
+}
+
+static bool map_grow(u64map *m) {
+  size_t ncap = m->cap ? m->cap * 2 : 64;
+  uint64_t *nk = calloc(ncap, sizeof *nk);
+  size_t *nv = calloc(ncap, sizeof *nv);
+  if (nk == NULL || nv == NULL) {
+    free(nk);
+    free(nv);
+    return false;
+  }
+  for (size_t i = 0; i < m->cap; i++) {
+    if (m->vals[i] == 0) continue;
+    size_t j = hash64(m->keys[i]) & (ncap - 1);
+    while (nv[j]) j = (j + 1) & (ncap - 1);
+    nk[j] = m->keys[i];
+    nv[j] = m->vals[i];
+  }
+  free(m->keys);
+  free(m->vals);
+  m->keys = nk;
+  m->vals = nv;
+  m->cap = ncap;
+  return true;
+}
+
+static bool map_get(const u64map *m, uint64_t key, size_t *val) {
+  if (m->cap == 0) return false;
+  for (size_t j = hash64(key) & (m->cap - 1); m->vals[j]; j = (j + 1) & (m->cap - 1))
+    if (m->keys[j] == key) {
+      *val = m->vals[j] - 1;
+      return true;
+    }
+  return false;
+}
+
+/* Sets key to val (replacing). */
+static bool map_put(u64map *m, uint64_t key, size_t val) {
+  if ((m->n + 1) * 2 > m->cap && !map_grow(m)) return false;
+  size_t j = hash64(key) & (m->cap - 1);
+  while (m->vals[j] && m->keys[j] != key) j = (j + 1) & (m->cap - 1);
+  if (m->vals[j] == 0) m->n++;
+  m->keys[j] = key;
+  m->vals[j] = val + 1;
+  return true;
+}
+
+static void map_del(u64map *m, uint64_t key) {
+  if (m->cap == 0) return;
+  size_t mask = m->cap - 1, j = hash64(key) & mask;
+  while (m->vals[j] && m->keys[j] != key) j = (j + 1) & mask;
+  if (m->vals[j] == 0) return;
+  /* backward shift: move later members of the cluster into the hole */
+  size_t hole = j;
+  for (size_t k = (j + 1) & mask; m->vals[k]; k = (k + 1) & mask) {
+    size_t home = hash64(m->keys[k]) & mask;
+    /* k may move to hole if home is not in (hole, k] cyclically */
+    bool stays = hole <= k ? (home > hole && home <= k) : (home > hole || home <= k);
+    if (stays) continue;
+    m->keys[hole] = m->keys[k];
+    m->vals[hole] = m->vals[k];
+    hole = k;
+  }
+  m->vals[hole] = 0;
+  m->n--;
+}
+
+static void map_free(u64map *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+struct report_trace_index {
+  u64map stacks;     /* id -> index in m->stacks */
+  u64map blocks;     /* addr -> index in m->blocks */
+};
+
+/* ---- the model: building -------------------------------------------------------- */
+
+/* A growable array: push returns the new element (zeroed) or NULL. */
+static void *push(void **arr, size_t *n, size_t *cap, size_t elem) {
+  if (*n == *cap) {
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *na = realloc(*arr, ncap * elem);
+    if (na == NULL) return NULL;
+    *arr = na;
+    *cap = ncap;
+  }
+  void *e = (char *)*arr + *n * elem;
+  memset(e, 0, elem);
+  (*n)++;
+  return e;
+}
+#define PUSH(arr, n, cap) ((__typeof__(arr))push((void **)&(arr), &(n), &(cap), sizeof *(arr)))
+
+typedef struct {              /* an allocation event, replayed in seq order */
+  uint64_t seq, order;        /* order: position in the file, to keep ties stable */
+  uint64_t addr, size;
+  uint32_t stack, thread;
+  uint16_t tag;
+  uint8_t  arena;
+  bool     is_free;
+} ev;
+
+static int ev_cmp(const void *a, const void *b) {
+  const ev *x = a, *y = b;
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+typedef struct {
+  report_trace_model *m;
+  ev *evs;
+  size_t nevs, capevs;
+  size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings;
+  bool oom;
+} builder;
+
+static char *dupstr(builder *b, const char *s) {
+  char *d = strdup(s ? s : "");
+  if (d == NULL) b->oom = true;
+  return d;
+}
+
+static void check_stack(builder *b, uint32_t stack) {
+  size_t i;
+  if (stack != 0 && !map_get(&b->m->index->stacks, stack, &i)) b->m->late_stacks++;
+}
+
+static int on_record(const report_trace_rec *r, void *arg) {
+  builder *b = arg;
+  report_trace_model *m = b->m;
+  const void *p = r->payload;
+  switch (r->type) {
+  case TR_MODULE: {
+    tr_module x;
+    memcpy(&x, p, sizeof x);
+    report_trace_module *e = PUSH(m->modules, m->nmodules, b->cap_modules);
+    if (e == NULL) break;
+    *e = (report_trace_module){ x.lo, x.hi, x.offset, dupstr(b, report_trace_string(r, 0)) };
+    return b->oom;
+  }
+  case TR_STACK: {
+    tr_stack x;
+    memcpy(&x, p, sizeof x);
+    size_t i;
+    if (map_get(&m->index->stacks, x.id, &i)) return 0;     /* said before: keep the first */
+    uint64_t *frames = NULL;
+    if (x.n) {
+      frames = malloc((size_t)x.n * sizeof *frames);
+      if (frames == NULL) break;
+      memcpy(frames, (const char *)p + sizeof x, (size_t)x.n * sizeof *frames);
+    }
+    report_trace_stack *e = PUSH(m->stacks, m->nstacks, b->cap_stacks);
+    if (e == NULL) {
+      free(frames);
+      break;
+    }
+    *e = (report_trace_stack){ x.id, x.n, frames, r->offset };
+    if (!map_put(&m->index->stacks, x.id, m->nstacks - 1)) break;
+    return 0;
+  }
+  case TR_TAG: {
+    tr_tag x;
+    memcpy(&x, p, sizeof x);
+    if (x.id > UINT16_MAX) return 0;                         /* events name tags in 16 bits */
+    if (x.id >= m->ntag_names) {
+      size_t n = (size_t)x.id + 1;
+      char **nt = realloc(m->tag_names, n * sizeof *nt);
+      if (nt == NULL) break;
+      memset(nt + m->ntag_names, 0, (n - m->ntag_names) * sizeof *nt);
+      m->tag_names = nt;
+      m->ntag_names = n;
+    }
+    free(m->tag_names[x.id]);
+    m->tag_names[x.id] = dupstr(b, report_trace_string(r, 0));
+    return b->oom;
+  }
+  case TR_ALLOC: {
+    tr_alloc x;
+    memcpy(&x, p, sizeof x);
+    m->allocs++;
+    check_stack(b, x.stack);
+    ev *e = PUSH(b->evs, b->nevs, b->capevs);
+    if (e == NULL) break;
+    *e = (ev){ x.seq, b->nevs, x.addr, x.size, x.stack, x.thread, x.tag, x.arena, false };
+    return 0;
+  }
+  case TR_FREE: {
+    tr_free x;
+    memcpy(&x, p, sizeof x);
+    m->frees++;
+    check_stack(b, x.stack);
+    ev *e = PUSH(b->evs, b->nevs, b->capevs);
+    if (e == NULL) break;
+    *e = (ev){ .seq = x.seq, .order = b->nevs, .addr = x.addr, .stack = x.stack, .thread = x.thread,
+               .is_free = true };
+    return 0;
+  }
+  case TR_REALLOC: {
+    tr_realloc x;
+    memcpy(&x, p, sizeof x);
+    m->reallocs++;
+    check_stack(b, x.stack);
+    return 0;
+  }
+  case TR_REF: {
+    tr_ref x;
+    memcpy(&x, p, sizeof x);
+    m->refs++;
+    check_stack(b, x.stack);
+    return 0;
+  }
+  case TR_HOLD: {
+    tr_hold x;
+    memcpy(&x, p, sizeof x);
+    m->holds++;
+    check_stack(b, x.stack);
+    return 0;
+  }
+  case TR_ARENA_RESET: {
+    tr_arena_reset x;
+    memcpy(&x, p, sizeof x);
+    m->arena_resets++;
+    check_stack(b, x.stack);
+    return 0;
+  }
+  case TR_MARK: {
+    tr_mark x;
+    memcpy(&x, p, sizeof x);
+    report_trace_mark *e = PUSH(m->marks, m->nmarks, b->cap_marks);
+    if (e == NULL) break;
+    *e = (report_trace_mark){ x.seq, x.mark, x.ns, x.thread };
+    return 0;
+  }
+  case TR_THREAD_START: m->thread_starts++; return 0;
+  case TR_THREAD_END:   m->thread_ends++; return 0;
+  case TR_TIME:         m->times++; return 0;
+  case TR_FINDING_EVENT: {
+    tr_finding_event x;
+    memcpy(&x, p, sizeof x);
+    check_stack(b, x.stack);
+    report_trace_finding_event *e = PUSH(m->finding_events, m->nfinding_events, b->cap_fevents);
+    if (e == NULL) break;
+    *e = (report_trace_finding_event){ dupstr(b, report_trace_string(r, 0)), x.seq, x.addr, x.stack, x.thread };
+    return b->oom;
+  }
+  case TR_FINDING: {
+    tr_finding x;
+    memcpy(&x, p, sizeof x);
+    report_trace_finding *e = PUSH(m->findings, m->nfindings, b->cap_findings);
+    if (e == NULL) break;
+    e->kind = dupstr(b, report_trace_string(r, 0));
+    e->slot = dupstr(b, report_trace_string(r, 1));
+    e->detail = dupstr(b, report_trace_string(r, 2));
+    e->bytes = x.bytes;
+    e->blocks = x.blocks;
+    e->addr = x.addr;
+    e->holder = x.holder;
+    e->stack = x.stack;
+    e->alloc_stack = x.alloc_stack;
+    e->free_stack = x.free_stack;
+    e->aux_stack = x.aux_stack;
+    e->tag = x.tag;
+    return b->oom;
+  }
+  case TR_END: {
+    tr_end x;
+    memcpy(&x, p, sizeof x);
+    m->clean_exit = true;
+    m->end_seq = x.seq;
+    m->end_ns = x.ns;
+    return 0;
+  }
+  default:
+    return 0;
+  }
+  b->oom = true;
+  return 1;
+}
+
+/* Replays the allocation events in sequence order: live blocks and peak. */
+typedef struct { report_trace_block b; bool alive; } slot;
+
+static bool replay(builder *b) {
+  report_trace_model *m = b->m;
+  if (b->nevs > 1) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
+  slot *pool = NULL;
+  size_t npool = 0, cap = 0;
+  u64map live = { 0 };           /* addr -> index in pool */
+  bool ok = true;
+  for (size_t i = 0; i < b->nevs && ok; i++) {
+    const ev *e = &b->evs[i];
+    size_t at;
+    bool found = map_get(&live, e->addr, &at);
+    if (e->is_free) {
+      if (!found) {
+        m->unmatched_frees++;
+        continue;
+      }
+      pool[at].alive = false;
+      m->live_bytes -= pool[at].b.size;
+      map_del(&live, e->addr);
+      continue;
+    }
+    if (found) {                 /* the previous block there died unseen */
+      m->realloc_overlaps++;
+      pool[at].alive = false;
+      m->live_bytes -= pool[at].b.size;
+    }
+    slot *s = PUSH(pool, npool, cap);
+    if (s == NULL || !map_put(&live, e->addr, npool - 1)) {
+      ok = false;
+      break;
+    }
+    s->b = (report_trace_block){ e->addr, e->size, e->seq, e->stack, e->thread, e->tag, e->arena != 0 };
+    s->alive = true;
+    m->live_bytes += e->size;
+    if (m->live_bytes > m->peak_live_bytes) m->peak_live_bytes = m->live_bytes;
+  }
+  map_free(&live);
+  if (ok) {
+    size_t n = 0;
+    for (size_t i = 0; i < npool; i++) n += pool[i].alive;
+    m->blocks = malloc((n ? n : 1) * sizeof *m->blocks);
+    if (m->blocks == NULL) ok = false;
+    for (size_t i = 0; ok && i < npool; i++) {
+      if (!pool[i].alive) continue;
+      m->blocks[m->nblocks] = pool[i].b;
+      if (!map_put(&m->index->blocks, pool[i].b.addr, m->nblocks)) ok = false;
+      m->nblocks++;
+    }
+  }
+  free(pool);
+  return ok;
+}
+
+report_trace_model *report_trace_model_build(const report_trace *t) {
+  report_trace_model *m = calloc(1, sizeof *m);
+  if (m == NULL) return NULL;
+  m->index = calloc(1, sizeof *m->index);
+  if (m->index == NULL) {
+    free(m);
+    return NULL;
+  }
+  const tr_file_header *h = report_trace_header(t);
+  m->pid = h->pid;
+  m->ppid = h->ppid;
+  m->start_ns = h->start_ns;
+  builder b = { .m = m };
+  report_trace_iter it;
+  report_trace_each(t, on_record, &b, &it);
+  m->records = it.records;
+  m->unknown_records = it.unknown;
+  m->damaged = it.damaged;
+  m->damage_offset = it.damage_offset;
+  memcpy(m->damage, it.message, sizeof m->damage);
+  bool ok = !b.oom && replay(&b);
+  free(b.evs);
+  if (!ok) {
+    report_trace_model_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+report_trace_model *report_trace_model_load(const char *path, char *err, size_t errlen) {
+  report_trace *t = report_trace_open(path, err, errlen);
+  if (t == NULL) return NULL;
+  report_trace_model *m = report_trace_model_build(t);
+  if (m == NULL) set_err(err, errlen, "TRACE: out of memory building the model: %s", path);
+  report_trace_close(t);
+  return m;
+}
+
+void report_trace_model_free(report_trace_model *m) {
+  if (m == NULL) return;
+  for (size_t i = 0; i < m->ntag_names; i++) free(m->tag_names[i]);
+  free(m->tag_names);
+  for (size_t i = 0; i < m->nstacks; i++) free((void *)m->stacks[i].frames);
+  free(m->stacks);
+  for (size_t i = 0; i < m->nmodules; i++) free((void *)m->modules[i].path);
+  free(m->modules);
+  free(m->blocks);
+  free(m->marks);
+  for (size_t i = 0; i < m->nfinding_events; i++) free((void *)m->finding_events[i].kind);
+  free(m->finding_events);
+  for (size_t i = 0; i < m->nfindings; i++) {
+    free((void *)m->findings[i].kind);
+    free((void *)m->findings[i].slot);
+    free((void *)m->findings[i].detail);
+  }
+  free(m->findings);
+  if (m->index) {
+    map_free(&m->index->stacks);
+    map_free(&m->index->blocks);
+    free(m->index);
+  }
+  free(m);
+}
+
+const char *report_trace_model_tag(const report_trace_model *m, uint32_t tag) {
+  return tag < m->ntag_names ? m->tag_names[tag] : NULL;
+}
+
+const report_trace_stack *report_trace_model_stack(const report_trace_model *m, uint32_t id) {
+  size_t i;
+  return map_get(&m->index->stacks, id, &i) ? &m->stacks[i] : NULL;
+}
+
+const report_trace_block *report_trace_model_block(const report_trace_model *m, uint64_t addr) {
+  size_t i;
+  return map_get(&m->index->blocks, addr, &i) ? &m->blocks[i] : NULL;
+}
+
+const report_trace_finding *report_trace_model_finding(const report_trace_model *m, const char *kind,
+                                                       size_t *count) {
+  const report_trace_finding *first = NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < m->nfindings; i++) {
+    if (kind && strcmp(m->findings[i].kind, kind) != 0) continue;
+    if (first == NULL) first = &m->findings[i];
+    n++;
+  }
+  if (count) *count = n;
+  return first;
+}

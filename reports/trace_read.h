@@ -1,0 +1,195 @@
+/* trace_read.h - reads a tagalloc trace (TAGALLOC_TRACE=path; format in
+ * alloc/TRACE.md): records one by one, or a replayed model of the run.
+ *
+ *   char err[512];
+ *   report_trace *t = report_trace_open("run.trace", err, sizeof err);
+ *   if (!t) { fprintf(stderr, "%s\n", err); return 1; }
+ *   report_trace_iter it;
+ *   report_trace_rec r;
+ *   report_trace_iter_init(&it, t);
+ *   while (report_trace_next(&it, &r)) {          // only whole, valid records
+ *     if (r.type == TR_ALLOC) {
+ *       const tr_alloc *a = r.payload;            // 8-byte aligned, r.payload_size >= sizeof *a
+ *       ...
+ *     }
+ *   }
+ *   if (it.damaged) fprintf(stderr, "%s\n", it.message);   // one line, names the file
+ *   report_trace_close(t);
+ *
+ *   report_trace_model *m = report_trace_model_load("run.trace", err, sizeof err);
+ *   // m->allocs, m->frees, m->peak_live_bytes, m->blocks[0..nblocks) live at
+ *   // the end, m->clean_exit, m->findings, ...
+ *   report_trace_model_free(m);
+ *
+ * The reader never reads outside the file, whatever its contents: a record
+ * whose size is below the 8-byte header, not a multiple of 8, or past the end
+ * of the file, a known record too short for its fixed part, a stack whose
+ * frames overrun its record, or a string not NUL-terminated inside its record
+ * stops the iteration; it.damaged is set with the byte offset of the bad
+ * record and the reason.  Everything before it was yielded.  Records of an
+ * unknown type are skipped and counted (it.unknown).  A file that ends exactly
+ * at a record boundary is not damaged, but it lacks the END record unless the
+ * process exited cleanly (model: clean_exit false).
+ * This code runs offline; its memory comes from plain malloc.
+ */
+#ifndef REPORT_TRACE_READ_H
+#define REPORT_TRACE_READ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trace_format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the file and its records ------------------------------------------- */
+
+typedef struct report_trace report_trace;   /* an open trace (whole file in memory or mapped) */
+
+/* Opens and checks the file header.  NULL on failure, with one line in err
+ * (may be NULL), e.g. "TRACE: not a tagalloc trace (bad magic): run.trace" or
+ * "TRACE: version 2 is not supported (this reader knows 1): run.trace". */
+report_trace *report_trace_open(const char *path, char *err, size_t errlen);
+/* The same on bytes in memory; name is used in messages.  The bytes are
+ * borrowed when data is 8-byte aligned (keep them alive until close), copied
+ * otherwise. */
+report_trace *report_trace_open_mem(const void *data, size_t size, const char *name,
+                                    char *err, size_t errlen);
+void          report_trace_close(report_trace *t);
+
+const tr_file_header *report_trace_header(const report_trace *t);
+size_t                report_trace_size(const report_trace *t);   /* bytes of the file */
+const char           *report_trace_name(const report_trace *t);
+
+/* One record.  payload points just after the 8-byte record header, inside
+ * the file, 8-byte aligned; payload_size = record size - 8 (a multiple of 8). */
+typedef struct {
+  uint8_t     type;          /* TR_* (unknown types are never yielded) */
+  const void *payload;
+  uint32_t    payload_size;
+  uint64_t    offset;        /* file offset of the record header */
+} report_trace_rec;
+
+typedef struct {
+  const report_trace *t;
+  uint64_t off;              /* offset of the next record */
+  uint64_t records;          /* valid records seen (yielded + unknown) */
+  uint64_t unknown;          /* records of unknown type, skipped */
+  bool     done;             /* nothing more to yield */
+  bool     damaged;          /* stopped at damage (or a truncated tail) */
+  uint64_t damage_offset;    /* offset of the damaged record; also = bytes of whole records read */
+  char     message[512];     /* one line naming the file: where and why; "" if not damaged */
+} report_trace_iter;
+
+void report_trace_iter_init(report_trace_iter *it, const report_trace *t);
+/* Fills *r with the next valid record of a known type; returns false at the
+ * end of the file or at damage (see it->damaged). */
+bool report_trace_next(report_trace_iter *it, report_trace_rec *r);
+
+/* Calls fn on each record until fn returns non-zero or the records end.
+ * Returns fn's non-zero value, or 0.  st (may be NULL) gets the final
+ * iterator state (damage, counts). */
+typedef int report_trace_fn(const report_trace_rec *r, void *arg);
+int report_trace_each(const report_trace *t, report_trace_fn *fn, void *arg, report_trace_iter *st);
+
+/* The n-th NUL-terminated string after the fixed part of a record of type
+ * TR_MODULE, TR_TAG, TR_HOLD, TR_FINDING_EVENT (n = 0) or TR_FINDING (0 kind,
+ * 1 slot, 2 detail); NULL for any other.  Valid for a yielded record. */
+const char *report_trace_string(const report_trace_rec *r, int n);
+
+/* A record type's name ("ALLOC", ...), "?" for an unknown one. */
+const char *report_trace_type_name(unsigned type);
+
+/* ---- the model: the run replayed -------------------------------------- */
+
+typedef struct {
+  uint32_t        id;
+  uint16_t        n;
+  const uint64_t *frames;    /* n return addresses, innermost first */
+  uint64_t        offset;    /* file offset of its (first) STACK record */
+} report_trace_stack;
+
+typedef struct {
+  uint64_t addr, size, seq;  /* seq: the ledger's sequence number of the allocation */
+  uint32_t stack, thread;
+  uint16_t tag;
+  bool     arena;            /* an arena block: its death at an arena reset is not in
+                                the trace (version 1), so it stays "live" here */
+} report_trace_block;
+
+typedef struct { uint64_t seq, mark, ns; uint32_t thread; } report_trace_mark;
+
+typedef struct { uint64_t lo, hi, offset; const char *path; } report_trace_module;
+
+typedef struct {             /* a FINDING record: one group, written at a clean exit */
+  const char *kind, *slot, *detail;   /* never NULL ("" when empty) */
+  uint64_t bytes, blocks, addr, holder;
+  uint32_t stack, alloc_stack, free_stack, aux_stack;
+  uint16_t tag;
+} report_trace_finding;
+
+typedef struct {             /* a FINDING_EVENT record: an error as it happened */
+  const char *kind;
+  uint64_t seq, addr;
+  uint32_t stack, thread;
+} report_trace_finding_event;
+
+typedef struct report_trace_index report_trace_index;   /* private hash maps */
+
+typedef struct {
+  /* the file */
+  uint32_t pid, ppid;
+  uint64_t start_ns;
+  uint64_t records, unknown_records;
+  bool     damaged;
+  uint64_t damage_offset;              /* bytes of whole records read when damaged */
+  char     damage[512];                /* the one-line message, "" if not damaged */
+  /* what was said once */
+  char   **tag_names;                  /* by tag id, NULL when no TAG record named it */
+  size_t   ntag_names;                 /* length of tag_names (highest id + 1) */
+  report_trace_stack *stacks;          /* in file order */
+  size_t   nstacks;
+  report_trace_module *modules;        /* in file order (at open, then new ones at exit) */
+  size_t   nmodules;
+  /* events */
+  uint64_t allocs, frees, reallocs;    /* ALLOC, FREE, REALLOC records (a realloc also writes ALLOC + FREE) */
+  uint64_t refs, holds, arena_resets, thread_starts, thread_ends, times;
+  uint64_t live_bytes, peak_live_bytes;/* replayed in sequence order; arena blocks count until the end */
+  uint64_t unmatched_frees;            /* FREE of an address not live in the replay */
+  uint64_t realloc_overlaps;           /* ALLOC of an address already live (previous one dropped) */
+  uint64_t late_stacks;                /* events naming a stack id with no STACK record before them */
+  report_trace_block *blocks;          /* live at the end, in sequence order */
+  size_t   nblocks;
+  report_trace_mark *marks;
+  size_t   nmarks;
+  report_trace_finding_event *finding_events;
+  size_t   nfinding_events;
+  report_trace_finding *findings;      /* the exit groups, in file order */
+  size_t   nfindings;
+  /* the end */
+  bool     clean_exit;                 /* an END record was read */
+  uint64_t end_seq, end_ns;
+  report_trace_index *index;
+} report_trace_model;
+
+/* Reads the whole file and replays it.  NULL only when the file cannot be
+ * opened or its header is bad (err as report_trace_open); damage is not a
+ * failure: the model holds what came before it (damaged, damage). */
+report_trace_model *report_trace_model_load(const char *path, char *err, size_t errlen);
+report_trace_model *report_trace_model_build(const report_trace *t);
+void                report_trace_model_free(report_trace_model *m);
+
+const char               *report_trace_model_tag(const report_trace_model *m, uint32_t tag);   /* NULL: unnamed */
+const report_trace_stack *report_trace_model_stack(const report_trace_model *m, uint32_t id);  /* NULL: unknown */
+const report_trace_block *report_trace_model_block(const report_trace_model *m, uint64_t addr);/* NULL: not live */
+/* The first exit finding group of kind, NULL if none; with *count the number of groups. */
+const report_trace_finding *report_trace_model_finding(const report_trace_model *m, const char *kind,
+                                                       size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,481 @@
+/* test_misuse.c - the deliberate-misuse suite: double free, invalid free
+ * (never allocated, interior pointer, a libc pointer), refcount underflow,
+ * a hold into a stack frame, a hold into a reset arena, a held target freed,
+ * an orphaned dummy buffer, a write after free, a freed block passed back to
+ * the ledger.  For each: the finding's kind and count, a one-line message
+ * naming the kind, and frame #0 of the finding's stack symbolized to the
+ * noinline function that did the bad operation (and of its other stacks to
+ * where the block was allocated or freed).  The program goes on after each
+ * and the ledger still counts exactly at the end.
+ *
+ * TAGALLOC_QUARANTINE is small (4096) so that a block written after its free
+ * leaves the quarantine, and is checked, after a few hundred more frees; a
+ * child checks that such a write still in the quarantine is found at exit. */
+#include "harness.h"
+#include "child.h"
+#include "report.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __clang__
+#define NOIPA __attribute__((noinline))
+#else
+#define NOIPA __attribute__((noipa))   /* not inlined, not cloned, not tail-called */
+#endif
+#define KEEP() __asm__ volatile("" ::: "memory")
+
+static report_ctx *ctx;
+static ta_tag T;
+
+/* ---- what the ledger says ------------------------------------------------------ */
+
+static int n_messages;
+static char messages[16][512];
+
+static void on_error(int code, const char *message, void *arg) {
+  (void)arg;
+  if (code != TA_EFINDING) return;
+  if (n_messages < 16) snprintf(messages[n_messages], sizeof messages[0], "%s", message);
+  n_messages++;
+}
+
+static int setup(void **state) {
+  (void)state;
+  ta_findings_clear();
+  n_messages = 0;
+  return 0;
+}
+
+typedef struct {
+  const char *kind;
+  int found;
+  ta_finding f;
+  char slot[64];
+} find_arg;
+
+static int find_kind(const ta_finding *f, void *arg) {
+  find_arg *a = arg;
+  if (strcmp(f->kind, a->kind) != 0) return 0;
+  a->found = 1;
+  a->f = *f;
+  snprintf(a->slot, sizeof a->slot, "%s", f->slot ? f->slot : "");
+  a->f.slot = NULL;
+  a->f.history = NULL;
+  return 1;
+}
+
+/* The one finding of kind: it must exist. */
+static ta_finding the_finding(const char *kind) {
+  find_arg a = { .kind = kind };
+  ta_findings_visit(find_kind, &a);
+  if (!a.found) fail_msg("no finding of kind %s", kind);
+  return a.f;
+}
+
+/* The function of frame #0 of a stack (the innermost, inlined or not). */
+static const char *frame0(uint32_t stack) {
+  const uintptr_t *pcs;
+  if (stack == 0 || ta_stack_frames(stack, &pcs) == 0) return "<no stack>";
+  report_frame fr[REPORT_MAX_INLINE];
+  int n = report_symbolize(ctx, pcs[0], fr, REPORT_MAX_INLINE);
+  return n > 0 && fr[0].function ? fr[0].function : "??";
+}
+
+/* One finding of kind, announced once on the error path. */
+static void assert_one(const char *kind) {
+  assert_int_equal(ta_findings_count(kind), 1);
+  assert_int_equal(ta_findings_count(NULL), 1);
+  assert_int_equal(n_messages, 1);
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "%s at 0x", kind);
+  if (strncmp(messages[0], prefix, strlen(prefix)) != 0) fail_msg("message: %s", messages[0]);
+}
+
+/* ---- the bad operations, each in a function of its own ---------------------- */
+
+NOIPA static void *make_victim(size_t size) {
+  void *p = ta_alloc(T, size);
+  KEEP();
+  return p;
+}
+
+NOIPA static void do_double_free(void *p) {
+  ta_free(p);
+  ta_free(p);
+  KEEP();
+}
+
+NOIPA static void do_invalid_free(void *p) {
+  ta_free(p);
+  KEEP();
+}
+
+NOIPA static long do_underflow(void *obj) {
+  long r = ta_ref_release(obj);
+  KEEP();
+  return r;
+}
+
+NOIPA static void do_stack_hold(void *op) {
+  float inputs[8] = { 0 };
+  ta_hold(op, "inputs", inputs);
+  KEEP();
+}
+
+NOIPA static void do_reset(ta_arena *a) {
+  ta_arena_reset(a);
+  KEEP();
+}
+
+NOIPA static void do_hold_after_reset(void *op, void *stale) {
+  ta_hold(op, "input", stale);
+  KEEP();
+}
+
+NOIPA static void do_free_held(void *p) {
+  ta_free(p);
+  KEEP();
+}
+
+NOIPA static size_t do_hold_check(void *holder) {
+  size_t n = ta_hold_check(holder);
+  KEEP();
+  return n;
+}
+
+NOIPA static void *make_dummy(void) {
+  void *p = ta_alloc(T, 4);
+  KEEP();
+  return p;
+}
+
+NOIPA static void do_orphan(void *view, void *parent) {
+  ta_hold(view, "storage", parent);                 /* the dummy loses its last hold */
+  KEEP();
+}
+
+NOIPA static void *do_write_after_free(void) {
+  volatile unsigned char *p = ta_alloc(T, 32);
+  ta_free((void *)p);
+  p[3] = 0x41;
+  KEEP();
+  return (void *)p;
+}
+
+NOIPA static void do_free_and_write(void *p) {
+  ta_free(p);
+  ((volatile unsigned char *)p)[0] = 0x42;
+  KEEP();
+}
+
+NOIPA static long do_acquire_freed(void *obj) {
+  long r = ta_ref_acquire(obj);
+  KEEP();
+  return r;
+}
+
+NOIPA static void *do_realloc_freed(void *p) {
+  void *q = ta_realloc(p, 100);
+  KEEP();
+  return q;
+}
+
+/* ---- the tests ------------------------------------------------------------------ */
+
+static void test_double_free(void **state) {
+  (void)state;
+  void *p = make_victim(48);
+  do_double_free(p);
+  assert_one("free.double");
+  ta_finding f = the_finding("free.double");
+  assert_int_equal(f.addr, (uintptr_t)p);
+  assert_int_equal(f.bytes, 48);
+  assert_int_equal(f.tag, T);
+  assert_string_equal(frame0(f.stack), "do_double_free");        /* the second free */
+  assert_string_equal(frame0(f.free_stack), "do_double_free");   /* the first */
+  assert_int_not_equal(f.free_stack, f.stack);
+  assert_string_equal(frame0(f.alloc_stack), "make_victim");
+}
+
+static void test_invalid_free_never_allocated(void **state) {
+  (void)state;
+  static long not_a_block[4];
+  do_invalid_free(&not_a_block[1]);
+  assert_one("free.invalid");
+  ta_finding f = the_finding("free.invalid");
+  assert_int_equal(f.addr, (uintptr_t)&not_a_block[1]);
+  assert_string_equal(frame0(f.stack), "do_invalid_free");
+  assert_string_equal(f.detail, "address never allocated by the ledger");
+  assert_int_equal(f.alloc_stack, 0);
+
+  void *libc = malloc(16);                          /* not the ledger's either */
+  do_invalid_free(libc);
+  assert_int_equal(ta_findings_count("free.invalid"), 2);
+  free(libc);
+}
+
+static void test_invalid_free_interior(void **state) {
+  (void)state;
+  char *p = make_victim(64);
+  do_invalid_free(p + 8);
+  assert_one("free.invalid");
+  ta_finding f = the_finding("free.invalid");
+  assert_int_equal(f.addr, (uintptr_t)(p + 8));
+  assert_int_equal(f.bytes, 64);
+  assert_int_equal(f.tag, T);
+  assert_string_equal(frame0(f.stack), "do_invalid_free");
+  assert_string_equal(frame0(f.alloc_stack), "make_victim");
+  assert_string_equal(f.detail, "interior pointer at offset 8 of a 64-byte live block");
+  assert_int_equal(ta_block_size(p), 64);           /* the block is untouched */
+  ta_free(p);
+  assert_int_equal(ta_findings_count(NULL), 1);
+}
+
+static void test_refcount_underflow(void **state) {
+  (void)state;
+  void *obj = make_victim(24);
+  ta_ref_init(obj, 1);
+  assert_int_equal(ta_ref_release(obj), 0);
+  assert_int_equal(do_underflow(obj), -1);
+  assert_one("ref.underflow");
+  ta_finding f = the_finding("ref.underflow");
+  assert_int_equal(f.addr, (uintptr_t)obj);
+  assert_string_equal(frame0(f.stack), "do_underflow");
+  assert_string_equal(frame0(f.alloc_stack), "make_victim");
+  assert_int_equal(f.history_len, 3);
+  ta_free(obj);
+}
+
+static void test_stack_hold(void **state) {
+  (void)state;
+  void *op = make_victim(40);
+  do_stack_hold(op);
+  assert_one("hold.stack");
+  ta_finding f = the_finding("hold.stack");
+  assert_int_equal(f.holder, (uintptr_t)op);
+  assert_string_equal(frame0(f.stack), "do_stack_hold");
+  ta_unhold(op, "inputs");
+  ta_free(op);
+}
+
+static void test_arena_after_reset(void **state) {
+  (void)state;
+  ta_arena *a = ta_arena_new(T, 1024);
+  void *op = make_victim(40);
+  void *x = ta_arena_alloc(a, 32);
+  void *stale = ta_arena_alloc(a, 32);
+  (void)x;
+  do_reset(a);
+  do_hold_after_reset(op, stale);
+  assert_one("arena.after-reset");
+  ta_finding f = the_finding("arena.after-reset");
+  assert_int_equal(f.addr, (uintptr_t)stale);
+  assert_int_equal(f.holder, (uintptr_t)op);
+  assert_string_equal(frame0(f.stack), "do_hold_after_reset");
+  assert_string_equal(frame0(f.free_stack), "do_reset");
+  ta_unhold(op, "input");
+  ta_free(op);
+  ta_arena_free(a);
+}
+
+static void test_held_target_freed(void **state) {
+  (void)state;
+  void *layer = make_victim(64), *weights = make_victim(128);
+  ta_hold(layer, "weights", weights);
+  do_free_held(weights);
+  assert_int_equal(do_hold_check(layer), 1);
+  assert_one("hold.dangling");
+  ta_finding f = the_finding("hold.dangling");
+  assert_int_equal(f.addr, (uintptr_t)weights);
+  assert_int_equal(f.holder, (uintptr_t)layer);
+  assert_string_equal(frame0(f.stack), "do_hold_check");
+  assert_string_equal(frame0(f.free_stack), "do_free_held");
+  assert_string_equal(frame0(f.alloc_stack), "make_victim");
+  assert_string_equal(frame0(f.aux_stack), "test_held_target_freed");   /* the hold */
+  ta_unhold(layer, "weights");
+  ta_free(layer);
+}
+
+static void *volatile g_view, *volatile g_parent, *volatile g_dummy;
+
+static void test_orphan(void **state) {
+  (void)state;
+  g_parent = make_victim(400);
+  g_view = make_victim(48);
+  g_dummy = make_dummy();
+  ta_hold(g_view, "storage", g_dummy);
+  do_orphan(g_view, g_parent);
+  assert_int_equal(ta_findings_count(NULL), 0);     /* an orphan is a leak: found by a scan */
+  ta_scan();
+  assert_int_equal(ta_findings_count("leak.orphan"), 1);
+  assert_int_equal(ta_findings_count(NULL), 1);
+  ta_finding f = the_finding("leak.orphan");
+  assert_int_equal(f.addr, (uintptr_t)g_dummy);
+  assert_int_equal(f.holder, (uintptr_t)g_view);
+  assert_int_equal(f.bytes, 4);
+  assert_string_equal(frame0(f.stack), "make_dummy");      /* allocated at */
+  assert_string_equal(frame0(f.aux_stack), "do_orphan");   /* orphaned at */
+  ta_free(g_dummy);
+  ta_unhold(g_view, "storage");
+  ta_free(g_view);
+  ta_free(g_parent);
+  g_view = g_parent = g_dummy = NULL;
+  ta_scan();
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
+/* The written block is checked when it leaves the quarantine: after a few
+ * hundred frees of other blocks (here: made 256 at a time, then freed). */
+static void test_write_after_free(void **state) {
+  (void)state;
+  assert_int_equal(ta_option("quarantine"), 4096);
+  void *p = do_write_after_free();
+  assert_int_equal(ta_findings_count(NULL), 0);     /* seen when it leaves the quarantine */
+  static void *batch[256];
+  size_t frees = 0;
+  for (int round = 0; round < 100 && ta_findings_count("use.after-free") == 0; round++) {
+    for (int i = 0; i < 256; i++) batch[i] = make_victim(64);
+    for (int i = 0; i < 256; i++, frees++) ta_free(batch[i]);
+  }
+  assert_true(frees <= 2048);
+  assert_one("use.after-free");
+  ta_finding f = the_finding("use.after-free");
+  assert_int_equal(f.addr, (uintptr_t)p);
+  assert_int_equal(f.bytes, 32);
+  assert_string_equal(frame0(f.stack), "do_write_after_free");   /* freed there, written there */
+  assert_string_equal(frame0(f.alloc_stack), "do_write_after_free");
+  assert_string_equal(f.detail, "byte 3 of the freed 32-byte block was written (0x41, poison 0xdf)");
+}
+
+/* The same with the commonest pattern of all, alloc+free in a loop: each
+ * written block must leave the quarantine, and be reported, after a bounded
+ * number of further frees (the quarantine holds 4096 bytes: 64 blocks of
+ * 64; 1000 frees is plenty), wherever its address falls.  64 blocks in a
+ * row, in a forked child so that a block left in the quarantine cannot be
+ * reported during a later test. */
+enum { CHURN_TRIALS = 64, CHURN_MAX_FREES = 1000 };
+
+static void churn_child(void *arg) {
+  (void)arg;
+  void *written[CHURN_TRIALS];                      /* distinct addresses */
+  for (int trial = 0; trial < CHURN_TRIALS; trial++) written[trial] = make_victim(32);
+  size_t detected = 0, frees_total = 0;
+  for (int trial = 0; trial < CHURN_TRIALS; trial++) {
+    size_t before = ta_findings_count("use.after-free");
+    do_free_and_write(written[trial]);
+    for (size_t frees = 0; frees < CHURN_MAX_FREES && ta_findings_count("use.after-free") == before; frees++) {
+      ta_free(make_victim(64));
+      frees_total++;
+    }
+    detected += ta_findings_count("use.after-free") > before;
+  }
+  printf("detected=%zu frees=%zu\n", detected, frees_total);
+}
+
+static void test_write_after_free_churn(void **state) {
+  (void)state;
+  child_result r;
+  child_fork(churn_child, NULL, &r);
+  assert_true(WIFEXITED(r.status));
+  size_t detected = 0, frees = 0;
+  assert_int_equal(sscanf(r.out, "detected=%zu frees=%zu", &detected, &frees), 2);
+  if (detected != CHURN_TRIALS)
+    print_message("%zu of %d writes after free reported, after %zu frees in a loop\n", detected,
+                  CHURN_TRIALS, frees);
+  assert_int_equal(detected, CHURN_TRIALS);
+  child_result_free(&r);
+}
+
+/* A write after free still in the quarantine at exit: the exit report has it. */
+static int child_write_after_free(void) {
+  T = ta_tag_get("misuse");
+  do_write_after_free();
+  return 0;
+}
+
+static void test_write_after_free_at_exit(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_REPORT=1", NULL };
+  child_exec("write-after-free", env, &r);
+  assert_true(WIFEXITED(r.status));
+  const char *at = strstr(r.err, "use.after-free: freed block 0x");
+  if (!at) child_dump(&r);
+  assert_non_null(at);
+  const char *head = strstr(at, " (32-byte block) used after free, detected at:   [tag: misuse]\n    #0 0x");
+  assert_non_null(head);
+  const char *eol = strchr(head + 1, '\n');
+  eol = strchr(eol + 1, '\n');
+  const char *fn = strstr(head, " in do_write_after_free ");
+  assert_true(fn != NULL && fn < eol);
+  assert_non_null(strstr(r.err, "  detail: byte 3 of the freed 32-byte block was written (0x41, poison 0xdf)\n"));
+  assert_non_null(strstr(r.err, "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 1 error(s).\n"));
+  child_result_free(&r);
+}
+
+static void test_freed_block_back_to_ledger(void **state) {
+  (void)state;
+  void *obj = make_victim(16);
+  ta_ref_init(obj, 1);
+  ta_free(obj);
+  assert_int_equal(do_acquire_freed(obj), -1);
+  assert_one("use.after-free");
+  ta_finding f = the_finding("use.after-free");
+  assert_string_equal(frame0(f.stack), "do_acquire_freed");
+  assert_string_equal(frame0(f.free_stack), "test_freed_block_back_to_ledger");
+
+  void *p = make_victim(16);
+  ta_free(p);
+  assert_null(do_realloc_freed(p));
+  assert_int_equal(ta_findings_count("free.double"), 1);
+  f = the_finding("free.double");
+  assert_string_equal(frame0(f.stack), "do_realloc_freed");
+}
+
+/* After all of the above, the ledger still works and counts exactly. */
+static void test_goes_on(void **state) {
+  (void)state;
+  ta_mark m = ta_mark_now();
+  void *v[100];
+  for (int i = 0; i < 100; i++) v[i] = ta_alloc(T, (size_t)i + 1);
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.allocs, 100);
+  assert_int_equal(c.live_blocks, 100);
+  assert_int_equal(c.live_bytes, 5050);
+  for (int i = 0; i < 100; i++) ta_free(v[i]);
+  c = ta_since(m, T);
+  assert_int_equal(c.frees, 100);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--child") == 0)
+    return strcmp(argv[2], "write-after-free") == 0 ? child_write_after_free() : 2;
+  setenv("TAGALLOC_REPORT", "0", 1);
+  setenv("TAGALLOC_QUARANTINE", "4096", 1);
+  T = ta_tag_get("misuse");
+  ctx = report_ctx_new();
+  if (ctx == NULL) return 1;
+  ta_error_handler(on_error, NULL);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup(test_double_free, setup),
+    cmocka_unit_test_setup(test_invalid_free_never_allocated, setup),
+    cmocka_unit_test_setup(test_invalid_free_interior, setup),
+    cmocka_unit_test_setup(test_refcount_underflow, setup),
+    cmocka_unit_test_setup(test_stack_hold, setup),
+    cmocka_unit_test_setup(test_arena_after_reset, setup),
+    cmocka_unit_test_setup(test_held_target_freed, setup),
+    cmocka_unit_test_setup(test_orphan, setup),
+    cmocka_unit_test_setup(test_write_after_free, setup),
+    cmocka_unit_test_setup(test_write_after_free_churn, setup),
+    cmocka_unit_test_setup(test_write_after_free_at_exit, setup),
+    cmocka_unit_test_setup(test_freed_block_back_to_ledger, setup),
+    cmocka_unit_test_setup(test_goes_on, setup),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  report_ctx_free(ctx);
+  return failed;
+}

@@ -1,0 +1,472 @@
+/* test_alloc.c - the ledger's allocation API and its counts: ta_alloc,
+ * ta_calloc (zeroed, overflow -> NULL), ta_realloc (keeps the tag, always
+ * moves, copies; NULL allocates with tag "realloc"), ta_aligned, the block
+ * queries, tags, and exact ta_since counts per tag and for TA_ANY (allocs,
+ * frees, live blocks and bytes, peak bytes) after scripted sequences and over
+ * 10,000 iterations; the assertion macros pass when they should and abort
+ * (in a forked child) when they should not. */
+#include "harness.h"
+#include "child.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- an error handler that collects what the ledger says ------------------- */
+
+static int last_code;
+static char last_msg[512];
+static int n_errors;
+
+static void on_error(int code, const char *message, void *arg) {
+  (void)arg;
+  last_code = code;
+  snprintf(last_msg, sizeof last_msg, "%s", message);
+  n_errors++;
+}
+
+static int setup(void **state) {
+  (void)state;
+  last_code = 0;
+  last_msg[0] = '\0';
+  n_errors = 0;
+  ta_findings_clear();
+  return 0;
+}
+
+/* ---- allocation ------------------------------------------------------------ */
+
+static void test_alloc_basic(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("alloc.basic");
+  unsigned char *p = ta_alloc(T, 100);
+  assert_non_null(p);
+  assert_int_equal(ta_block_size(p), 100);
+  assert_int_equal(ta_block_tag(p), T);
+  assert_true(ta_usable_size(p) >= 100);
+  memset(p, 0xAB, 100);                          /* all of it is ours */
+
+  unsigned char *z = ta_alloc(T, 0);             /* a unique pointer of size 0 */
+  assert_non_null(z);
+  assert_ptr_not_equal(z, p);
+  assert_int_equal(ta_block_size(z), 0);
+  assert_int_equal(ta_block_tag(z), T);
+
+  ta_free(p);
+  ta_free(z);
+  assert_int_equal(ta_block_size(p), 0);         /* no longer a live block */
+  assert_int_equal(ta_block_tag(p), TA_ANY);
+  assert_int_equal(ta_usable_size(p), 0);
+  ta_free(NULL);                                 /* a no-op */
+
+  int on_stack;
+  assert_int_equal(ta_block_size(&on_stack), 0); /* not the ledger's */
+  assert_int_equal(ta_usable_size(&on_stack), 0);
+  assert_int_equal(ta_block_tag(&on_stack), TA_ANY);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
+static void test_calloc_zeroed(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("alloc.calloc");
+  ta_mark m = ta_mark_now();
+  uint32_t *v = ta_calloc(T, 1000, sizeof *v);
+  assert_non_null(v);
+  assert_int_equal(ta_block_size(v), 4000);
+  assert_int_equal(ta_block_tag(v), T);
+  for (size_t i = 0; i < 1000; i++) assert_int_equal(v[i], 0);
+
+  /* n * size overflows: NULL, TA_EOVERFLOW, nothing allocated. */
+  ta_error_handler(on_error, NULL);
+  assert_null(ta_calloc(T, SIZE_MAX / 2 + 1, 2));
+  assert_int_equal(last_code, TA_EOVERFLOW);
+  assert_null(ta_calloc(T, 2, SIZE_MAX / 2 + 1));
+  assert_null(ta_calloc(T, SIZE_MAX, SIZE_MAX));
+  assert_int_equal(n_errors, 3);
+  ta_error_handler(NULL, NULL);
+
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.allocs, 1);
+  assert_int_equal(c.live_blocks, 1);
+  assert_int_equal(c.live_bytes, 4000);
+  ta_free(v);
+  assert_int_equal(ta_since(m, T).live_blocks, 0);
+}
+
+static void test_realloc_moves(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("alloc.realloc");
+  ta_mark m = ta_mark_now();
+  unsigned char *p = ta_alloc(T, 16);
+  for (int i = 0; i < 16; i++) p[i] = (unsigned char)i;
+
+  /* Grows: moves (always, so a stale pointer is caught), copies, keeps the tag. */
+  unsigned char *q = ta_realloc(p, 64);
+  assert_non_null(q);
+  assert_ptr_not_equal(q, p);
+  assert_int_equal(ta_block_size(q), 64);
+  assert_int_equal(ta_block_tag(q), T);
+  for (int i = 0; i < 16; i++) assert_int_equal(q[i], i);
+  assert_int_equal(ta_block_size(p), 0);         /* the old block is freed */
+
+  /* Shrinks: the prefix is kept. */
+  unsigned char *r = ta_realloc(q, 8);
+  assert_non_null(r);
+  assert_ptr_not_equal(r, q);
+  assert_int_equal(ta_block_size(r), 8);
+  for (int i = 0; i < 8; i++) assert_int_equal(r[i], i);
+
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.allocs, 3);
+  assert_int_equal(c.frees, 2);
+  assert_int_equal(c.live_blocks, 1);
+  assert_int_equal(c.live_bytes, 8);
+
+  /* realloc(NULL) allocates with tag "realloc"; ta_realloc_tag with its tag. */
+  ta_tag R = ta_tag_get("realloc");
+  ta_mark m2 = ta_mark_now();
+  void *n = ta_realloc(NULL, 32);
+  assert_non_null(n);
+  assert_int_equal(ta_block_tag(n), R);
+  assert_int_equal(ta_block_size(n), 32);
+  void *n2 = ta_realloc_tag(T, NULL, 24);
+  assert_int_equal(ta_block_tag(n2), T);
+  void *n3 = ta_realloc_tag(R, n2, 48);          /* not NULL: keeps n2's tag */
+  assert_int_equal(ta_block_tag(n3), T);
+  assert_int_equal(ta_since(m2, R).allocs, 1);
+  assert_int_equal(ta_since(m2, T).allocs, 2);
+  assert_int_equal(ta_since(m2, TA_ANY).allocs, 3);
+
+  /* realloc(p, 0) frees p and returns NULL. */
+  assert_null(ta_realloc(r, 0));
+  assert_int_equal(ta_block_size(r), 0);
+  ta_free(n);
+  ta_free(n3);
+  c = ta_since(m, TA_ANY);
+  assert_int_equal(c.allocs, 6);
+  assert_int_equal(c.frees, 6);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
+static void test_aligned(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("alloc.aligned");
+  for (size_t align = 1; align <= 8192; align *= 2) {
+    void *p = ta_aligned(T, align, 40);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % align, 0);
+    assert_int_equal(ta_block_size(p), 40);
+    assert_int_equal(ta_block_tag(p), T);
+    assert_true(ta_usable_size(p) >= 40);
+    ta_free(p);
+  }
+  ta_error_handler(on_error, NULL);
+  ta_mark m = ta_mark_now();
+  assert_null(ta_aligned(T, 48, 40));
+  assert_int_equal(last_code, TA_EINVAL);
+  assert_null(ta_aligned(T, 0, 40));
+  assert_null(ta_aligned(T, 3, 40));
+  assert_null(ta_aligned(T, ((size_t)1 << 20) + 1, 40));
+  assert_int_equal(n_errors, 4);
+  ta_error_handler(NULL, NULL);
+  assert_int_equal(ta_since(m, TA_ANY).allocs, 0);
+}
+
+/* ---- tags ---------------------------------------------------------------------- */
+
+static void test_tags(void **state) {
+  (void)state;
+  char name[32] = "tag.one";
+  ta_tag a = ta_tag_get(name);
+  assert_int_not_equal(a, TA_ANY);
+  strcpy(name, "tag.XXX");                       /* the name was copied */
+  assert_string_equal(ta_tag_name(a), "tag.one");
+  assert_int_equal(ta_tag_get("tag.one"), a);
+  ta_tag b = ta_tag_get("tag.two");
+  assert_int_not_equal(b, a);
+  assert_int_not_equal(b, TA_ANY);
+  assert_int_equal(ta_tag_get("tag.two"), b);
+  assert_string_equal(ta_tag_name(b), "tag.two");
+  assert_string_equal(ta_tag_name(TA_MAX_TAGS + 7), "?");
+
+  ta_error_handler(on_error, NULL);
+  assert_int_equal(ta_tag_get(NULL), TA_ANY);
+  assert_int_equal(last_code, TA_EINVAL);
+  assert_int_equal(ta_tag_get(""), TA_ANY);
+  assert_int_equal(n_errors, 2);
+  ta_error_handler(NULL, NULL);
+
+  /* An unknown tag number allocates as TA_ANY rather than out of range. */
+  void *p = ta_alloc(TA_MAX_TAGS - 1, 8);
+  assert_non_null(p);
+  assert_int_equal(ta_block_tag(p), TA_ANY);
+  ta_free(p);
+}
+
+/* ---- counts ---------------------------------------------------------------------- */
+
+static void test_counts_scripted(void **state) {
+  (void)state;
+  ta_tag A = ta_tag_get("count.A"), B = ta_tag_get("count.B");
+  uint64_t live0 = ta_summary_get().live_bytes;  /* whatever else is live (nothing, normally) */
+
+  void *pre = ta_alloc(A, 1000);                 /* made before the mark */
+  ta_mark m = ta_mark_now();
+  void *a1 = ta_alloc(A, 100);                   /* A live: 1100 */
+  void *a2 = ta_alloc(A, 200);                   /*         1300 */
+  void *b1 = ta_alloc(B, 50);                    /* all:    1350 (+live0) */
+  ta_free(pre);                                  /* A: 300  all: 350 */
+  void *a3 = ta_alloc(A, 300);                   /* A: 600  all: 650 */
+  ta_free(a1);                                   /* A: 500  all: 550 */
+  ta_free(b1);                                   /*         all: 500 */
+
+  ta_counts c = ta_since(m, A);
+  assert_int_equal(c.allocs, 3);
+  assert_int_equal(c.frees, 2);                  /* pre was made before the mark: counted */
+  assert_int_equal(c.live_blocks, 2);
+  assert_int_equal(c.live_bytes, 500);
+  assert_int_equal(c.peak_bytes, 1300);          /* pre counts toward the tag's peak */
+
+  c = ta_since(m, B);
+  assert_int_equal(c.allocs, 1);
+  assert_int_equal(c.frees, 1);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(c.live_bytes, 0);
+  assert_int_equal(c.peak_bytes, 50);
+
+  c = ta_since(m, TA_ANY);
+  assert_int_equal(c.allocs, 4);
+  assert_int_equal(c.frees, 3);
+  assert_int_equal(c.live_blocks, 2);
+  assert_int_equal(c.live_bytes, 500);
+  assert_int_equal(c.peak_bytes, live0 + 1350);
+
+  /* A later mark: its own counts; the earlier mark's peak spans both. */
+  ta_mark m2 = ta_mark_now();
+  void *big = ta_alloc(A, 5000);                 /* A: 5500 */
+  ta_free(big);                                  /* A: 500 */
+  c = ta_since(m2, A);
+  assert_int_equal(c.allocs, 1);
+  assert_int_equal(c.frees, 1);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(c.live_bytes, 0);
+  assert_int_equal(c.peak_bytes, 5500);
+  assert_int_equal(ta_since(m, A).peak_bytes, 5500);
+  assert_int_equal(ta_since(m, A).allocs, 4);
+
+  ta_mark m3 = ta_mark_now();                    /* after the peak: the level now */
+  assert_int_equal(ta_since(m3, A).peak_bytes, 500);
+  assert_int_equal(ta_since(m2, A).peak_bytes, 5500);
+  assert_int_equal(ta_since(m, A).peak_bytes, 5500);
+  assert_int_equal(ta_since(m, B).peak_bytes, 50);
+
+  ta_free(a2);
+  ta_free(a3);
+  c = ta_since(m, A);
+  assert_int_equal(c.allocs, 4);
+  assert_int_equal(c.frees, 5);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(c.live_bytes, 0);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+
+  /* A mark that does not exist: zeros and TA_EINVAL. */
+  ta_error_handler(on_error, NULL);
+  c = ta_since(m3 + 1000, A);
+  assert_int_equal(c.allocs, 0);
+  assert_int_equal(c.peak_bytes, 0);
+  assert_int_equal(last_code, TA_EINVAL);
+  ta_error_handler(NULL, NULL);
+}
+
+typedef struct { size_t n, bytes; } live_acc;
+
+static void count_live(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg) {
+  (void)p;
+  (void)tag;
+  live_acc *a = arg;
+  a->n++;
+  a->bytes += size;
+  assert_int_not_equal(stack, 0);
+}
+
+/* 10,000 iterations of alloc+free, exact at every step; every 7th block
+ * stays live, so the number made since the mark soon exceeds the ledger's
+ * per-thread ring of recent births and ta_since must still be exact. */
+static void test_since_loop(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("loop");
+  enum { N = 10000 };
+  static void *kept[N / 7 + 1];
+  size_t nkept = 0;
+  uint64_t kept_bytes = 0;
+  ta_mark m = ta_mark_now();
+  for (size_t i = 0; i < N; i++) {
+    size_t size = i % 100 + 1;
+    void *p = ta_alloc(T, size);
+    assert_non_null(p);
+    ta_counts c = ta_since(m, T);
+    assert_int_equal(c.allocs, i + 1);
+    assert_int_equal(c.live_blocks, nkept + 1);
+    assert_int_equal(c.live_bytes, kept_bytes + size);
+    if (i % 7 == 0) {
+      kept[nkept++] = p;
+      kept_bytes += size;
+    } else {
+      ta_free(p);
+    }
+    c = ta_since(m, T);
+    assert_int_equal(c.frees, i + 1 - nkept);
+    assert_int_equal(c.live_blocks, nkept);
+    assert_int_equal(c.live_bytes, kept_bytes);
+  }
+  assert_int_equal(nkept, 1429);
+  TA_ASSERT_LIVE_SINCE(m, T, 1429);
+  TA_ASSERT_ALLOCS_SINCE(m, T, N);
+  for (size_t i = 0; i < nkept; i++) ta_free(kept[i]);
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.allocs, N);
+  assert_int_equal(c.frees, N);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(c.live_bytes, 0);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
+/* ta_live_since visits each live block made since the mark once, also when
+ * more blocks were made since the mark than the per-thread ring of recent
+ * births holds (4096), and ta_print_live_since counts the same. */
+static void test_live_since_visits_once(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("live.since");
+  enum { N = 5000 };
+  static void *kept[N];
+  uint64_t bytes = 0;
+  ta_mark m = ta_mark_now();
+  for (size_t i = 0; i < N; i++) {
+    kept[i] = ta_alloc(T, i % 50 + 1);
+    bytes += i % 50 + 1;
+  }
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.live_blocks, N);
+  assert_int_equal(c.live_bytes, bytes);
+  live_acc acc = { 0, 0 };
+  ta_live_since(m, T, count_live, &acc);
+  size_t printed = ta_print_live_since(m, T, 0);  /* counts, prints none */
+  for (size_t i = 0; i < N; i++) ta_free(kept[i]);
+  assert_int_equal(acc.n, N);
+  assert_int_equal(acc.bytes, bytes);
+  assert_int_equal(printed, N);
+
+  /* Fewer than the ring holds: the same. */
+  ta_mark m2 = ta_mark_now();
+  for (size_t i = 0; i < 100; i++) kept[i] = ta_alloc(T, 8);
+  acc = (live_acc){ 0, 0 };
+  ta_live_since(m2, T, count_live, &acc);
+  for (size_t i = 0; i < 100; i++) ta_free(kept[i]);
+  assert_int_equal(acc.n, 100);
+  assert_int_equal(acc.bytes, 800);
+}
+
+/* ---- assertion macros --------------------------------------------------------- */
+
+__attribute__((noinline)) static void do_double_free(void *p) {
+  ta_free(p);
+  ta_free(p);
+  __asm__ volatile("" ::: "memory");
+}
+
+static void test_assert_macros_pass(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("assert.pass");
+  ta_mark m = ta_mark_now();
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+  TA_ASSERT_ALLOCS_SINCE(m, T, 0);
+  void *a = ta_alloc(T, 10), *b = ta_alloc(T, 20);
+  TA_ASSERT_ALLOCS_SINCE(m, T, 2);
+  TA_ASSERT_ALLOCS_SINCE(m, TA_ANY, 2);
+  TA_ASSERT_LIVE_SINCE(m, T, 2);
+  ta_free(a);
+  TA_ASSERT_LIVE_SINCE(m, T, 1);
+  TA_ASSERT_FINDINGS("free.double", 0);
+  ta_error_handler(on_error, NULL);
+  do_double_free(b);
+  ta_error_handler(NULL, NULL);
+  TA_ASSERT_FINDINGS("free.double", 1);
+  TA_ASSERT_FINDINGS(NULL, 1);
+  TA_ASSERT_LIVE_SINCE(m, T, 0);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+}
+
+/* Each runs in a forked child and must abort with the message given. */
+static void fail_no_leaks(void *arg) {
+  (void)arg;
+  ta_mark m = ta_mark_now();
+  void *volatile p = ta_alloc(ta_tag_get("assert.fail"), 24);
+  (void)p;
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+}
+
+static void fail_allocs(void *arg) {
+  (void)arg;
+  ta_tag T = ta_tag_get("assert.fail");
+  ta_mark m = ta_mark_now();
+  ta_free(ta_alloc(T, 1));
+  TA_ASSERT_ALLOCS_SINCE(m, T, 2);
+}
+
+static void fail_live(void *arg) {
+  (void)arg;
+  ta_tag T = ta_tag_get("assert.fail");
+  ta_mark m = ta_mark_now();
+  void *volatile p = ta_alloc(T, 8);
+  void *volatile q = ta_alloc(T, 8);
+  (void)p;
+  (void)q;
+  TA_ASSERT_LIVE_SINCE(m, T, 1);
+}
+
+static void fail_findings(void *arg) {
+  (void)arg;
+  TA_ASSERT_FINDINGS("free.double", 1);
+}
+
+typedef struct { void (*fn)(void *); const char *message; } failing_case;
+
+static void test_assert_macros_abort(void **state) {
+  (void)state;
+  static const failing_case cases[] = {
+    { fail_no_leaks, "tagalloc assertion failed: live blocks since mark [tag any]: got 1, expected 0\n"
+                     "  live: 24 bytes at " },
+    { fail_allocs,   "tagalloc assertion failed: allocations since mark [tag assert.fail]: got 1, expected 2\n" },
+    { fail_live,     "tagalloc assertion failed: live blocks since mark [tag assert.fail]: got 2, expected 1\n" },
+    { fail_findings, "tagalloc assertion failed: findings of \"free.double\" [tag any]: got 0, expected 1\n" },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    child_result r;
+    child_fork(cases[i].fn, NULL, &r);
+    if (!WIFSIGNALED(r.status) || WTERMSIG(r.status) != SIGABRT || !strstr(r.err, cases[i].message))
+      child_dump(&r);
+    assert_true(WIFSIGNALED(r.status));
+    assert_int_equal(WTERMSIG(r.status), SIGABRT);
+    assert_non_null(strstr(r.err, cases[i].message));
+    assert_non_null(strstr(r.err, "test_alloc.c:"));
+    child_result_free(&r);
+  }
+}
+
+int main(void) {
+  setenv("TAGALLOC_REPORT", "0", 1);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup(test_alloc_basic, setup),
+    cmocka_unit_test_setup(test_calloc_zeroed, setup),
+    cmocka_unit_test_setup(test_realloc_moves, setup),
+    cmocka_unit_test_setup(test_aligned, setup),
+    cmocka_unit_test_setup(test_tags, setup),
+    cmocka_unit_test_setup(test_counts_scripted, setup),
+    cmocka_unit_test_setup(test_since_loop, setup),
+    cmocka_unit_test_setup(test_live_since_visits_once, setup),
+    cmocka_unit_test_setup(test_assert_macros_pass, setup),
+    cmocka_unit_test_setup(test_assert_macros_abort, setup),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

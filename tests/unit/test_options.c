@@ -1,0 +1,258 @@
+/* test_options.c - TAGALLOC_* options, each read once per process, so each
+ * case runs this program again as a child with the environment it needs:
+ * TAGALLOC_DEPTH=4 cuts stacks to 4 frames; TAGALLOC_UNWIND=fast gives the
+ * same frames as exact for code with frame pointers; a bad value
+ * (TAGALLOC_DEPTH=banana, out of range, an unknown unwinder) warns with the
+ * variable's name and value on stderr and keeps the default;
+ * TAGALLOC_QUARANTINE=0 still allocates, frees and counts exactly. */
+#include "harness.h"
+#include "child.h"
+#include "report.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __clang__
+#define NOIPA __attribute__((noinline))
+#else
+#define NOIPA __attribute__((noipa))
+#endif
+#define KEEP() __asm__ volatile("" ::: "memory")
+
+/* ---- the children ------------------------------------------------------------ */
+
+static uint32_t deep_stack;
+
+NOIPA static void recurse(int n) {
+  if (n == 0) deep_stack = ta_stack_here();
+  else recurse(n - 1);
+  KEEP();
+}
+
+static uint32_t alloc_stack;
+
+static void grab_stack(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg) {
+  (void)p;
+  (void)size;
+  (void)tag;
+  (void)arg;
+  alloc_stack = stack;
+}
+
+NOIPA static void alloc_here(void) {
+  ta_mark m = ta_mark_now();
+  void *p = ta_alloc(ta_tag_get("opt"), 8);
+  ta_live_since(m, TA_ANY, grab_stack, NULL);
+  ta_free(p);
+  KEEP();
+}
+
+static const char *innermost(report_ctx *ctx, uintptr_t pc) {
+  report_frame fr[REPORT_MAX_INLINE];
+  int n = report_symbolize(ctx, pc, fr, REPORT_MAX_INLINE);
+  return n > 0 && fr[0].function ? fr[0].function : "??";
+}
+
+/* Prints the options, then the stack of recurse(10)'s innermost call and
+ * of an allocation, one function name a line. */
+NOIPA static int child_stack(void) {
+  printf("depth=%ld unwind=%ld quarantine=%ld\n", ta_option("depth"), ta_option("unwind"),
+         ta_option("quarantine"));
+  recurse(10);
+  const uintptr_t *pcs;
+  size_t n = ta_stack_frames(deep_stack, &pcs);
+  printf("frames=%zu\n", n);
+  report_ctx *ctx = report_ctx_new();
+  for (size_t i = 0; i < n && i < 12; i++) printf("#%zu %s\n", i, innermost(ctx, pcs[i]));
+  alloc_here();
+  n = ta_stack_frames(alloc_stack, &pcs);
+  printf("alloc frames=%zu #0 %s\n", n, n ? innermost(ctx, pcs[0]) : "none");
+  report_ctx_free(ctx);
+  KEEP();
+  return 0;
+}
+
+/* Without a quarantine: alloc and free, exact counts, and a second free is
+ * still caught (as invalid: the ledger forgot the block). */
+static int child_no_quarantine(void) {
+  ta_tag T = ta_tag_get("noq");
+  ta_mark m = ta_mark_now();
+  int bad = 0;
+  for (int i = 0; i < 1000; i++) {
+    void *p = ta_alloc(T, (size_t)(i % 64) + 1);
+    if (p == NULL || ta_block_size(p) != (size_t)(i % 64) + 1) bad++;
+    memset(p, 1, (size_t)(i % 64) + 1);
+    ta_free(p);
+    if (ta_block_size(p) != 0) bad++;
+    ta_counts c = ta_since(m, T);
+    if (c.allocs != (uint64_t)i + 1 || c.frees != (uint64_t)i + 1 || c.live_blocks != 0) bad++;
+  }
+  void *p = ta_alloc(T, 32);
+  ta_free(p);
+  ta_free(p);
+  printf("quarantine=%ld bad=%d double=%zu invalid=%zu all=%zu\n", ta_option("quarantine"), bad,
+         ta_findings_count("free.double"), ta_findings_count("free.invalid"), ta_findings_count(NULL));
+  void *q = ta_alloc(T, 16);                     /* and it goes on */
+  ta_free(q);
+  ta_counts c = ta_since(m, T);
+  printf("allocs=%lu frees=%lu live=%lu\n", (unsigned long)c.allocs, (unsigned long)c.frees,
+         (unsigned long)c.live_blocks);
+  return 0;
+}
+
+/* ---- the parent ------------------------------------------------------------------ */
+
+static void run(const char *mode, const char *const *env, child_result *r) {
+  child_exec(mode, env, r);
+  if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) child_dump(r);
+  assert_true(WIFEXITED(r->status));
+  assert_int_equal(WEXITSTATUS(r->status), 0);
+}
+
+static void expect(const child_result *r, const char *text, const char *where) {
+  if (!strstr(where, text)) {
+    fprintf(stderr, "expected to find: %s\n", text);
+    child_dump(r);
+  }
+  assert_non_null(strstr(where, text));
+}
+
+static void test_default_stack(void **state) {
+  (void)state;
+  child_result r;
+  run("stack", NULL, &r);
+  expect(&r, "depth=32 unwind=0 quarantine=67108864\n", r.out);
+  size_t frames = 0;
+  assert_int_equal(sscanf(strstr(r.out, "frames="), "frames=%zu", &frames), 1);
+  assert_true(frames >= 13 && frames <= 32);     /* recurse x11, child_stack, main, libc ... */
+  expect(&r, "#0 recurse\n#1 recurse\n#2 recurse\n#3 recurse\n#4 recurse\n#5 recurse\n"
+             "#6 recurse\n#7 recurse\n#8 recurse\n#9 recurse\n#10 recurse\n#11 child_stack\n", r.out);
+  expect(&r, "#0 alloc_here\n", r.out);
+  assert_string_equal(r.err, "");                /* no warning */
+  child_result_free(&r);
+}
+
+static void test_depth_4(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_DEPTH=4", NULL };
+  run("stack", env, &r);
+  expect(&r, "depth=4 unwind=0", r.out);
+  expect(&r, "frames=4\n#0 recurse\n#1 recurse\n#2 recurse\n#3 recurse\nalloc frames=4 #0 alloc_here\n", r.out);
+  assert_string_equal(r.err, "");
+  child_result_free(&r);
+
+  const char *one[] = { "TAGALLOC_DEPTH=1", NULL };
+  run("stack", one, &r);
+  expect(&r, "frames=1\n#0 recurse\nalloc frames=1 #0 alloc_here\n", r.out);
+  child_result_free(&r);
+}
+
+static void test_unwind_fast(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_UNWIND=fast", NULL };
+  run("stack", env, &r);
+  expect(&r, "depth=32 unwind=1", r.out);
+  size_t frames = 0;
+  assert_int_equal(sscanf(strstr(r.out, "frames="), "frames=%zu", &frames), 1);
+  assert_true(frames >= 13 && frames <= 32);
+  expect(&r, "#0 recurse\n#1 recurse\n#2 recurse\n#3 recurse\n#4 recurse\n#5 recurse\n"
+             "#6 recurse\n#7 recurse\n#8 recurse\n#9 recurse\n#10 recurse\n#11 child_stack\n", r.out);
+  expect(&r, "#0 alloc_here\n", r.out);
+  assert_string_equal(r.err, "");
+  child_result_free(&r);
+
+  const char *both[] = { "TAGALLOC_UNWIND=fast", "TAGALLOC_DEPTH=4", NULL };
+  run("stack", both, &r);
+  expect(&r, "depth=4 unwind=1", r.out);
+  expect(&r, "frames=4\n#0 recurse\n#1 recurse\n#2 recurse\n#3 recurse\n", r.out);
+  child_result_free(&r);
+}
+
+static void test_unwind_none(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_UNWIND=none", NULL };
+  run("stack", env, &r);
+  expect(&r, "depth=32 unwind=2", r.out);
+  expect(&r, "frames=0\nalloc frames=0 #0 none\n", r.out);
+  child_result_free(&r);
+}
+
+static void test_bad_values(void **state) {
+  (void)state;
+  static const struct { const char *env, *warning, *values; } cases[] = {
+    { "TAGALLOC_DEPTH=banana", "tagalloc: TAGALLOC_DEPTH=banana is not a valid value; keeping the default\n",
+      "depth=32 unwind=0 " },
+    { "TAGALLOC_DEPTH=0", "TAGALLOC_DEPTH=0 is not a valid value", "depth=32 " },
+    { "TAGALLOC_DEPTH=129", "TAGALLOC_DEPTH=129 is not a valid value", "depth=32 " },
+    { "TAGALLOC_DEPTH=4x", "TAGALLOC_DEPTH=4x is not a valid value", "depth=32 " },
+    { "TAGALLOC_UNWIND=sideways", "TAGALLOC_UNWIND=sideways is not a valid value", "depth=32 unwind=0 " },
+    { "TAGALLOC_QUARANTINE=-5", "TAGALLOC_QUARANTINE=-5 is not a valid value", "quarantine=67108864\n" },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    child_result r;
+    const char *env[] = { cases[i].env, NULL };
+    run("stack", env, &r);
+    expect(&r, cases[i].warning, r.err);
+    expect(&r, cases[i].values, r.out);
+    expect(&r, "#0 recurse\n", r.out);             /* and it works */
+    child_result_free(&r);
+  }
+}
+
+static void test_good_values(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_QUARANTINE=64K", "TAGALLOC_DEPTH=0x8", NULL };
+  run("stack", env, &r);
+  expect(&r, "depth=8 unwind=0 quarantine=65536\n", r.out);
+  expect(&r, "frames=8\n", r.out);
+  assert_string_equal(r.err, "");
+  child_result_free(&r);
+}
+
+static void test_quarantine_0(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_QUARANTINE=0", NULL };
+  run("no-quarantine", env, &r);
+  expect(&r, "quarantine=0 bad=0 double=0 invalid=1 all=1\n", r.out);
+  expect(&r, "allocs=1002 frees=1002 live=0\n", r.out);
+  expect(&r, "free.invalid at 0x", r.err);
+  child_result_free(&r);
+}
+
+static void test_option_names(void **state) {
+  (void)state;
+  assert_int_equal(ta_option("no-such-option"), -1);
+  assert_int_equal(ta_option("report"), 0);      /* set in main */
+  assert_int_equal(ta_option("depth"), 32);
+  assert_int_equal(ta_option("poison"), 0xDF);
+  assert_int_equal(ta_option("fill"), -1);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--child") == 0) {
+    if (strcmp(argv[2], "stack") == 0) return child_stack();
+    if (strcmp(argv[2], "no-quarantine") == 0) return child_no_quarantine();
+    return 2;
+  }
+  setenv("TAGALLOC_REPORT", "0", 1);             /* the children inherit it */
+  unsetenv("TAGALLOC_DEPTH");
+  unsetenv("TAGALLOC_UNWIND");
+  unsetenv("TAGALLOC_QUARANTINE");
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_default_stack),
+    cmocka_unit_test(test_depth_4),
+    cmocka_unit_test(test_unwind_fast),
+    cmocka_unit_test(test_unwind_none),
+    cmocka_unit_test(test_bad_values),
+    cmocka_unit_test(test_good_values),
+    cmocka_unit_test(test_quarantine_0),
+    cmocka_unit_test(test_option_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,282 @@
+/* test_ref.c - refcount tracking: init/acquire/release return the new
+ * count and ta_ref_count follows; a release at count 0, on an object with no
+ * refcount, or after the block was freed is ref.underflow at once (release
+ * returns -1) with the transition history; acquire after free is
+ * use.after-free; ref.leak exists only at exit, and the exit report of a
+ * child that leaves a count > 0 names the object and its unmatched
+ * acquisitions with their stacks. */
+#include "harness.h"
+#include "child.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __clang__
+#define NOIPA __attribute__((noinline))
+#else
+#define NOIPA __attribute__((noipa))   /* not inlined, not cloned, not tail-called */
+#endif
+#define KEEP() __asm__ volatile("" ::: "memory")   /* no tail call: the caller stays on the stack */
+
+static int n_messages;
+static char first_message[512];
+
+static void on_error(int code, const char *message, void *arg) {
+  (void)arg;
+  if (code == TA_EFINDING && n_messages++ == 0) snprintf(first_message, sizeof first_message, "%s", message);
+}
+
+static int setup(void **state) {
+  (void)state;
+  ta_findings_clear();
+  n_messages = 0;
+  first_message[0] = '\0';
+  ta_error_handler(on_error, NULL);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  ta_error_handler(NULL, NULL);
+  return 0;
+}
+
+/* The first finding of a kind, copied (history included). */
+typedef struct {
+  const char *kind;
+  int found;
+  ta_finding f;
+  ta_ref_event history[16];
+} find_arg;
+
+static int find_kind(const ta_finding *f, void *arg) {
+  find_arg *a = arg;
+  if (strcmp(f->kind, a->kind) != 0) return 0;
+  a->found = 1;
+  a->f = *f;
+  size_t n = f->history_len < 16 ? f->history_len : 16;
+  memcpy(a->history, f->history, n * sizeof *f->history);
+  a->f.history = NULL;
+  a->f.slot = NULL;
+  return 1;
+}
+
+static void test_counts(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("ref.obj");
+  void *obj = ta_alloc(T, 32);
+  assert_int_equal(ta_ref_count(obj), -1);       /* no refcount yet */
+  ta_ref_init(obj, 1);
+  assert_int_equal(ta_ref_count(obj), 1);
+  assert_int_equal(ta_ref_acquire(obj), 2);
+  assert_int_equal(ta_ref_acquire(obj), 3);
+  assert_int_equal(ta_ref_count(obj), 3);
+  assert_int_equal(ta_ref_release(obj), 2);
+  assert_int_equal(ta_ref_release(obj), 1);
+  assert_int_equal(ta_ref_count(obj), 1);
+  assert_int_equal(ta_ref_release(obj), 0);
+  assert_int_equal(ta_ref_count(obj), 0);
+
+  /* init again restarts the count */
+  ta_ref_init(obj, 5);
+  assert_int_equal(ta_ref_count(obj), 5);
+  assert_int_equal(ta_ref_release(obj), 4);
+
+  /* an object that is not a block: acquire on a fresh address starts at 0 */
+  static long plain;
+  assert_int_equal(ta_ref_count(&plain), -1);
+  assert_int_equal(ta_ref_acquire(&plain), 1);
+  assert_int_equal(ta_ref_release(&plain), 0);
+  assert_int_equal(ta_ref_count(&plain), 0);
+
+  ta_free(obj);
+  assert_int_equal(ta_ref_count(obj), -1);       /* dead with its block */
+  assert_int_equal(ta_findings_count(NULL), 0);
+  assert_int_equal(n_messages, 0);
+}
+
+NOIPA static long release_once_too_often(void *obj) {
+  long r = ta_ref_release(obj);
+  KEEP();
+  return r;
+}
+
+static void test_underflow_at_zero(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("ref.obj");
+  void *obj = ta_alloc(T, 40);
+  ta_ref_init(obj, 1);
+  assert_int_equal(ta_ref_release(obj), 0);
+  assert_int_equal(ta_findings_count("ref.underflow"), 0);
+  for (volatile int i = 0; i < 2; i++) assert_int_equal(release_once_too_often(obj), -1);
+  assert_int_equal(ta_findings_count("ref.underflow"), 2);   /* two occurrences ... */
+  assert_int_equal(ta_findings_count(NULL), 2);
+  assert_int_equal(ta_ref_count(obj), 0);        /* stays at 0 */
+  assert_int_equal(n_messages, 1);                /* ... of one group: one message */
+  assert_non_null(strstr(first_message, "ref.underflow at 0x"));
+  assert_non_null(strstr(first_message, "a release at count 0"));
+
+  find_arg a = { .kind = "ref.underflow" };
+  ta_findings_visit(find_kind, &a);
+  assert_true(a.found);
+  assert_int_equal(a.f.addr, (uintptr_t)obj);
+  assert_int_equal(a.f.bytes, 40);
+  assert_int_equal(a.f.tag, T);
+  assert_int_not_equal(a.f.stack, 0);
+  assert_int_not_equal(a.f.alloc_stack, 0);
+  assert_int_equal(a.f.free_stack, 0);
+  assert_int_equal(a.f.blocks, 2);
+  /* the story as of the first occurrence: init -> 1, -1 -> 0, and the bad
+   * -1 (the count stays 0) */
+  assert_int_equal(a.f.history_len, 3);
+  assert_int_equal(a.history[0].delta, 0);
+  assert_int_equal(a.history[0].count, 1);
+  assert_int_equal(a.history[1].delta, -1);
+  assert_int_equal(a.history[1].count, 0);
+  assert_int_equal(a.history[2].delta, -1);
+  assert_int_equal(a.history[2].count, 0);
+  assert_int_equal(a.history[2].stack, a.f.stack);
+  assert_true(a.history[0].seq < a.history[1].seq && a.history[1].seq < a.history[2].seq);
+
+  /* From another call site: another group, another message. */
+  assert_int_equal(release_once_too_often(obj), -1);
+  assert_int_equal(ta_findings_count("ref.underflow"), 3);
+  assert_int_equal(n_messages, 2);
+  ta_free(obj);
+}
+
+static void test_underflow_no_refcount(void **state) {
+  (void)state;
+  void *obj = ta_alloc(ta_tag_get("ref.obj"), 8);
+  assert_int_equal(ta_ref_release(obj), -1);
+  assert_int_equal(ta_findings_count("ref.underflow"), 1);
+  assert_non_null(strstr(first_message, "a release on an object with no refcount"));
+  ta_free(obj);
+}
+
+static void test_release_after_free(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("ref.obj");
+  void *obj = ta_alloc(T, 24);
+  ta_ref_init(obj, 1);
+  ta_free(obj);                                  /* freed with a count of 1 */
+  assert_int_equal(ta_findings_count(NULL), 0);
+  assert_int_equal(ta_ref_release(obj), -1);
+  assert_int_equal(ta_findings_count("ref.underflow"), 1);
+  assert_non_null(strstr(first_message, "a release on a freed object"));
+
+  find_arg a = { .kind = "ref.underflow" };
+  ta_findings_visit(find_kind, &a);
+  assert_true(a.found);
+  assert_int_equal(a.f.addr, (uintptr_t)obj);
+  assert_int_equal(a.f.bytes, 24);
+  assert_int_not_equal(a.f.free_stack, 0);       /* where it was freed */
+  assert_int_not_equal(a.f.alloc_stack, 0);
+  assert_int_equal(a.f.history_len, 2);          /* init -> 1, the bad -1 */
+
+  /* acquiring a freed object is a use after free */
+  assert_int_equal(ta_ref_acquire(obj), -1);
+  assert_int_equal(ta_findings_count("use.after-free"), 1);
+  assert_int_equal(ta_findings_count(NULL), 2);
+}
+
+static void test_release_after_free_no_count(void **state) {
+  (void)state;
+  void *obj = ta_alloc(ta_tag_get("ref.obj"), 16);
+  ta_free(obj);                                  /* never had a refcount */
+  assert_int_equal(ta_ref_release(obj), -1);
+  assert_int_equal(ta_findings_count("ref.underflow"), 1);
+  assert_non_null(strstr(first_message, "a release on a freed object"));
+}
+
+/* ref.leak is an exit finding: a scan during the run does not make one. */
+static void test_no_ref_leak_before_exit(void **state) {
+  (void)state;
+  static void *volatile keep;
+  keep = ta_alloc(ta_tag_get("ref.obj"), 8);
+  ta_ref_init(keep, 2);
+  ta_scan();
+  assert_int_equal(ta_findings_count("ref.leak"), 0);
+  assert_int_equal(ta_findings_count(NULL), 0);
+  assert_int_equal(ta_ref_release(keep), 1);
+  assert_int_equal(ta_ref_release(keep), 0);
+  ta_free(keep);
+  keep = NULL;
+}
+
+/* ---- the child: an object left with references at exit ----------------------- */
+
+static void *volatile leaked_obj;              /* reachable: only the count leaks */
+
+NOIPA static void leaky_acquire(void *obj) {
+  ta_ref_acquire(obj);
+  KEEP();
+}
+
+NOIPA static void balanced_pair(void *obj) {
+  ta_ref_acquire(obj);
+  ta_ref_release(obj);
+  KEEP();
+}
+
+static int child_ref_leak(void) {
+  leaked_obj = ta_alloc(ta_tag_get("refobj"), 24);
+  ta_ref_init(leaked_obj, 1);
+  balanced_pair(leaked_obj);
+  leaky_acquire(leaked_obj);
+  printf("obj=%p\n", leaked_obj);
+  return 0;
+}
+
+static void test_ref_leak_at_exit(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_REPORT=1", NULL };
+  child_exec("ref-leak", env, &r);
+  assert_true(WIFEXITED(r.status));
+  assert_int_equal(WEXITSTATUS(r.status), 0);
+  char obj[64];
+  assert_int_equal(sscanf(r.out, "obj=%63s", obj), 1);
+  char want[256];
+  snprintf(want, sizeof want,
+           "ref.leak: 1 object(s) with references left at exit, such as %s (24-byte block), "
+           "allocated from:   [tag: refobj]\n    #0 0x", obj);
+  if (!strstr(r.err, want)) child_dump(&r);
+  assert_non_null(strstr(r.err, want));
+  /* the finding's stack is the last unmatched acquisition */
+  const char *frame0 = strstr(r.err, want) + strlen(want);
+  const char *eol = strchr(frame0, '\n');
+  assert_non_null(eol);
+  assert_non_null(strstr(frame0, " in leaky_acquire "));
+  assert_true(strstr(frame0, " in leaky_acquire ") < eol);
+  /* the unmatched acquisitions: the init's 1 and leaky_acquire's +1; the
+   * balanced pair is not listed */
+  const char *hist = strstr(r.err, "unmatched acquisitions (2, oldest first):\n  init -> 1 by thread T1:\n");
+  assert_non_null(hist);
+  const char *plus = strstr(hist, "  +1 -> 2 by thread T1:\n      #0 0x");
+  assert_non_null(plus);
+  eol = strchr(plus + strlen("  +1 -> 2 by thread T1:\n"), '\n');
+  assert_true(strstr(plus, " in leaky_acquire ") < eol);
+  assert_null(strstr(r.err, "balanced_pair"));
+  assert_non_null(strstr(r.err, "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 0 error(s).\n"));
+  assert_null(strstr(r.err, "Direct leak"));
+  child_result_free(&r);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--child") == 0) {
+    if (strcmp(argv[2], "ref-leak") == 0) return child_ref_leak();
+    return 2;
+  }
+  setenv("TAGALLOC_REPORT", "0", 1);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_counts, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_underflow_at_zero, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_underflow_no_refcount, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_release_after_free, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_release_after_free_no_count, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_no_ref_leak_before_exit, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_ref_leak_at_exit, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

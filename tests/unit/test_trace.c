@@ -1,0 +1,845 @@
+/* test_trace.c - the trace writer (alloc/trace.c) read back with the reader
+ * (reports/trace_read.c): exact counts from a small traced program, a
+ * killed program's prefix, an aborted program's signal flush, and the
+ * reader's robustness against truncated, bit-flipped and hand-made damaged
+ * files.
+ *
+ * The ledger reads its options once, in a constructor, before main: so the
+ * traced programs are this binary again, exec'd with TAGALLOC_TRACE set and
+ * a role in argv[1] ("child-trace PATH", "child-kill PATH N", ...). */
+#include "harness.h"
+#include "trace_read.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#ifdef __clang__
+#define NOIPA __attribute__((noinline))
+#else
+#define NOIPA __attribute__((noipa))
+#endif
+
+#define KILL_ALLOCS 2000   /* allocations of the killed child: ~24 flushes of 4 KiB buffers */
+
+/* ---- the traced programs (children) ------------------------------------------ */
+
+static struct { void *x; } g_holder;
+static void *volatile g_keep;
+static void *g_kept[KILL_ALLOCS];
+
+/* The leaked block: its address is kept nowhere. */
+NOIPA static void make_leak(ta_tag tag) {
+  char *p = ta_alloc(tag, 30);
+  memset(p, 1, 30);
+  __asm__ volatile("" ::: "memory");
+}
+
+/* Overwrites the dead stack below us, where the leaked address may linger. */
+NOIPA static void scrub_stack(void) {
+  volatile char buf[64 << 10];
+  memset((char *)buf, 0, sizeof buf);
+  __asm__ volatile("" ::: "memory");
+}
+
+/* 3 blocks of "t.a" (10, 20, 30): one freed, one kept (refcounted, held),
+ * one leaked; a mark; a clean exit. */
+static int child_trace(void) {
+  ta_tag t = ta_tag_get("t.a");
+  void *a = ta_alloc(t, 10);
+  void *b = ta_alloc(t, 20);
+  make_leak(t);
+  g_keep = a;
+  ta_free(b);
+  ta_ref_init(a, 0);
+  ta_ref_acquire(a);
+  ta_ref_release(a);
+  g_holder.x = a;
+  ta_hold(&g_holder, "x", a);
+  ta_mark_now();
+  a = b = NULL;
+  scrub_stack();
+  exit(0);
+}
+
+/* n blocks of "t.k" of sizes 1..n, all kept; then killed (no exit, no
+ * signal flush) or aborted (the fatal-signal flush). */
+static int child_die(int n, int sig) {
+  ta_tag t = ta_tag_get("t.k");
+  for (int i = 0; i < n && i < KILL_ALLOCS; i++) g_kept[i] = ta_alloc(t, (size_t)i + 1);
+  if (sig == SIGABRT) abort();
+  raise(sig);
+  return 1;
+}
+
+/* ---- running a child ------------------------------------------------------------ */
+
+static char g_self[4096];   /* argv[0] */
+static char g_exe[4096];    /* this binary: /proc/self/exe resolved now (valgrind virtualizes the link, not an exec of it) */
+
+/* Runs this binary with role and path (and arg), with TAGALLOC_TRACE=path,
+ * TAGALLOC_REPORT=0 and the extra NAME=VALUE (may be NULL); returns the wait
+ * status. */
+static int spawn(const char *role, const char *path, const char *arg, const char *extra) {
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 5, sizeof *env);
+    char trace[4200];
+    snprintf(trace, sizeof trace, "TAGALLOC_TRACE=%s", path);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+      if (strncmp(environ[i], "TAGALLOC_TRACE", 14) != 0 && strncmp(environ[i], "TAGALLOC_REPORT=", 16) != 0)
+        env[k++] = environ[i];
+    env[k++] = trace;
+    env[k++] = (char *)"TAGALLOC_REPORT=0";
+    if (extra) env[k++] = (char *)extra;
+    env[k] = NULL;
+    char *argv[] = { g_self, (char *)role, (char *)path, (char *)arg, NULL };
+    execve(g_exe, argv, env);
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) assert_int_equal(errno, EINTR);
+  return status;
+}
+
+static void temp_path(char *buf, size_t n, const char *what) {
+  snprintf(buf, n, "/tmp/test_trace.%s.XXXXXX", what);
+  int fd = mkstemp(buf);
+  assert_true(fd >= 0);
+  close(fd);
+}
+
+static unsigned char *slurp(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  assert_true(n > 0);
+  unsigned char *buf = malloc((size_t)n);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *size = (size_t)n;
+  return buf;
+}
+
+/* The clean trace of child_trace, made once. */
+static char g_trace[256];
+
+static int make_clean_trace(void **state) {
+  (void)state;
+  temp_path(g_trace, sizeof g_trace, "clean");
+  int st = spawn("child-trace", g_trace, NULL, NULL);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    fprintf(stderr, "child-trace: status 0x%x\n", st);
+    return -1;
+  }
+  return 0;
+}
+
+static int remove_clean_trace(void **state) {
+  (void)state;
+  unlink(g_trace);
+  return 0;
+}
+
+/* ---- the traced program, read back ---------------------------------------------- */
+
+static void test_exact_counts(void **state) {
+  (void)state;
+  char err[512] = "";
+  report_trace_model *m = report_trace_model_load(g_trace, err, sizeof err);
+  if (m == NULL) fail_msg("%s", err);
+  assert_false(m->damaged);
+  assert_string_equal(m->damage, "");
+  assert_true(m->clean_exit);
+  assert_int_equal(m->unknown_records, 0);
+  assert_int_equal(m->allocs, 3);
+  assert_int_equal(m->frees, 1);
+  assert_int_equal(m->reallocs, 0);
+  assert_int_equal(m->refs, 3);
+  assert_int_equal(m->holds, 1);
+  assert_int_equal(m->nmarks, 1);
+  assert_int_equal(m->marks[0].mark, 1);
+  assert_int_equal(m->unmatched_frees, 0);
+  assert_int_equal(m->realloc_overlaps, 0);
+  assert_int_equal(m->late_stacks, 0);
+  assert_int_equal(m->peak_live_bytes, 60);
+  assert_int_equal(m->live_bytes, 40);
+  assert_true(m->thread_starts >= 1);
+  assert_true(m->nmodules >= 1);            /* at least this executable */
+  assert_true(m->pid > 0);
+
+  /* live at the end: the 10 (kept) and the 30 (leaked), in sequence order */
+  assert_int_equal(m->nblocks, 2);
+  assert_int_equal(m->blocks[0].size, 10);
+  assert_int_equal(m->blocks[1].size, 30);
+  assert_true(m->blocks[0].seq < m->blocks[1].seq);
+  const char *name = report_trace_model_tag(m, m->blocks[0].tag);
+  assert_non_null(name);
+  assert_string_equal(name, "t.a");
+  assert_int_equal(m->blocks[1].tag, m->blocks[0].tag);
+  assert_ptr_equal(report_trace_model_block(m, m->blocks[1].addr), &m->blocks[1]);
+  for (size_t i = 0; i < m->nblocks; i++) {
+    assert_false(m->blocks[i].arena);
+    const report_trace_stack *s = report_trace_model_stack(m, m->blocks[i].stack);
+    assert_non_null(s);
+    assert_true(s->n >= 1);
+  }
+
+  /* the exit findings: the leaked 30-byte block is leak.direct */
+  size_t groups = 0;
+  const report_trace_finding *f = report_trace_model_finding(m, "leak.direct", &groups);
+  assert_non_null(f);
+  assert_int_equal(groups, 1);
+  assert_int_equal(f->blocks, 1);
+  assert_int_equal(f->bytes, 30);
+  assert_int_equal(f->addr, m->blocks[1].addr);
+  assert_int_equal(f->stack, m->blocks[1].stack);
+  assert_int_equal(f->tag, m->blocks[1].tag);
+  report_trace_model_free(m);
+}
+
+/* Record by record: each ALLOC's stack came before it; END is the last record. */
+static void test_record_order(void **state) {
+  (void)state;
+  char err[512] = "";
+  report_trace *t = report_trace_open(g_trace, err, sizeof err);
+  if (t == NULL) fail_msg("%s", err);
+  assert_int_equal(report_trace_header(t)->version, TR_VERSION);
+  assert_int_equal(report_trace_header(t)->header_size, sizeof(tr_file_header));
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+
+  uint32_t seen[4096];
+  size_t nseen = 0, nallocs = 0, nend = 0, nstrings = 0;
+  uint64_t last = 0, end_off = 0, prev = 0;
+  report_trace_iter it;
+  report_trace_rec r;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &r)) {
+    assert_true(r.offset >= sizeof(tr_file_header));
+    assert_true(r.offset >= prev);
+    assert_int_equal(r.payload_size % 8, 0);
+    prev = r.offset;
+    last = r.offset;
+    if (r.type == TR_STACK) {
+      const tr_stack *s = r.payload;
+      assert_true(nseen < 4096);
+      seen[nseen++] = s->id;
+    } else if (r.type == TR_ALLOC) {
+      const tr_alloc *a = r.payload;
+      nallocs++;
+      assert_int_not_equal(a->stack, 0);
+      bool before = false;
+      for (size_t i = 0; i < nseen && !before; i++) before = seen[i] == a->stack;
+      assert_true(before);
+      const report_trace_stack *s = report_trace_model_stack(m, a->stack);
+      assert_non_null(s);
+      assert_true(s->offset < r.offset);
+    } else if (r.type == TR_END) {
+      nend++;
+      end_off = r.offset;
+    } else if (r.type == TR_TAG || r.type == TR_MODULE || r.type == TR_HOLD || r.type == TR_FINDING) {
+      assert_non_null(report_trace_string(&r, 0));
+      nstrings++;
+    }
+  }
+  assert_false(it.damaged);
+  assert_int_equal(it.off, report_trace_size(t));
+  assert_int_equal(nallocs, 3);
+  assert_int_equal(nend, 1);
+  assert_int_equal(end_off, last);
+  assert_true(nstrings >= 3);
+
+  report_trace_model_free(m);
+  report_trace_close(t);
+}
+
+static int count_until_alloc(const report_trace_rec *r, void *arg) {
+  (*(int *)arg)++;
+  return r->type == TR_ALLOC ? 7 : 0;
+}
+
+static void test_callback(void **state) {
+  (void)state;
+  char err[512];
+  report_trace *t = report_trace_open(g_trace, err, sizeof err);
+  assert_non_null(t);
+  report_trace_iter st;
+  int n = 0;
+  assert_int_equal(report_trace_each(t, count_until_alloc, &n, &st), 7);
+  assert_true(n >= 2);
+  assert_false(st.damaged);
+  report_trace_close(t);
+}
+
+/* ---- killed, aborted ---------------------------------------------------------------- */
+
+static void check_die_prefix(const report_trace_model *m, bool all) {
+  assert_false(m->clean_exit);
+  assert_false(m->damaged);              /* whole buffers were written */
+  assert_int_equal(m->nfindings, 0);
+  assert_int_equal(m->frees, 0);
+  assert_int_equal(m->late_stacks, 0);
+  assert_int_equal(m->unmatched_frees, 0);
+  /* the allocations before the last flush are all there, in order: sizes 1..n */
+  const size_t per_buffer = 4096 / (sizeof(tr_header) + sizeof(tr_alloc));
+  if (all) assert_int_equal(m->allocs, KILL_ALLOCS);
+  else assert_true(m->allocs + per_buffer + 1 >= KILL_ALLOCS);
+  assert_true(m->allocs <= KILL_ALLOCS);
+  assert_true(m->allocs > 0);
+  assert_int_equal(m->nblocks, m->allocs);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < m->nblocks; i++) {
+    assert_int_equal(m->blocks[i].size, i + 1);
+    bytes += i + 1;
+  }
+  assert_int_equal(m->live_bytes, bytes);
+  assert_int_equal(m->peak_live_bytes, bytes);
+  assert_true(m->times >= 10);           /* a TIME record starts each buffer after a flush */
+}
+
+static void test_killed(void **state) {
+  (void)state;
+  char path[256], err[512] = "", n[16];
+  temp_path(path, sizeof path, "kill");
+  snprintf(n, sizeof n, "%d", KILL_ALLOCS);
+  int st = spawn("child-kill", path, n, "TAGALLOC_TRACE_BUFFER=4096");
+  assert_true(WIFSIGNALED(st));
+  assert_int_equal(WTERMSIG(st), SIGKILL);
+  report_trace_model *m = report_trace_model_load(path, err, sizeof err);
+  if (m == NULL) fail_msg("%s", err);
+  check_die_prefix(m, false);
+  assert_true(m->allocs < KILL_ALLOCS);  /* the last buffer died with the process */
+  report_trace_model_free(m);
+  unlink(path);
+}
+
+static void test_aborted(void **state) {
+  (void)state;
+  char path[256], err[512] = "", n[16];
+  temp_path(path, sizeof path, "abort");
+  snprintf(n, sizeof n, "%d", KILL_ALLOCS);
+  int st = spawn("child-abort", path, n, "TAGALLOC_TRACE_BUFFER=4096");
+  assert_true(WIFSIGNALED(st));
+  assert_int_equal(WTERMSIG(st), SIGABRT);
+  report_trace_model *m = report_trace_model_load(path, err, sizeof err);
+  if (m == NULL) fail_msg("%s", err);
+  check_die_prefix(m, true);             /* the signal flush wrote every buffer */
+  const char *name = report_trace_model_tag(m, m->blocks[0].tag);
+  assert_non_null(name);
+  assert_string_equal(name, "t.k");
+  assert_true(m->nmodules >= 1);
+  report_trace_model_free(m);
+  unlink(path);
+}
+
+/* ---- robustness: truncation, bit flips ------------------------------------------------ */
+
+typedef struct { uint64_t off, end; uint8_t type; } rec_pos;
+
+static rec_pos *record_list(const unsigned char *data, size_t size, size_t *n) {
+  char err[512];
+  report_trace *t = report_trace_open_mem(data, size, "full", err, sizeof err);
+  assert_non_null(t);
+  size_t cap = 1024;
+  rec_pos *v = malloc(cap * sizeof *v);
+  assert_non_null(v);
+  *n = 0;
+  report_trace_iter it;
+  report_trace_rec r;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &r)) {
+    if (*n == cap) {
+      cap *= 2;
+      v = realloc(v, cap * sizeof *v);
+      assert_non_null(v);
+    }
+    v[(*n)++] = (rec_pos){ r.offset, r.offset + sizeof(tr_header) + r.payload_size, r.type };
+  }
+  assert_false(it.damaged);
+  assert_int_equal(it.unknown, 0);
+  report_trace_close(t);
+  return v;
+}
+
+/* The first len bytes of data, in a buffer of exactly len bytes (so that
+ * ASan sees any read past it), read with the reader and the model. */
+static void check_prefix(const unsigned char *data, size_t len, const rec_pos *recs, size_t nrecs) {
+  unsigned char *buf = malloc(len ? len : 1);
+  assert_non_null(buf);
+  memcpy(buf, data, len);
+  char err[512] = "";
+  report_trace *t = report_trace_open_mem(buf, len, "prefix.trace", err, sizeof err);
+  if (len < sizeof(tr_file_header)) {
+    assert_null(t);
+    assert_memory_equal(err, "TRACE: ", 7);
+    assert_non_null(strstr(err, "prefix.trace"));
+    free(buf);
+    return;
+  }
+  if (t == NULL) fail_msg("%zu: %s", len, err);
+  size_t want = 0;
+  while (want < nrecs && recs[want].end <= len) want++;
+  bool boundary = len == sizeof(tr_file_header) || (want > 0 && recs[want - 1].end == len);
+  report_trace_iter it;
+  report_trace_rec r;
+  size_t got = 0;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &r)) {
+    assert_true(got < want);
+    assert_int_equal(r.offset, recs[got].off);
+    assert_int_equal(r.type, recs[got].type);
+    got++;
+  }
+  assert_int_equal(got, want);
+  if (boundary) {
+    assert_false(it.damaged);
+  } else {
+    assert_true(it.damaged);
+    assert_int_equal(it.damage_offset, recs[want].off);
+    char at[64];
+    snprintf(at, sizeof at, "damaged at byte %llu", (unsigned long long)recs[want].off);
+    assert_non_null(strstr(it.message, at));
+    assert_non_null(strstr(it.message, "prefix.trace"));
+    assert_null(strchr(it.message, '\n'));
+  }
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  assert_int_equal(m->damaged, !boundary);
+  assert_int_equal(m->records, want);
+  if (len < recs[nrecs - 1].end) assert_false(m->clean_exit);   /* END is the last record */
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(buf);
+}
+
+static void truncations(const char *path) {
+  size_t size, nrecs;
+  unsigned char *data = slurp(path, &size);
+  rec_pos *recs = record_list(data, size, &nrecs);
+  assert_true(nrecs > 0);
+  assert_int_equal(recs[nrecs - 1].end, size);
+  size_t from = size > 2000 ? size - 2000 : 0;
+  for (size_t len = from; len <= size; len++) check_prefix(data, len, recs, nrecs);
+  for (size_t len = 0; len < from; len += 61) check_prefix(data, len, recs, nrecs);
+  for (size_t i = 0; i < nrecs; i++) {       /* every record boundary, and one byte short */
+    check_prefix(data, recs[i].end, recs, nrecs);
+    check_prefix(data, recs[i].end - 1, recs, nrecs);
+  }
+  free(recs);
+  free(data);
+}
+
+static void test_truncated(void **state) {
+  (void)state;
+  truncations(g_trace);
+}
+
+static void test_truncated_long(void **state) {
+  (void)state;
+  char path[256], n[16];
+  temp_path(path, sizeof path, "long");
+  snprintf(n, sizeof n, "%d", KILL_ALLOCS);
+  int st = spawn("child-abort", path, n, "TAGALLOC_TRACE_BUFFER=4096");
+  assert_true(WIFSIGNALED(st));
+  truncations(path);
+  unlink(path);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static struct { int rejected, damaged, whole; } outcomes;
+
+static void read_anything(const unsigned char *buf, size_t len) {
+  char err[512] = "";
+  report_trace *t = report_trace_open_mem(buf, len, "fuzz.trace", err, sizeof err);
+  if (t == NULL) {
+    assert_memory_equal(err, "TRACE: ", 7);
+    outcomes.rejected++;
+    return;
+  }
+  report_trace_iter it;
+  report_trace_rec r;
+  uint64_t prev = 0;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &r)) {
+    assert_true(r.offset > prev);
+    prev = r.offset;
+    assert_true(r.offset + sizeof(tr_header) + r.payload_size <= len);
+    assert_true((const unsigned char *)r.payload >= buf + sizeof(tr_file_header));
+    for (int i = 0; i < 3; i++) {
+      const char *s = report_trace_string(&r, i);
+      if (s) assert_true(s + strlen(s) < (const char *)r.payload + r.payload_size);
+    }
+  }
+  assert_true(it.off <= len);
+  if (it.damaged) {
+    assert_true(it.damage_offset < len);
+    assert_non_null(strstr(it.message, "fuzz.trace"));
+    outcomes.damaged++;
+  } else {
+    outcomes.whole++;
+  }
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  for (size_t i = 0; i < m->nblocks; i++)
+    assert_ptr_equal(report_trace_model_block(m, m->blocks[i].addr), &m->blocks[i]);
+  for (size_t i = 0; i < m->nstacks; i++) (void)report_trace_model_stack(m, m->stacks[i].id);
+  (void)report_trace_model_finding(m, NULL, NULL);
+  report_trace_model_free(m);
+  report_trace_close(t);
+}
+
+static void test_bit_flips(void **state) {
+  (void)state;
+  size_t size;
+  unsigned char *data = slurp(g_trace, &size);
+  unsigned char *buf = malloc(size);
+  assert_non_null(buf);
+  for (int trial = 0; trial < 2000; trial++) {
+    memcpy(buf, data, size);
+    int flips = 1 + (int)(rng() % 4);
+    for (int k = 0; k < flips; k++) {
+      size_t at = (size_t)(rng() % size);
+      /* mostly past the file header, where the records are */
+      if (trial % 8 != 0 && at < sizeof(tr_file_header)) at += sizeof(tr_file_header);
+      if (at >= size) at = size - 1;
+      if (trial % 2) buf[at] ^= (unsigned char)(1u << (rng() % 8));
+      else buf[at] = (unsigned char)rng();
+    }
+    read_anything(buf, size);
+  }
+  /* a good header followed by noise, of every length up to 600 bytes */
+  for (int trial = 0; trial < 600; trial++) {
+    size_t len = sizeof(tr_file_header) + (size_t)trial;
+    unsigned char *noise = malloc(len);
+    assert_non_null(noise);
+    memcpy(noise, data, sizeof(tr_file_header));
+    for (size_t i = sizeof(tr_file_header); i < len; i++) noise[i] = (unsigned char)rng();
+    /* now and then a plausible record header, to get further in */
+    for (size_t i = sizeof(tr_file_header); i + 8 <= len && trial % 3 == 0; i += 8 + 8 * (rng() % 8)) {
+      uint32_t sz = (uint32_t)(8 + 8 * (rng() % 10));
+      memcpy(noise + i, &sz, 4);
+      noise[i + 4] = (unsigned char)(1 + rng() % 18);
+    }
+    read_anything(noise, len);
+    free(noise);
+  }
+  /* every outcome happened: rejected header, damage found, read through */
+  assert_true(outcomes.rejected > 0);
+  assert_true(outcomes.damaged > 0);
+  assert_true(outcomes.whole > 0);
+  free(buf);
+  free(data);
+}
+
+/* ---- hand-made files: each kind of damage, and the header errors ---------------------- */
+
+typedef struct { unsigned char *p; size_t len, cap; } bytes;
+
+static void put(bytes *b, const void *p, size_t n) {
+  if (b->len + n > b->cap) {
+    b->cap = (b->len + n) * 2 + 64;
+    b->p = realloc(b->p, b->cap);
+    assert_non_null(b->p);
+  }
+  memcpy(b->p + b->len, p, n);
+  b->len += n;
+}
+
+static bytes file_start(uint64_t magic, uint32_t version) {
+  bytes b = { 0 };
+  tr_file_header h = { .magic = magic, .version = version, .header_size = sizeof h, .pid = 42 };
+  put(&b, &h, sizeof h);
+  return b;
+}
+
+/* A record: header (with size, or the true padded size when size is 0), payload, padding. */
+static uint64_t rec(bytes *b, uint8_t type, const void *payload, size_t n, uint32_t size) {
+  uint64_t off = b->len;
+  size_t padded = (n + 7) & ~(size_t)7;
+  tr_header h = { .size = size ? size : (uint32_t)(sizeof h + padded), .type = type };
+  put(b, &h, sizeof h);
+  put(b, payload, n);
+  static const unsigned char zeros[8];
+  put(b, zeros, padded - n);
+  return off;
+}
+
+static uint64_t rec_tag(bytes *b, uint32_t id, const char *name) {
+  unsigned char buf[256];
+  memcpy(buf, &id, 4);
+  size_t n = strlen(name) + 1;
+  memcpy(buf + 4, name, n);
+  return rec(b, TR_TAG, buf, 4 + n, 0);
+}
+
+static uint64_t rec_stack(bytes *b, uint32_t id, uint16_t n, uint16_t claimed) {
+  unsigned char buf[8 + 8 * 16];
+  tr_stack s = { .id = id, .n = claimed };
+  memcpy(buf, &s, sizeof s);
+  for (uint16_t i = 0; i < n; i++) {
+    uint64_t pc = 0x401000 + i;
+    memcpy(buf + 8 + 8 * i, &pc, 8);
+  }
+  return rec(b, TR_STACK, buf, 8 + 8u * n, 0);
+}
+
+static uint64_t rec_alloc(bytes *b, uint64_t seq, uint64_t addr, uint64_t size, uint32_t stack, uint16_t tag) {
+  tr_alloc a = { .seq = seq, .addr = addr, .size = size, .stack = stack, .tag = tag, .thread = 1 };
+  return rec(b, TR_ALLOC, &a, sizeof a, 0);
+}
+
+static uint64_t rec_free(bytes *b, uint64_t seq, uint64_t addr) {
+  tr_free f = { .seq = seq, .addr = addr, .stack = 7, .thread = 2 };
+  return rec(b, TR_FREE, &f, sizeof f, 0);
+}
+
+/* Reads b: returns the records yielded; damage into *it. */
+static size_t read_bytes(const bytes *b, report_trace_iter *it) {
+  char err[512] = "";
+  report_trace *t = report_trace_open_mem(b->p, b->len, "made.trace", err, sizeof err);
+  if (t == NULL) fail_msg("%s", err);
+  report_trace_rec r;
+  size_t n = 0;
+  report_trace_iter_init(it, t);
+  while (report_trace_next(it, &r)) n++;
+  it->t = NULL;
+  report_trace_close(t);
+  return n;
+}
+
+static void expect_damage(const bytes *b, size_t records, uint64_t off, const char *why) {
+  report_trace_iter it;
+  assert_int_equal(read_bytes(b, &it), records);
+  assert_true(it.damaged);
+  assert_int_equal(it.damage_offset, off);
+  if (strstr(it.message, why) == NULL || strstr(it.message, "made.trace") == NULL)
+    fail_msg("message \"%s\" lacks \"%s\"", it.message, why);
+}
+
+static void test_header_errors(void **state) {
+  (void)state;
+  char err[512];
+  bytes b = file_start(0x1234, TR_VERSION);
+  assert_null(report_trace_open_mem(b.p, b.len, "x.trace", err, sizeof err));
+  assert_string_equal(err, "TRACE: not a tagalloc trace (bad magic): x.trace");
+  free(b.p);
+  b = file_start(TR_MAGIC, 2);
+  assert_null(report_trace_open_mem(b.p, b.len, "x.trace", err, sizeof err));
+  assert_string_equal(err, "TRACE: version 2 is not supported (this reader knows 1): x.trace");
+  assert_null(report_trace_open_mem(b.p, 3, "x.trace", err, sizeof err));
+  assert_non_null(strstr(err, "not a tagalloc trace"));
+  free(b.p);
+  b = file_start(TR_MAGIC, TR_VERSION);
+  assert_null(report_trace_open_mem(b.p, 20, "x.trace", err, sizeof err));
+  assert_non_null(strstr(err, "cut short"));
+  ((tr_file_header *)b.p)->header_size = 12;
+  assert_null(report_trace_open_mem(b.p, b.len, "x.trace", err, sizeof err));
+  assert_non_null(strstr(err, "header size"));
+  free(b.p);
+  assert_null(report_trace_open("/nonexistent/dir/x.trace", err, sizeof err));
+  assert_non_null(strstr(err, "/nonexistent/dir/x.trace"));
+  assert_null(report_trace_open("/dev/null", err, sizeof err));   /* empty, not mappable */
+  assert_non_null(strstr(err, "not a tagalloc trace"));
+  assert_null(report_trace_open_mem(NULL, 0, NULL, NULL, 0));      /* err may be NULL */
+  /* a bigger header (a future field within version 1): records start after it */
+  b = file_start(TR_MAGIC, TR_VERSION);
+  uint64_t extra = 0;
+  put(&b, &extra, sizeof extra);
+  ((tr_file_header *)b.p)->header_size = sizeof(tr_file_header) + 8;
+  rec_tag(&b, 1, "x");
+  report_trace_iter it;
+  assert_int_equal(read_bytes(&b, &it), 1);
+  assert_false(it.damaged);
+  /* bytes at an odd address are copied, and read the same */
+  unsigned char *odd = malloc(b.len + 1);
+  assert_non_null(odd);
+  memcpy(odd + 1, b.p, b.len);
+  report_trace *t = report_trace_open_mem(odd + 1, b.len, "odd.trace", err, sizeof err);
+  assert_non_null(t);
+  free(odd);                                 /* the reader has its own copy */
+  report_trace_rec r;
+  report_trace_iter_init(&it, t);
+  assert_true(report_trace_next(&it, &r));
+  assert_int_equal(r.type, TR_TAG);
+  assert_int_equal((uintptr_t)r.payload % 8, 0);
+  assert_string_equal(report_trace_string(&r, 0), "x");
+  assert_null(report_trace_string(&r, 1));
+  assert_false(report_trace_next(&it, &r));
+  assert_false(it.damaged);
+  report_trace_close(t);
+  free(b.p);
+}
+
+static void test_damage_kinds(void **state) {
+  (void)state;
+  /* good records, then one bad one, then a good one never read */
+  struct { const char *why; } cases[] = {
+    { "smaller than its 8-byte header" },
+    { "not a multiple of 8" },
+    { "runs past the end of the file" },
+    { "shorter than its 40-byte fixed part" },
+    { "STACK record of 9 frames" },
+    { "not NUL-terminated" },
+    { "ends inside a record header" },
+    { "FINDING record whose string 2 is not NUL-terminated" },
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    bytes b = file_start(TR_MAGIC, TR_VERSION);
+    rec_tag(&b, 1, "t.a");
+    rec_stack(&b, 1, 2, 2);
+    rec_alloc(&b, 1, 0x1000, 10, 1, 1);
+    uint64_t bad = b.len;
+    switch (c) {
+    case 0: { uint64_t z = 0; tr_header h = { .size = 4, .type = TR_FREE }; put(&b, &h, 8); put(&b, &z, 8); break; }
+    case 1: { tr_free f = { 0 }; rec(&b, TR_FREE, &f, sizeof f, 28); break; }
+    case 2: { tr_free f = { 0 }; rec(&b, TR_FREE, &f, sizeof f, 4096); break; }
+    case 3: { tr_free f = { 0 }; rec(&b, TR_ALLOC, &f, sizeof f, 0); break; }
+    case 4: rec_stack(&b, 9, 3, 9); break;
+    case 5: { unsigned char p[24]; uint32_t id = 2;    /* 20 name bytes, no NUL, no padding */
+              memset(p, 'x', sizeof p); memcpy(p, &id, 4); rec(&b, TR_TAG, p, sizeof p, 0); break; }
+    case 6: { uint32_t half = 48; put(&b, &half, 4); break; }
+    case 7: { unsigned char p[64] = { 0 }; memcpy(p + sizeof(tr_finding), "k\0s\0dd", 6);
+              /* 62 bytes of which the last string "dd" runs to the end: pad with non-zero */
+              rec(&b, TR_FINDING, p, 64, 0);
+              memcpy(b.p + b.len - 2, "ee", 2); break; }
+    }
+    if (c != 6) rec_tag(&b, 3, "never");
+    expect_damage(&b, 3, bad, cases[c].why);
+    /* the model keeps what came before the damage */
+    report_trace *t = report_trace_open_mem(b.p, b.len, "made.trace", NULL, 0);
+    assert_non_null(t);
+    report_trace_model *m = report_trace_model_build(t);
+    assert_non_null(m);
+    assert_true(m->damaged);
+    assert_int_equal(m->damage_offset, bad);
+    assert_int_equal(m->allocs, 1);
+    assert_int_equal(m->nblocks, 1);
+    assert_string_equal(report_trace_model_tag(m, 1), "t.a");
+    assert_null(report_trace_model_tag(m, 3));
+    assert_false(m->clean_exit);
+    report_trace_model_free(m);
+    report_trace_close(t);
+    free(b.p);
+  }
+}
+
+static void test_unknown_types_skipped(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  unsigned char junk[24];
+  memset(junk, 0xAB, sizeof junk);            /* no NUL: it is not looked at */
+  rec(&b, 200, junk, sizeof junk, 0);
+  rec_tag(&b, 1, "t.a");
+  rec(&b, 0, junk, 0, 0);
+  rec(&b, 17, junk, 3, 0);
+  rec_stack(&b, 1, 1, 1);
+  rec_alloc(&b, 5, 0x2000, 8, 1, 1);
+  tr_end e = { 9, 1 };
+  rec(&b, TR_END, &e, sizeof e, 0);
+  report_trace_iter it;
+  assert_int_equal(read_bytes(&b, &it), 4);
+  assert_false(it.damaged);
+  assert_int_equal(it.unknown, 3);
+  assert_int_equal(it.records, 7);
+  report_trace *t = report_trace_open_mem(b.p, b.len, "made.trace", NULL, 0);
+  report_trace_model *m = report_trace_model_build(t);
+  assert_int_equal(m->unknown_records, 3);
+  assert_true(m->clean_exit);
+  assert_int_equal(m->end_seq, 9);
+  assert_int_equal(m->nblocks, 1);
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+}
+
+/* The model replays in sequence order, not file order (per-thread buffers
+ * reach the file in flush order); it counts oddities instead of failing. */
+static void test_model_replay(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_alloc(&b, 4, 0x3000, 100, 7, 1);       /* stack 7 before its STACK record: late */
+  rec_stack(&b, 7, 1, 1);
+  rec_free(&b, 3, 0x1000);                   /* thread 2's buffer, flushed late */
+  rec_alloc(&b, 1, 0x1000, 50, 7, 1);
+  rec_alloc(&b, 2, 0x2000, 60, 7, 1);
+  rec_free(&b, 5, 0x9000);                   /* never allocated */
+  rec_alloc(&b, 6, 0x2000, 70, 7, 1);        /* over a live block */
+  tr_mark mk = { .seq = 8, .mark = 1 };
+  rec(&b, TR_MARK, &mk, sizeof mk, 0);
+  char err[512];
+  report_trace *t = report_trace_open_mem(b.p, b.len, "made.trace", err, sizeof err);
+  assert_non_null(t);
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  assert_int_equal(m->allocs, 4);
+  assert_int_equal(m->frees, 2);
+  assert_int_equal(m->unmatched_frees, 1);
+  assert_int_equal(m->realloc_overlaps, 1);
+  assert_int_equal(m->late_stacks, 1);
+  assert_int_equal(m->nblocks, 2);
+  assert_int_equal(m->blocks[0].addr, 0x3000);
+  assert_int_equal(m->blocks[1].addr, 0x2000);
+  assert_int_equal(m->blocks[1].size, 70);
+  assert_null(report_trace_model_block(m, 0x1000));
+  assert_int_equal(m->live_bytes, 170);
+  assert_int_equal(m->peak_live_bytes, 170);   /* seq 6: 100 + 70 (seq 4 had 60 + 100) */
+  assert_int_equal(m->nmarks, 1);
+  assert_false(m->clean_exit);
+  assert_false(m->damaged);
+  const report_trace_stack *s = report_trace_model_stack(m, 7);
+  assert_non_null(s);
+  assert_int_equal(s->n, 1);
+  assert_int_equal(s->frames[0], 0x401000);
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+}
+
+int main(int argc, char **argv) {
+  snprintf(g_self, sizeof g_self, "%s", argv[0]);
+  ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
+  if (n > 0) g_exe[n] = '\0';
+  else snprintf(g_exe, sizeof g_exe, "/proc/self/exe");
+  if (argc >= 3 && strcmp(argv[1], "child-trace") == 0) return child_trace();
+  if (argc >= 4 && strcmp(argv[1], "child-kill") == 0) return child_die(atoi(argv[3]), SIGKILL);
+  if (argc >= 4 && strcmp(argv[1], "child-abort") == 0) return child_die(atoi(argv[3]), SIGABRT);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_exact_counts),
+    cmocka_unit_test(test_record_order),
+    cmocka_unit_test(test_callback),
+    cmocka_unit_test(test_killed),
+    cmocka_unit_test(test_aborted),
+    cmocka_unit_test(test_truncated),
+    cmocka_unit_test(test_truncated_long),
+    cmocka_unit_test(test_bit_flips),
+    cmocka_unit_test(test_header_errors),
+    cmocka_unit_test(test_damage_kinds),
+    cmocka_unit_test(test_unknown_types_skipped),
+    cmocka_unit_test(test_model_replay),
+  };
+  return cmocka_run_group_tests(tests, make_clean_trace, remove_clean_trace);
+}
