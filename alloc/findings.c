@@ -123,8 +123,8 @@ static bool same_leak(const group *g, const char *kind, ta_tag tag, uint32_t sta
 }
 
 void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t stack,
-                       uintptr_t addr, uint32_t aux_stack, uintptr_t holder, const char *slot,
-                       const ta_ref_event *history, size_t history_len) {
+                       uint32_t alloc_stack, uintptr_t addr, uint32_t aux_stack, uintptr_t holder,
+                       const char *slot, const ta_ref_event *history, size_t history_len) {
   pthread_mutex_lock(&lock);
   /* The scan reports blocks sorted by stack, so equal keys arrive together;
    * leaks_merge() joins the rest. */
@@ -135,6 +135,7 @@ void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t st
   } else {
     group g;
     fill_group(&g, kind, bytes, tag, stack, addr, aux_stack, holder, slot, history, history_len, NULL);
+    g.f.alloc_stack = alloc_stack;
     list_push(&leaks, &g);
   }
   pthread_mutex_unlock(&lock);

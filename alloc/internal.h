@@ -198,8 +198,8 @@ void _ta_finding_error(const ta_error_info *e);
 /* Replaces the leak findings with those of a new scan. */
 void _ta_findings_leaks_begin(void);
 void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t stack,
-                       uintptr_t addr, uint32_t aux_stack, uintptr_t holder, const char *slot,
-                       const ta_ref_event *history, size_t history_len);
+                       uint32_t alloc_stack, uintptr_t addr, uint32_t aux_stack, uintptr_t holder,
+                       const char *slot, const ta_ref_event *history, size_t history_len);
 void _ta_findings_leaks_end(const ta_summary *s);
 
 /* ---- scan.c ------------------------------------------------------------------- */

@@ -78,7 +78,7 @@ static bool parse_size(const char *s, long *out) {
   if (*end == 'b' || *end == 'B') end++;
   if (*end != '\0') return false;
   if (shift && (v > (LONG_MAX >> shift) || v < 0)) return false;
-  *out = v << shift;
+  *out = shift ? v << shift : v;
   return true;
 }
 

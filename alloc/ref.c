@@ -333,7 +333,7 @@ void _ta_ref_exit(void) {
       ta_block b = { 0 };
       bool known = _ta_block_get(r->obj, &b) && b.state == TA_LIVE;
       _ta_findings_leak("ref.leak", known ? b.size : 0, known ? b.tag : TA_ANY,
-                        k ? open[k - 1].stack : 0, r->obj, 0, 0, NULL, open, k);
+                        k ? open[k - 1].stack : 0, known ? b.stack : 0, r->obj, 0, 0, NULL, open, k);
       _ta_meta_free(keep);
       _ta_meta_free(open);
     }

@@ -447,8 +447,8 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       if (!b[i].arena && _ta_hold_is_orphan(b[i].addr, &ostack, &holder, &slot)) {
         sum.orphan_bytes += b[i].size;
         sum.orphan_blocks++;
-        _ta_findings_leak("leak.orphan", b[i].size, b[i].tag, b[i].stack, b[i].addr, ostack, holder,
-                          slot, NULL, 0);
+        _ta_findings_leak("leak.orphan", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, ostack,
+                          holder, slot, NULL, 0);
         continue;
       }
       switch (b[i].state) {
@@ -459,17 +459,17 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
         case S_POSSIBLE:
           sum.possible_bytes += b[i].size;
           sum.possible_blocks++;
-          _ta_findings_leak("leak.possible", b[i].size, b[i].tag, b[i].stack, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak("leak.possible", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
           break;
         case S_INDIRECT:
           sum.indirect_bytes += b[i].size;
           sum.indirect_blocks++;
-          _ta_findings_leak("leak.indirect", b[i].size, b[i].tag, b[i].stack, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak("leak.indirect", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
           break;
         default:
           sum.direct_bytes += b[i].size;
           sum.direct_blocks++;
-          _ta_findings_leak("leak.direct", b[i].size, b[i].tag, b[i].stack, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak("leak.direct", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
           break;
       }
     }
@@ -491,7 +491,12 @@ static void scan_here(bool at_exit) __attribute__((noinline));
 static void scan_here(bool at_exit) {
   ucontext_t uc;
   getcontext(&uc);
-  _ta_scan_impl((uintptr_t)&uc, &uc.uc_mcontext.gregs, sizeof uc.uc_mcontext.gregs, at_exit);
+  /* At a call, only the callee-saved registers can hold the caller's
+   * pointers; the others are dead (and may hold stale ones). */
+  greg_t regs[6] = { uc.uc_mcontext.gregs[REG_RBX], uc.uc_mcontext.gregs[REG_RBP],
+                     uc.uc_mcontext.gregs[REG_R12], uc.uc_mcontext.gregs[REG_R13],
+                     uc.uc_mcontext.gregs[REG_R14], uc.uc_mcontext.gregs[REG_R15] };
+  _ta_scan_impl((uintptr_t)__builtin_frame_address(0), regs, sizeof regs, at_exit);
   __asm__ volatile("" ::: "memory");
 }
 

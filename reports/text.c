@@ -260,7 +260,7 @@ static void write_finding(render *r, const ta_finding *f) {
     w_printf(w, "ref.leak: %llu object(s) with references left at exit, such as 0x%lx",
              (unsigned long long)f->blocks, addr);
     write_block(w, f->bytes);
-    w_printf(w, ", allocated from:");
+    w_printf(w, ", last acquired at:");
     write_tag(w, f->tag);
     w_put(w, "\n", 1);
     write_stack(w, f->stack, r->max_frames, "    ");

@@ -240,7 +240,7 @@ static void test_ref_leak_at_exit(void **state) {
   char want[256];
   snprintf(want, sizeof want,
            "ref.leak: 1 object(s) with references left at exit, such as %s (24-byte block), "
-           "allocated from:   [tag: refobj]\n    #0 0x", obj);
+           "last acquired at:   [tag: refobj]\n    #0 0x", obj);
   if (!strstr(r.err, want)) child_dump(&r);
   assert_non_null(strstr(r.err, want));
   /* the finding's stack is the last unmatched acquisition */
@@ -249,6 +249,8 @@ static void test_ref_leak_at_exit(void **state) {
   assert_non_null(eol);
   assert_non_null(strstr(frame0, " in leaky_acquire "));
   assert_true(strstr(frame0, " in leaky_acquire ") < eol);
+  /* and where the object itself was allocated */
+  assert_non_null(strstr(frame0, "allocated at:\n    #0 0x"));
   /* the unmatched acquisitions: the init's 1 and leaky_acquire's +1; the
    * balanced pair is not listed */
   const char *hist = strstr(r.err, "unmatched acquisitions (2, oldest first):\n  init -> 1 by thread T1:\n");

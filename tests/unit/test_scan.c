@@ -185,7 +185,7 @@ static void test_overwritten_is_direct(void **state) {
 NOIPA static void lose_tree(void) {
   void **root = ta_calloc(T, 6, sizeof(void *));          /* 48 bytes */
   hide(root);
-  for (int i = 0; i < 6; i++) {
+  for (volatile int i = 0; i < 6; i++) {          /* volatile: not unrolled, one call site */
     root[i] = ta_calloc(T, 1, 32);
     hide(root[i]);
   }
@@ -365,7 +365,7 @@ static void test_other_thread_stack_is_reachable(void **state) {
 
 NOIPA static void leak_ten(void) {
   ta_tag L = ta_tag_get("leaky");
-  for (int i = 0; i < 10; i++) {
+  for (volatile int i = 0; i < 10; i++) {         /* volatile: not unrolled, one call site */
     void *volatile p = ta_alloc(L, 4);
     (void)p;
   }
