@@ -61,6 +61,27 @@ void   _ta_unwind_forget(uintptr_t lo, uintptr_t hi);
 
 /* ---- thread.c ------------------------------------------------------------ */
 
+/* ---- ledger.c: a block's record ------------------------------------------ */
+
+enum { TA_LIVE = 1, TA_FREED = 2 };               /* ta_block.state */
+enum {                                            /* ta_block.flags */
+  TA_F_REF   = 1,   /* has a refcount record (ref.c) */
+  TA_F_HOLD  = 2,   /* holds something, or is held (hold.c) */
+  TA_F_ARENA = 4,   /* lives in an arena chunk: not freeable, dies at reset */
+};
+
+typedef struct {
+  uintptr_t addr;         /* 0: an empty slot */
+  uint64_t  size;         /* bytes asked for */
+  uint64_t  seq;          /* birth: the ledger's event sequence number */
+  uint32_t  stack;        /* allocation stack */
+  uint32_t  free_stack;   /* while quarantined */
+  uint32_t  thread;
+  uint16_t  tag;
+  uint8_t   state;
+  uint8_t   flags;
+} ta_block;
+
 /* Per-thread counters, one row per tag (row 0: all tags).  Each thread
  * writes only its own rows (relaxed atomics, so others may read them). */
 typedef struct {
@@ -82,6 +103,12 @@ struct ta_thread {
   bool         dead;
   ta_thread   *next, *prev;    /* the registry, under its lock */
   void        *trace;          /* trace.c's buffer, NULL when not tracing */
+  ta_block    *q;              /* the blocks this thread freed, oldest first (ledger.c) */
+  uint32_t     qcap, qhead, qlen;
+  int64_t      qbytes;         /* bytes in this thread's quarantine */
+  uint64_t     seq_next, seq_end, seq_epoch;   /* a block of sequence numbers */
+  bool         batching;       /* live-byte deltas are published in batches */
+  int64_t      pending[TA_MAX_TAGS];           /* unpublished live-byte deltas */
   _Atomic uint64_t ring_head;  /* births written so far */
   ta_birth     ring[TA_RING];
   ta_tag_counts counts[TA_MAX_TAGS];
@@ -126,26 +153,28 @@ uint32_t _ta_stack_capture(size_t skip);
 
 /* ---- ledger.c: blocks ------------------------------------------------------ */
 
-enum { TA_LIVE = 1, TA_FREED = 2 };               /* ta_block.state */
-enum {                                            /* ta_block.flags */
-  TA_F_REF   = 1,   /* has a refcount record (ref.c) */
-  TA_F_HOLD  = 2,   /* holds something, or is held (hold.c) */
-  TA_F_ARENA = 4,   /* lives in an arena chunk: not freeable, dies at reset */
-};
-
-typedef struct {
-  uintptr_t addr;         /* 0: an empty slot */
-  uint64_t  size;         /* bytes asked for */
-  uint64_t  seq;          /* birth: the ledger's event sequence number */
-  uint32_t  stack;        /* allocation stack */
-  uint32_t  free_stack;   /* while quarantined */
-  uint32_t  thread;
-  uint16_t  tag;
-  uint8_t   state;
-  uint8_t   flags;
-} ta_block;
 
 extern _Atomic uint64_t _ta_seq;                  /* the event sequence */
+extern _Atomic uint64_t _ta_seq_epoch;            /* bumped by each mark */
+extern _Atomic int _ta_threads_live;              /* threads with ledger state */
+extern bool _ta_tracing;
+
+/* The next sequence number of thread t.  Threads take blocks of 256 from
+ * the shared counter, so it is not a contended line; a mark bumps the epoch,
+ * and a thread that sees a new epoch takes a fresh block, so everything a
+ * thread does after a mark (its own, or one it has seen) numbers after it.
+ * When tracing, every event takes its number from the shared counter, so
+ * the trace orders events across threads exactly. */
+static inline uint64_t _ta_next_seq(ta_thread *t) {
+  if (_ta_tracing) return atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed);
+  uint64_t e = atomic_load_explicit(&_ta_seq_epoch, memory_order_relaxed);
+  if (TA_UNLIKELY(t->seq_next == t->seq_end || t->seq_epoch != e)) {
+    t->seq_next = atomic_fetch_add_explicit(&_ta_seq, 256, memory_order_relaxed);
+    t->seq_end = t->seq_next + 256;
+    t->seq_epoch = e;
+  }
+  return t->seq_next++;
+}
 void _ta_init(void);                              /* idempotent */
 extern _Atomic int _ta_ready;
 static inline void _ta_ensure(void) {
@@ -162,9 +191,10 @@ void   _ta_block_drop_arena(ta_thread *t, uintptr_t addr, uint32_t stack);
 void   _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void *arg);
 void   _ta_block_lock_all(void);
 void   _ta_block_unlock_all(void);
-size_t _ta_block_live_count(void);
 void   _ta_thread_retire_births(ta_thread *t);        /* thread exit: see ta_since */
 void   _ta_summary_counts(ta_summary *s);            /* allocs, frees, live, peak */
+void   _ta_quarantine_drain(ta_thread *t);           /* thread exit */
+void   _ta_counts_publish(ta_thread *t);             /* thread exit: pending live bytes */
 /* Checks every quarantined block's poison now (exit). */
 void   _ta_quarantine_check_all(void);
 

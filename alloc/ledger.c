@@ -24,9 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 _Atomic uint64_t _ta_seq = 1;
+_Atomic uint64_t _ta_seq_epoch;
+_Atomic int _ta_threads_live;
 _Atomic int _ta_ready;
 
 /* ---- tags --------------------------------------------------------------- */
@@ -75,13 +78,10 @@ typedef struct {
   uint32_t mask;              /* capacity - 1; capacity 0 before first use */
   uint32_t used;
   ta_block *slots;
-  uintptr_t *q;               /* quarantine FIFO of addresses */
-  uint32_t qcap, qhead, qlen;
-  char pad[64 - 4 - 4 - 4 - 8 - 8 - 12];
+  char pad[64 - 4 - 4 - 4 - 8];
 } shard;
 
 static shard shards[NSHARDS] __attribute__((aligned(64)));
-static _Atomic int64_t q_bytes;              /* bytes in quarantine, all shards */
 static _Atomic int64_t live_bytes[TA_MAX_TAGS];
 static _Atomic uint64_t peak_cur[TA_MAX_TAGS];  /* peak since the latest mark */
 static _Atomic uint64_t peak_run;            /* peak of all live bytes, whole run */
@@ -92,7 +92,10 @@ static inline uint64_t addr_hash(uintptr_t a) {
   return h ^ (h >> 31);
 }
 
-static inline shard *shard_of(uintptr_t a) { return &shards[addr_hash(a) >> 56]; }
+/* The shard of a block: by its 64 KiB region, so that the blocks of one
+ * jemalloc slab (one thread's, mostly) share shards and two threads rarely
+ * pass a shard's cache line back and forth. */
+static inline shard *shard_of(uintptr_t a) { return &shards[addr_hash(a >> 12) >> 56]; }
 
 static inline void shard_lock(shard *s) {
   int spins = 0;
@@ -140,7 +143,7 @@ static bool shard_grow(shard *s) {
 
 /* Inserts a record; the address must not be in the table. */
 static ta_block *slot_insert(shard *s, uintptr_t a) {
-  if (s->slots == NULL || (s->used + 1) * 4 > (s->mask + 1) * 3)
+  if (s->slots == NULL || (s->used + 1) * 2 > s->mask + 1)     /* load <= 1/2: short probes */
     if (!shard_grow(s)) return NULL;
   uint32_t i = (uint32_t)addr_hash(a) & s->mask;
   while (s->slots[i].addr) i = (i + 1) & s->mask;
@@ -175,21 +178,62 @@ static inline void peak_raise(_Atomic uint64_t *peak, uint64_t v) {
                                                          memory_order_relaxed)) {}
 }
 
+/* Live bytes per tag are shared counters, for exact peaks.  While one
+ * thread is allocating it adds to them at every event (an uncontended
+ * atomic is cheap); while several are, each thread adds up its own change
+ * and publishes it when it reaches PUBLISH_BYTES either way, so threads do
+ * not fight over the counters' cache line.  Counts and live bytes come from
+ * the per-thread rows and stay exact; a peak may then miss by less than
+ * PUBLISH_BYTES per thread. */
+#define PUBLISH_BYTES (64 << 10)
+
+static inline void publish(ta_tag tag, int64_t delta) {
+  uint64_t v = (uint64_t)(atomic_fetch_add_explicit(&live_bytes[tag], delta, memory_order_relaxed) + delta);
+  if (delta > 0 && v > atomic_load_explicit(&peak_cur[tag], memory_order_relaxed)) {
+    peak_raise(&peak_cur[tag], v);
+    if (tag == 0) peak_raise(&peak_run, v);
+  }
+}
+
+void _ta_counts_publish(ta_thread *t) {
+  for (size_t i = 0; i < TA_MAX_TAGS; i++)
+    if (t->pending[i]) {
+      publish((ta_tag)i, t->pending[i]);
+      t->pending[i] = 0;
+    }
+  t->batching = false;
+}
+
+static inline void live_change(ta_thread *t, ta_tag tag, int64_t delta) {
+  bool batch = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed) > 1;
+  if (TA_LIKELY(!batch)) {
+    if (TA_UNLIKELY(t->batching)) _ta_counts_publish(t);
+    if (tag) publish(tag, delta);
+    publish(0, delta);
+    return;
+  }
+  t->batching = true;
+  if (tag) {
+    int64_t p = t->pending[tag] += delta;
+    if (p >= PUBLISH_BYTES || p <= -PUBLISH_BYTES) { publish(tag, p); t->pending[tag] = 0; }
+  }
+  int64_t p = t->pending[0] += delta;
+  if (p >= PUBLISH_BYTES || p <= -PUBLISH_BYTES) { publish(0, p); t->pending[0] = 0; }
+}
+
+static inline void bump(_Atomic uint64_t *c, uint64_t v) {   /* single writer */
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v, memory_order_relaxed);
+}
+
 static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_t addr, uint64_t seq) {
   ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
-  atomic_store_explicit(&c->allocs, atomic_load_explicit(&c->allocs, memory_order_relaxed) + 1, memory_order_relaxed);
-  atomic_store_explicit(&c->alloc_bytes, atomic_load_explicit(&c->alloc_bytes, memory_order_relaxed) + size, memory_order_relaxed);
+  bump(&c->allocs, 1);
+  bump(&c->alloc_bytes, size);
   if (tag != 0) {
-    atomic_store_explicit(&all->allocs, atomic_load_explicit(&all->allocs, memory_order_relaxed) + 1, memory_order_relaxed);
-    atomic_store_explicit(&all->alloc_bytes, atomic_load_explicit(&all->alloc_bytes, memory_order_relaxed) + size, memory_order_relaxed);
-    uint64_t v = (uint64_t)(atomic_fetch_add_explicit(&live_bytes[tag], (int64_t)size, memory_order_relaxed) + (int64_t)size);
-    if (v > atomic_load_explicit(&peak_cur[tag], memory_order_relaxed)) peak_raise(&peak_cur[tag], v);
+    bump(&all->allocs, 1);
+    bump(&all->alloc_bytes, size);
   }
-  uint64_t v = (uint64_t)(atomic_fetch_add_explicit(&live_bytes[0], (int64_t)size, memory_order_relaxed) + (int64_t)size);
-  if (v > atomic_load_explicit(&peak_cur[0], memory_order_relaxed)) {
-    peak_raise(&peak_cur[0], v);
-    peak_raise(&peak_run, v);
-  }
+  live_change(t, tag, (int64_t)size);
   uint64_t h = atomic_load_explicit(&t->ring_head, memory_order_relaxed);
   ta_birth *r = &t->ring[h % TA_RING];
   atomic_store_explicit(&r->addr, addr, memory_order_relaxed);
@@ -199,14 +243,13 @@ static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_
 
 static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size) {
   ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
-  atomic_store_explicit(&c->frees, atomic_load_explicit(&c->frees, memory_order_relaxed) + 1, memory_order_relaxed);
-  atomic_store_explicit(&c->free_bytes, atomic_load_explicit(&c->free_bytes, memory_order_relaxed) + size, memory_order_relaxed);
+  bump(&c->frees, 1);
+  bump(&c->free_bytes, size);
   if (tag != 0) {
-    atomic_store_explicit(&all->frees, atomic_load_explicit(&all->frees, memory_order_relaxed) + 1, memory_order_relaxed);
-    atomic_store_explicit(&all->free_bytes, atomic_load_explicit(&all->free_bytes, memory_order_relaxed) + size, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&live_bytes[tag], (int64_t)size, memory_order_relaxed);
+    bump(&all->frees, 1);
+    bump(&all->free_bytes, size);
   }
-  atomic_fetch_sub_explicit(&live_bytes[0], (int64_t)size, memory_order_relaxed);
+  live_change(t, tag, -(int64_t)size);
 }
 
 /* ---- stacks ---------------------------------------------------------------- */
@@ -243,7 +286,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   }
   if (_ta_opt.fill >= 0) memset(p, (int)_ta_opt.fill, size);
   uintptr_t a = (uintptr_t)p;
-  uint64_t seq = atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed);
+  uint64_t seq = _ta_next_seq(t);
   shard *s = shard_of(a);
   shard_lock(s);
   ta_block *b = slot_find(s, a);
@@ -351,67 +394,115 @@ typedef struct { ta_block b; int64_t at; unsigned char value; } evicted_block;
 static int64_t poison_changed(const ta_block *b, unsigned char *value) {
   const unsigned char *p = (const unsigned char *)b->addr;
   unsigned char poison = (unsigned char)_ta_opt.poison;
-  for (uint64_t i = 0; i < b->size; i++)
+  uint64_t word = 0x0101010101010101ull * poison, i = 0;
+  /* a word at a time (blocks are 16-byte aligned), then the tail */
+  for (; i + 8 <= b->size; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    if (w != word) break;
+  }
+  for (; i < b->size; i++)
     if (p[i] != poison) { *value = p[i]; return (int64_t)i; }
   return -1;
 }
 
-/* Takes the oldest block out of s's quarantine; s is locked. */
-static void quarantine_evict(shard *s, evicted_block *ev) {
-  uintptr_t a = s->q[s->qhead];
-  s->qhead = (s->qhead + 1) % s->qcap;
-  s->qlen--;
-  ta_block *b = slot_find(s, a);
-  ev->at = -1;
-  if (b == NULL || b->state != TA_FREED) return;
-  ev->b = *b;
-  ev->at = poison_changed(b, &ev->value);
-  atomic_fetch_sub_explicit(&q_bytes, (int64_t)b->size, memory_order_relaxed);
-  slot_remove(s, b);
-  dallocx((void *)a, 0);
+/* The quarantine.  Each thread keeps the records of the blocks it freed in
+ * a FIFO ring of its own: no lock to push, read in order (so the blocks
+ * that leave next are prefetched well ahead), and out of the live table, so
+ * the table holds live blocks only and stays small and warm.  While the
+ * thread's quarantine holds more than its share of the budget (the budget
+ * over the threads alive), the thread takes its own oldest blocks out: checks their poison and gives them back to jemalloc.
+ * A free, hold or check of an address the live table does not know looks
+ * through every thread's ring (slow, and only on such error paths).  A
+ * thread's ring is drained when the thread exits; blocks still quarantined
+ * at exit are checked by _ta_quarantine_check_all.
+ *
+ * The ring is one mmap'd array that never moves, so other threads may read
+ * it while its owner writes; they verify what they read. */
+
+#define Q_PREFETCH 16
+
+static inline void q_prefetch(const ta_thread *t) {
+  if (t->qlen > Q_PREFETCH)
+    __builtin_prefetch((const void *)t->q[(t->qhead + Q_PREFETCH) & (t->qcap - 1)].addr);
 }
 
-static _Atomic uint32_t evict_cursor;
-
-/* Brings the quarantine back under its budget: the oldest block of each
- * shard in turn, so a block leaves after about as many frees as there are
- * blocks in the quarantine, whichever shard it sits in.  No other shard
- * lock is held here. */
-static void quarantine_trim(void) {
-  int64_t budget = _ta_opt.quarantine;
-  int empty = 0, evicted = 0;
-  while (atomic_load_explicit(&q_bytes, memory_order_relaxed) > budget && empty < NSHARDS &&
-         evicted < 8) {
-    shard *s = &shards[atomic_fetch_add_explicit(&evict_cursor, 1, memory_order_relaxed) % NSHARDS];
-    evicted_block ev;
-    shard_lock(s);
-    if (s->qlen == 0) {
-      shard_unlock(s);
-      empty++;
-      continue;
-    }
-    quarantine_evict(s, &ev);
-    shard_unlock(s);
-    empty = 0;
-    evicted++;
-    if (ev.at >= 0) report_write_after_free(&ev.b, ev.at, ev.value);
-  }
+/* Takes t's oldest block out of the quarantine. */
+static void quarantine_evict(ta_thread *t) {
+  ta_block b = t->q[t->qhead];
+  t->q[t->qhead].addr = 0;
+  t->qhead = (t->qhead + 1) & (t->qcap - 1);
+  t->qlen--;
+  q_prefetch(t);
+  unsigned char value = 0;
+  int64_t at = poison_changed(&b, &value);
+  t->qbytes -= (int64_t)b.size;
+  dallocx((void *)b.addr, 0);
+  if (at >= 0) report_write_after_free(&b, at, value);
 }
 
-static bool quarantine_push(shard *s, uintptr_t a) {
-  if (s->qlen == s->qcap) {
-    uint32_t cap = s->qcap ? s->qcap * 2 : 16;
-    uintptr_t *q = _ta_meta_alloc(cap * sizeof *q);
-    if (q == NULL) return false;
-    for (uint32_t i = 0; i < s->qlen; i++) q[i] = s->q[(s->qhead + i) % s->qcap];
-    _ta_meta_free(s->q);
-    s->q = q;
-    s->qcap = cap;
-    s->qhead = 0;
-  }
-  s->q[(s->qhead + s->qlen) % s->qcap] = a;
-  s->qlen++;
+static bool quarantine_ring(ta_thread *t) {
+  /* enough entries for the budget in 16-byte blocks, within [64K, 4M] */
+  uint64_t cap = 1u << 16;
+  while (cap < (uint64_t)_ta_opt.quarantine / 16 && cap < (1u << 22)) cap <<= 1;
+  void *q = mmap(NULL, cap * sizeof(ta_block), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (q == MAP_FAILED) return false;
+  t->q = q;
+  t->qcap = (uint32_t)cap;
+  t->qhead = t->qlen = 0;
   return true;
+}
+
+static bool quarantine_push(ta_thread *t, const ta_block *b) {
+  if (t->q == NULL && !quarantine_ring(t)) return false;
+  if (t->qlen == t->qcap) quarantine_evict(t);        /* full: the oldest leaves */
+  t->q[(t->qhead + t->qlen) & (t->qcap - 1)] = *b;
+  t->qlen++;
+  return true;
+}
+
+/* Each thread's share of the budget: the budget over the live threads. */
+static void quarantine_trim(ta_thread *t) {
+  int n = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed);
+  int64_t share = _ta_opt.quarantine / (n > 1 ? n : 1);
+  for (int k = 0; k < 8 && t->qlen > 0 && t->qbytes > share; k++) quarantine_evict(t);
+}
+
+void _ta_quarantine_drain(ta_thread *t) {
+  while (t->qlen > 0) quarantine_evict(t);
+  if (t->q) munmap(t->q, (size_t)t->qcap * sizeof(ta_block));
+  t->q = NULL;
+  t->qcap = t->qhead = 0;
+}
+
+typedef struct { uintptr_t p; bool interior; ta_block *out; bool found; } q_search;
+
+static void q_search_thread(ta_thread *t, void *arg) {
+  q_search *qs = arg;
+  ta_block *q = t->q;
+  uint32_t cap = t->qcap, head = t->qhead, len = t->qlen;   /* the owner may be moving them */
+  if (q == NULL || qs->found) return;
+  for (uint32_t k = 0; k < len && k < cap; k++) {
+    const ta_block *e = &q[(head + k) & (cap - 1)];
+    uintptr_t a = e->addr;
+    if (a == 0) continue;
+    uint64_t size = e->size;
+    bool hit = qs->interior ? (qs->p >= a && qs->p < a + (size ? size : 1)) : qs->p == a;
+    if (!hit) continue;
+    *qs->out = *e;
+    if (qs->out->addr != a) continue;            /* overwritten while we read */
+    qs->out->state = TA_FREED;
+    qs->found = true;
+    return;
+  }
+}
+
+/* Is p a quarantined block (or inside one)? */
+static bool quarantine_find(uintptr_t p, bool interior, ta_block *out) {
+  q_search qs = { p, interior, out, false };
+  _ta_thread_each(q_search_thread, &qs);
+  return qs.found;
 }
 
 /* Frees the block at a; `stack` is where.  Returns false for a bad free. */
@@ -419,12 +510,10 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   shard *s = shard_of(a);
   shard_lock(s);
   ta_block *b = slot_find(s, a);
-  if (TA_UNLIKELY(b == NULL || b->state != TA_LIVE || (b->flags & TA_F_ARENA))) {
-    ta_block old;
-    bool freed = b && b->state == TA_FREED;
-    if (b) old = *b;
+  if (TA_UNLIKELY(b == NULL || (b->flags & TA_F_ARENA))) {
     shard_unlock(s);
-    report_bad_free(a, stack, freed ? &old : NULL);
+    ta_block old;
+    report_bad_free(a, stack, b == NULL && quarantine_find(a, false, &old) ? &old : NULL);
     return false;
   }
   uint8_t flags = b->flags;
@@ -437,26 +526,26 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
     if (flags & TA_F_HOLD) _ta_hold_on_free(a, size, stack);
     shard_lock(s);
     b = slot_find(s, a);
-    if (b == NULL || b->state != TA_LIVE) {   /* freed meanwhile by another thread */
+    if (b == NULL) {                          /* freed meanwhile by another thread */
       shard_unlock(s);
       report_bad_free(a, stack, NULL);
       return false;
     }
   }
   uint64_t seq = _ta_tracing ? atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed) : 0;
+  ta_block freed = *b;
+  slot_remove(s, b);
+  shard_unlock(s);
   int64_t budget = _ta_opt.quarantine;
-  bool over = false;
-  if (budget > 0 && quarantine_push(s, a)) {
-    b->state = TA_FREED;
-    b->free_stack = stack;
-    memset((void *)a, (int)_ta_opt.poison, size);
-    over = atomic_fetch_add_explicit(&q_bytes, (int64_t)size, memory_order_relaxed) + (int64_t)size > budget;
+  freed.state = TA_FREED;
+  freed.free_stack = stack;
+  if (budget > 0) memset((void *)a, (int)_ta_opt.poison, size);
+  if (budget > 0 && quarantine_push(t, &freed)) {
+    t->qbytes += (int64_t)size;
+    quarantine_trim(t);
   } else {
-    slot_remove(s, b);
     dallocx((void *)a, 0);
   }
-  shard_unlock(s);
-  if (over) quarantine_trim();
   count_free(t, tag, size);
   if (seq) _ta_trace_free(t, a, stack, seq);   /* seq taken before the memory could be reused */
   return true;
@@ -529,7 +618,7 @@ ta_tag ta_block_tag(const void *p) {
 
 /* ---- the table for the rest of the ledger ----------------------------------- */
 
-bool _ta_block_get(uintptr_t a, ta_block *out) {
+static bool live_get(uintptr_t a, ta_block *out) {
   shard *s = shard_of(a);
   shard_lock(s);
   ta_block *b = slot_find(s, a);
@@ -538,20 +627,25 @@ bool _ta_block_get(uintptr_t a, ta_block *out) {
   return b != NULL;
 }
 
+bool _ta_block_get(uintptr_t a, ta_block *out) {
+  return live_get(a, out) || quarantine_find(a, false, out);
+}
+
 bool _ta_block_find(uintptr_t p, ta_block *out) {
-  bool found = false, live = false;
-  for (int i = 0; i < NSHARDS && !live; i++) {
+  for (int i = 0; i < NSHARDS; i++) {
     shard *s = &shards[i];
+    bool found = false;
     shard_lock(s);
-    for (uint32_t j = 0; s->slots && j <= s->mask; j++) {
+    for (uint32_t j = 0; s->slots && j <= s->mask && !found; j++) {
       ta_block *b = &s->slots[j];
       if (b->addr == 0 || p < b->addr || p >= b->addr + (b->size ? b->size : 1)) continue;
-      /* A live block wins over a quarantined one at the same place. */
-      if (!found || b->state == TA_LIVE) { *out = *b; found = true; live = b->state == TA_LIVE; }
+      *out = *b;
+      found = true;
     }
     shard_unlock(s);
+    if (found) return true;                    /* a live block wins over a quarantined one */
   }
-  return found;
+  return quarantine_find(p, true, out);
 }
 
 void _ta_block_flag(uintptr_t a, uint8_t flags) {
@@ -563,7 +657,7 @@ void _ta_block_flag(uintptr_t a, uint8_t flags) {
 }
 
 void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uint32_t stack) {
-  uint64_t seq = atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed);
+  uint64_t seq = _ta_next_seq(t);
   shard *s = shard_of(a);
   shard_lock(s);
   ta_block *b = slot_find(s, a);
@@ -614,33 +708,23 @@ void _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void 
   }
 }
 
-size_t _ta_block_live_count(void) {
-  size_t n = 0;
-  for (int i = 0; i < NSHARDS; i++) {
-    shard *s = &shards[i];
-    shard_lock(s);
-    n += s->used - s->qlen;
-    shard_unlock(s);
+
+typedef struct { evicted_block bad[16]; int n; } q_check;
+
+static void q_check_thread(ta_thread *t, void *arg) {
+  q_check *c = arg;
+  for (uint32_t k = 0; k < t->qlen && c->n < 16; k++) {
+    evicted_block *e = &c->bad[c->n];
+    e->b = t->q[(t->qhead + k) & (t->qcap - 1)];
+    e->at = poison_changed(&e->b, &e->value);
+    if (e->at >= 0) c->n++;
   }
-  return n;
 }
 
 void _ta_quarantine_check_all(void) {
-  for (int i = 0; i < NSHARDS; i++) {
-    shard *s = &shards[i];
-    evicted_block bad[16];
-    int nbad = 0;
-    shard_lock(s);
-    for (uint32_t k = 0; k < s->qlen && nbad < 16; k++) {
-      ta_block *b = slot_find(s, s->q[(s->qhead + k) % s->qcap]);
-      if (b == NULL || b->state != TA_FREED) continue;
-      bad[nbad].b = *b;
-      bad[nbad].at = poison_changed(b, &bad[nbad].value);
-      if (bad[nbad].at >= 0) nbad++;
-    }
-    shard_unlock(s);
-    for (int k = 0; k < nbad; k++) report_write_after_free(&bad[k].b, bad[k].at, bad[k].value);
-  }
+  q_check c = { .n = 0 };
+  _ta_thread_each(q_check_thread, &c);
+  for (int k = 0; k < c.n; k++) report_write_after_free(&c.bad[k].b, c.bad[k].at, c.bad[k].value);
 }
 
 /* ---- marks and counts ---------------------------------------------------------- */
@@ -681,12 +765,13 @@ ta_mark ta_mark_now(void) {
     marks = m;
     cap_marks = cap;
   }
+  atomic_fetch_add(&_ta_seq_epoch, 1);     /* threads take fresh sequence blocks */
   uint64_t seq = atomic_fetch_add(&_ta_seq, 1);
   _ta_thread_sum(counts, ntags);
   /* Close the interval of the previous mark: its peak, and restart. */
   mark_rec *prev = nmarks ? &marks[nmarks - 1] : NULL;
   for (uint32_t i = 0; i < ntags; i++) {
-    uint64_t live = (uint64_t)atomic_load(&live_bytes[i]);
+    uint64_t live = counts[i].alloc_bytes - counts[i].free_bytes;
     uint64_t p = atomic_exchange(&peak_cur[i], live);
     if (prev && i < prev->ntags) prev->peak_after[i] = p > live ? p : live;
   }
@@ -734,7 +819,7 @@ static void ring_visit(ta_thread *t, void *arg) {
     if (seq < rw->w->seq) return;
     ta_block b;
     uintptr_t a = atomic_load_explicit(&r->addr, memory_order_relaxed);
-    if (_ta_block_get(a, &b) && b.state == TA_LIVE && b.seq == seq) since_visit(&b, rw->w);
+    if (live_get(a, &b) && b.seq == seq) since_visit(&b, rw->w);   /* registry locked: live table only */
   }
 }
 
@@ -869,7 +954,7 @@ void _ta_summary_counts(ta_summary *s) {
   _ta_thread_sum(all, 1);
   s->allocs = all[0].allocs;
   s->frees = all[0].frees;
-  s->live_bytes = (uint64_t)atomic_load(&live_bytes[0]);
+  s->live_bytes = all[0].alloc_bytes - all[0].free_bytes;
   s->peak_bytes = atomic_load(&peak_run);
 }
 
@@ -883,18 +968,18 @@ static void fork_phase(int phase) {
     pthread_mutex_lock(&mark_lock);
     pthread_mutex_lock(&tag_lock);
     _ta_trace_fork(phase);
-    _ta_thread_fork(phase);
     _ta_ref_fork(phase);
     _ta_hold_fork(phase);
+    _ta_thread_fork(phase);
     _ta_block_lock_all();
     _ta_findings_fork(phase);
     return;
   }
   _ta_findings_fork(phase);
   _ta_block_unlock_all();
+  _ta_thread_fork(phase);
   _ta_hold_fork(phase);
   _ta_ref_fork(phase);
-  _ta_thread_fork(phase);
   _ta_trace_fork(phase);
   pthread_mutex_unlock(&tag_lock);
   pthread_mutex_unlock(&mark_lock);

@@ -38,8 +38,11 @@ static void fold(ta_thread *t) {
 static void thread_exit(void *arg) {
   ta_thread *t = arg;
   if (t == NULL) return;
+  _ta_quarantine_drain(t);
+  _ta_counts_publish(t);
   _ta_trace_thread_exit(t);
   pthread_mutex_lock(&registry_lock);
+  atomic_fetch_sub(&_ta_threads_live, 1);
   fold(t);
   if (t->prev) t->prev->next = t->next; else registry = t->next;
   if (t->next) t->next->prev = t->prev;
@@ -80,6 +83,7 @@ ta_thread *_ta_thread_slow(void) {
   t->next = registry;
   if (registry) registry->prev = t;
   registry = t;
+  atomic_fetch_add(&_ta_threads_live, 1);
   pthread_mutex_unlock(&registry_lock);
   t->guard = 0;
   _ta_trace_thread_start(t);
@@ -205,9 +209,11 @@ void _ta_thread_fork(int phase) {
       next = t->next;
       if (t == self) continue;
       fold(t);
+      atomic_fetch_sub(&_ta_threads_live, 1);
       if (t->prev) t->prev->next = t->next; else registry = t->next;
       if (t->next) t->next->prev = t->prev;
       _ta_meta_free(t->trace);
+      _ta_meta_free(t->q);           /* its blocks stay quarantined for good */
       _ta_meta_free(t);
     }
     if (self) self->tid = (int)syscall(SYS_gettid);

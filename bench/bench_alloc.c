@@ -76,7 +76,6 @@ enum { IMPL_TA, IMPL_JE, IMPL_LIBC };
 static const uint32_t sizes[] = { 16, 32, 48, 64, 96, 128, 256 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 #define WARM_PAIRS 20000ull          /* per thread and cell, before timing */
-#define FILL_THREADS 2               /* threads that fill the quarantine */
 
 static double clock_ns(clockid_t id)
 {
@@ -272,18 +271,18 @@ static int child_main(int argc, char **argv)
       return 3;
     }
     tag = ta_tag_get("bench.pair");
-    /* Fill the quarantine (shared by all threads) so that the timed pairs
-     * pay for eviction too, as in a long run: blocks of the same sizes, by
-     * FILL_THREADS threads at depth 16. */
-    long q = ta_option("quarantine");
-    if (fill && q > 0) {
-      double avg = 0;
-      for (size_t i = 0; i < NSIZES; i++)
-        avg += sizes[i];
-      avg /= NSIZES;
-      uint64_t n = (uint64_t)(1.05 * (double)q / avg) / FILL_THREADS;
-      run_cell(impl, tag, 16, FILL_THREADS, n, 0);
-    }
+  }
+  /* The quarantine is per thread (it is drained when a thread ends), so the
+   * threads of each cell first fill it with blocks of the same sizes, and
+   * the timed pairs pay for eviction too, as in a long run. */
+  uint64_t fill_pairs = 0;
+  long q = impl == IMPL_TA ? ta_option("quarantine") : 0;
+  if (fill && q > 0) {
+    double avg = 0;
+    for (size_t i = 0; i < NSIZES; i++)
+      avg += sizes[i];
+    avg /= NSIZES;
+    fill_pairs = (uint64_t)(1.05 * (double)q / avg);
   }
 
   for (char *cell = strtok(argv[5], ","); cell; cell = strtok(NULL, ",")) {
@@ -291,7 +290,8 @@ static int child_main(int argc, char **argv)
     if (sscanf(cell, "%dx%d", &depth, &nthreads) != 2 || depth < 1 || depth > 1000 ||
         nthreads < 1 || nthreads > 64)
       return 2;
-    cell_result r = run_cell(impl, tag, depth, nthreads, WARM_PAIRS, pairs);
+    uint64_t warm = fill_pairs / (uint64_t)nthreads > WARM_PAIRS ? fill_pairs / (uint64_t)nthreads : WARM_PAIRS;
+    cell_result r = run_cell(impl, tag, depth, nthreads, warm, pairs);
     printf("%d %d %.3f %.3f %zu\n", depth, nthreads, r.wall, r.cpu, r.frames);
     fflush(stdout);
   }
