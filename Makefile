@@ -10,7 +10,7 @@ COMMON   = $(WARN) -std=gnu11 -pthread -fPIC -fno-omit-frame-pointer -D_GNU_SOUR
 LIBS     = -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm
 
 # The library: the ledger plus the symbolizer and text emitter of reports/.
-LIB_SRC  = $(wildcard alloc/*.c) reports/symbolize.c reports/text.c reports/trace_read.c
+LIB_SRC  = $(wildcard alloc/*.c) $(wildcard reports/*.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 
 UNIT_SRC = $(wildcard tests/unit/*.c) $(wildcard tests/misuse/*.c) $(wildcard tests/stress/*.c)
@@ -19,7 +19,14 @@ TEST_LIBS = -lcmocka
 # The static library: keep the text reporter, which registers itself.
 LINKA    = -Wl,-u,report_text_write $(BUILD)/libtagalloc.a
 
-all: $(BUILD)/libtagalloc.so $(BUILD)/libtagalloc.a $(BUILD)/demo $(UNIT_BIN)
+# The auditor: the LD_PRELOAD shim (the library plus tools/preload*.c) and
+# the command-line tool (tools/tagalloc*.c).
+PRELOAD_SRC = $(wildcard tools/preload*.c)
+PRELOAD_OBJ = $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_SRC  = $(wildcard tools/tagalloc*.c)
+
+all: $(BUILD)/libtagalloc.so $(BUILD)/libtagalloc.a $(BUILD)/demo $(UNIT_BIN) \
+     $(if $(PRELOAD_SRC),$(BUILD)/libtagalloc-preload.so) $(if $(CLI_SRC),$(BUILD)/tagalloc)
 
 $(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h reports/*.h) Makefile
 	@mkdir -p $(dir $@)
@@ -32,10 +39,16 @@ $(BUILD)/libtagalloc.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+$(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(LIB_OBJ)
+	$(CC) -shared -Wl,-z,nodelete -o $@ $^ $(LIBS)
+
+$(BUILD)/tagalloc: $(CLI_SRC) $(BUILD)/libtagalloc.a $(wildcard tools/*.h)
+	$(CC) $(CFLAGS) $(COMMON) -Itools $(CLI_SRC) -o $@ $(BUILD)/libtagalloc.a $(LIBS)
+
 $(BUILD)/demo: examples/demo.c $(BUILD)/libtagalloc.a
 	$(CC) $(CFLAGS) $(COMMON) $< -o $@ $(LINKA) $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/libtagalloc.a
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libtagalloc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(COMMON) -Itests $< -o $@ $(LINKA) $(TEST_LIBS) $(LIBS)
 

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,6 +478,15 @@ static void check_stack(builder *b, uint32_t stack) {
   if (stack != 0 && !map_get(&b->m->index->stacks, stack, &i)) b->m->late_stacks++;
 }
 
+/* A record the model only counts: one more, and its stack checked (the
+ * uint32_t at stack_offset in the payload). */
+static void count_record(builder *b, uint64_t *count, const void *payload, size_t stack_offset) {
+  uint32_t stack;
+  memcpy(&stack, (const char *)payload + stack_offset, sizeof stack);
+  (*count)++;
+  check_stack(b, stack);
+}
+
 static int on_record(const report_trace_rec *r, void *arg) {
   builder *b = arg;
   report_trace_model *m = b->m;
@@ -547,34 +557,10 @@ static int on_record(const report_trace_rec *r, void *arg) {
                .is_free = true };
     return 0;
   }
-  case TR_REALLOC: {
-    tr_realloc x;
-    memcpy(&x, p, sizeof x);
-    m->reallocs++;
-    check_stack(b, x.stack);
-    return 0;
-  }
-  case TR_REF: {
-    tr_ref x;
-    memcpy(&x, p, sizeof x);
-    m->refs++;
-    check_stack(b, x.stack);
-    return 0;
-  }
-  case TR_HOLD: {
-    tr_hold x;
-    memcpy(&x, p, sizeof x);
-    m->holds++;
-    check_stack(b, x.stack);
-    return 0;
-  }
-  case TR_ARENA_RESET: {
-    tr_arena_reset x;
-    memcpy(&x, p, sizeof x);
-    m->arena_resets++;
-    check_stack(b, x.stack);
-    return 0;
-  }
+  case TR_REALLOC:     count_record(b, &m->reallocs, p, offsetof(tr_realloc, stack)); return 0;
+  case TR_REF:         count_record(b, &m->refs, p, offsetof(tr_ref, stack)); return 0;
+  case TR_HOLD:        count_record(b, &m->holds, p, offsetof(tr_hold, stack)); return 0;
+  case TR_ARENA_RESET: count_record(b, &m->arena_resets, p, offsetof(tr_arena_reset, stack)); return 0;
   case TR_MARK: {
     tr_mark x;
     memcpy(&x, p, sizeof x);

@@ -14,74 +14,19 @@
 #include "harness.h"
 #include "child.h"
 #include "report.h"
+#include "support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef __clang__
-#define NOIPA __attribute__((noinline))
-#else
-#define NOIPA __attribute__((noipa))   /* not inlined, not cloned, not tail-called */
-#endif
-#define KEEP() __asm__ volatile("" ::: "memory")
-
 static report_ctx *ctx;
 static ta_tag T;
 
-/* ---- what the ledger says ------------------------------------------------------ */
-
-static int n_messages;
-static char messages[16][512];
-
-static void on_error(int code, const char *message, void *arg) {
-  (void)arg;
-  if (code != TA_EFINDING) return;
-  if (n_messages < 16) snprintf(messages[n_messages], sizeof messages[0], "%s", message);
-  n_messages++;
-}
-
-static int setup(void **state) {
-  (void)state;
-  ta_findings_clear();
-  n_messages = 0;
-  return 0;
-}
-
-typedef struct {
-  const char *kind;
-  int found;
-  ta_finding f;
-  char slot[64];
-} find_arg;
-
-static int find_kind(const ta_finding *f, void *arg) {
-  find_arg *a = arg;
-  if (strcmp(f->kind, a->kind) != 0) return 0;
-  a->found = 1;
-  a->f = *f;
-  snprintf(a->slot, sizeof a->slot, "%s", f->slot ? f->slot : "");
-  a->f.slot = NULL;
-  a->f.history = NULL;
-  return 1;
-}
-
-/* The one finding of kind: it must exist. */
-static ta_finding the_finding(const char *kind) {
-  find_arg a = { .kind = kind };
-  ta_findings_visit(find_kind, &a);
-  if (!a.found) fail_msg("no finding of kind %s", kind);
-  return a.f;
-}
+/* ---- what the ledger says: support.h's messages_setup counts and keeps it ------ */
 
 /* The function of frame #0 of a stack (the innermost, inlined or not). */
-static const char *frame0(uint32_t stack) {
-  const uintptr_t *pcs;
-  if (stack == 0 || ta_stack_frames(stack, &pcs) == 0) return "<no stack>";
-  report_frame fr[REPORT_MAX_INLINE];
-  int n = report_symbolize(ctx, pcs[0], fr, REPORT_MAX_INLINE);
-  return n > 0 && fr[0].function ? fr[0].function : "??";
-}
+static const char *frame0(uint32_t stack) { return stack_frame0(ctx, stack); }
 
 /* One finding of kind, announced once on the error path. */
 static void assert_one(const char *kind) {
@@ -459,21 +404,20 @@ int main(int argc, char **argv) {
   T = ta_tag_get("misuse");
   ctx = report_ctx_new();
   if (ctx == NULL) return 1;
-  ta_error_handler(on_error, NULL);
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup(test_double_free, setup),
-    cmocka_unit_test_setup(test_invalid_free_never_allocated, setup),
-    cmocka_unit_test_setup(test_invalid_free_interior, setup),
-    cmocka_unit_test_setup(test_refcount_underflow, setup),
-    cmocka_unit_test_setup(test_stack_hold, setup),
-    cmocka_unit_test_setup(test_arena_after_reset, setup),
-    cmocka_unit_test_setup(test_held_target_freed, setup),
-    cmocka_unit_test_setup(test_orphan, setup),
-    cmocka_unit_test_setup(test_write_after_free, setup),
-    cmocka_unit_test_setup(test_write_after_free_churn, setup),
-    cmocka_unit_test_setup(test_write_after_free_at_exit, setup),
-    cmocka_unit_test_setup(test_freed_block_back_to_ledger, setup),
-    cmocka_unit_test_setup(test_goes_on, setup),
+    cmocka_unit_test_setup(test_double_free, messages_setup),
+    cmocka_unit_test_setup(test_invalid_free_never_allocated, messages_setup),
+    cmocka_unit_test_setup(test_invalid_free_interior, messages_setup),
+    cmocka_unit_test_setup(test_refcount_underflow, messages_setup),
+    cmocka_unit_test_setup(test_stack_hold, messages_setup),
+    cmocka_unit_test_setup(test_arena_after_reset, messages_setup),
+    cmocka_unit_test_setup(test_held_target_freed, messages_setup),
+    cmocka_unit_test_setup(test_orphan, messages_setup),
+    cmocka_unit_test_setup(test_write_after_free, messages_setup),
+    cmocka_unit_test_setup(test_write_after_free_churn, messages_setup),
+    cmocka_unit_test_setup(test_write_after_free_at_exit, messages_setup),
+    cmocka_unit_test_setup(test_freed_block_back_to_ledger, messages_setup),
+    cmocka_unit_test_setup(test_goes_on, messages_setup),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   report_ctx_free(ctx);

@@ -6,48 +6,11 @@
  * is given back at the reset after the next, smaller one; ta_free of an arena
  * block is free.invalid and changes nothing. */
 #include "harness.h"
+#include "support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int n_messages;
-
-static void on_error(int code, const char *message, void *arg) {
-  (void)arg;
-  (void)message;
-  if (code == TA_EFINDING) n_messages++;
-}
-
-static int setup(void **state) {
-  (void)state;
-  ta_findings_clear();
-  n_messages = 0;
-  ta_error_handler(on_error, NULL);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ta_error_handler(NULL, NULL);
-  return 0;
-}
-
-typedef struct {
-  const char *kind;
-  int found;
-  ta_finding f;
-} find_arg;
-
-static int find_kind(const ta_finding *f, void *arg) {
-  find_arg *a = arg;
-  if (strcmp(f->kind, a->kind) != 0) return 0;
-  a->found = 1;
-  a->f = *f;
-  a->f.slot = NULL;
-  a->f.history = NULL;
-  return 1;
-}
 
 static void test_counts_and_reset(void **state) {
   (void)state;
@@ -264,12 +227,12 @@ static void test_free_arena_block(void **state) {
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(test_counts_and_reset, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_hold_into_arena_then_reset, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_hold_after_reset, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_check_after_reset, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_capacity_shrinks, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_free_arena_block, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_counts_and_reset, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_hold_into_arena_then_reset, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_hold_after_reset, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_check_after_reset, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_capacity_shrinks, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_free_arena_block, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

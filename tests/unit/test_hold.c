@@ -5,6 +5,7 @@
  * its last hold while live (the view's dummy buffer replaced by the parent's
  * storage) is leak.orphan at the next scan, not leak.direct, until freed. */
 #include "harness.h"
+#include "support.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -16,63 +17,6 @@
 #include <valgrind/valgrind.h>
 #endif
 #endif
-
-#ifdef __clang__
-#define NOIPA __attribute__((noinline))
-#else
-#define NOIPA __attribute__((noipa))
-#endif
-#define KEEP() __asm__ volatile("" ::: "memory")
-
-static int n_messages;
-
-static void on_error(int code, const char *message, void *arg) {
-  (void)arg;
-  (void)message;
-  if (code == TA_EFINDING) n_messages++;
-}
-
-static int setup(void **state) {
-  (void)state;
-  ta_findings_clear();
-  n_messages = 0;
-  ta_error_handler(on_error, NULL);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ta_error_handler(NULL, NULL);
-  return 0;
-}
-
-typedef struct {
-  const char *kind;
-  int found;
-  ta_finding f;
-  char slot[64];
-} find_arg;
-
-static int find_kind(const ta_finding *f, void *arg) {
-  find_arg *a = arg;
-  if (strcmp(f->kind, a->kind) != 0) return 0;
-  a->found = 1;
-  a->f = *f;
-  snprintf(a->slot, sizeof a->slot, "%s", f->slot ? f->slot : "");
-  a->f.slot = NULL;
-  a->f.history = NULL;
-  return 1;
-}
-
-/* Overwrites the dead part of the stack below the caller, so that no stale
- * copy of a block's address is left there for the scan to find. */
-/* Not instrumented by ASan: no redzone at the top of its frame is left
- * unwritten, so the whole dead stack below the caller is overwritten. */
-NOIPA __attribute__((no_sanitize_address)) static void scribble_stack(void) {
-  char buf[65536];
-  memset(buf, 0, sizeof buf);
-  __asm__ volatile("" : : "r"(buf) : "memory");    /* the stores must happen */
-}
 
 static void test_good_hold(void **state) {
   (void)state;
@@ -354,14 +298,14 @@ static void test_holder_freed(void **state) {
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(test_good_hold, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_hold_stack, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_hold_other_thread_stack, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_hold_unknown_thread_stack, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_hold_freed_block, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_held_target_freed, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_orphan, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_holder_freed, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_good_hold, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_hold_stack, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_hold_other_thread_stack, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_hold_unknown_thread_stack, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_hold_freed_block, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_held_target_freed, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_orphan, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_holder_freed, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

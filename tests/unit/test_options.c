@@ -8,17 +8,11 @@
 #include "harness.h"
 #include "child.h"
 #include "report.h"
+#include "support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef __clang__
-#define NOIPA __attribute__((noinline))
-#else
-#define NOIPA __attribute__((noipa))
-#endif
-#define KEEP() __asm__ volatile("" ::: "memory")
 
 /* ---- the children ------------------------------------------------------------ */
 
@@ -48,12 +42,6 @@ NOIPA static void alloc_here(void) {
   KEEP();
 }
 
-static const char *innermost(report_ctx *ctx, uintptr_t pc) {
-  report_frame fr[REPORT_MAX_INLINE];
-  int n = report_symbolize(ctx, pc, fr, REPORT_MAX_INLINE);
-  return n > 0 && fr[0].function ? fr[0].function : "??";
-}
-
 /* Prints the options, then the stack of recurse(10)'s innermost call and
  * of an allocation, one function name a line. */
 NOIPA static int child_stack(void) {
@@ -64,10 +52,10 @@ NOIPA static int child_stack(void) {
   size_t n = ta_stack_frames(deep_stack, &pcs);
   printf("frames=%zu\n", n);
   report_ctx *ctx = report_ctx_new();
-  for (size_t i = 0; i < n && i < 12; i++) printf("#%zu %s\n", i, innermost(ctx, pcs[i]));
+  for (size_t i = 0; i < n && i < 12; i++) printf("#%zu %s\n", i, function_at(ctx, pcs[i]));
   alloc_here();
   n = ta_stack_frames(alloc_stack, &pcs);
-  printf("alloc frames=%zu #0 %s\n", n, n ? innermost(ctx, pcs[0]) : "none");
+  printf("alloc frames=%zu #0 %s\n", n, n ? function_at(ctx, pcs[0]) : "none");
   report_ctx_free(ctx);
   KEEP();
   return 0;

@@ -7,59 +7,10 @@
  * acquisitions with their stacks. */
 #include "harness.h"
 #include "child.h"
+#include "support.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef __clang__
-#define NOIPA __attribute__((noinline))
-#else
-#define NOIPA __attribute__((noipa))   /* not inlined, not cloned, not tail-called */
-#endif
-#define KEEP() __asm__ volatile("" ::: "memory")   /* no tail call: the caller stays on the stack */
-
-static int n_messages;
-static char first_message[512];
-
-static void on_error(int code, const char *message, void *arg) {
-  (void)arg;
-  if (code == TA_EFINDING && n_messages++ == 0) snprintf(first_message, sizeof first_message, "%s", message);
-}
-
-static int setup(void **state) {
-  (void)state;
-  ta_findings_clear();
-  n_messages = 0;
-  first_message[0] = '\0';
-  ta_error_handler(on_error, NULL);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ta_error_handler(NULL, NULL);
-  return 0;
-}
-
-/* The first finding of a kind, copied (history included). */
-typedef struct {
-  const char *kind;
-  int found;
-  ta_finding f;
-  ta_ref_event history[16];
-} find_arg;
-
-static int find_kind(const ta_finding *f, void *arg) {
-  find_arg *a = arg;
-  if (strcmp(f->kind, a->kind) != 0) return 0;
-  a->found = 1;
-  a->f = *f;
-  size_t n = f->history_len < 16 ? f->history_len : 16;
-  memcpy(a->history, f->history, n * sizeof *f->history);
-  a->f.history = NULL;
-  a->f.slot = NULL;
-  return 1;
-}
 
 static void test_counts(void **state) {
   (void)state;
@@ -113,8 +64,8 @@ static void test_underflow_at_zero(void **state) {
   assert_int_equal(ta_findings_count(NULL), 2);
   assert_int_equal(ta_ref_count(obj), 0);        /* stays at 0 */
   assert_int_equal(n_messages, 1);                /* ... of one group: one message */
-  assert_non_null(strstr(first_message, "ref.underflow at 0x"));
-  assert_non_null(strstr(first_message, "a release at count 0"));
+  assert_non_null(strstr(messages[0], "ref.underflow at 0x"));
+  assert_non_null(strstr(messages[0], "a release at count 0"));
 
   find_arg a = { .kind = "ref.underflow" };
   ta_findings_visit(find_kind, &a);
@@ -150,7 +101,7 @@ static void test_underflow_no_refcount(void **state) {
   void *obj = ta_alloc(ta_tag_get("ref.obj"), 8);
   assert_int_equal(ta_ref_release(obj), -1);
   assert_int_equal(ta_findings_count("ref.underflow"), 1);
-  assert_non_null(strstr(first_message, "a release on an object with no refcount"));
+  assert_non_null(strstr(messages[0], "a release on an object with no refcount"));
   ta_free(obj);
 }
 
@@ -163,7 +114,7 @@ static void test_release_after_free(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
   assert_int_equal(ta_ref_release(obj), -1);
   assert_int_equal(ta_findings_count("ref.underflow"), 1);
-  assert_non_null(strstr(first_message, "a release on a freed object"));
+  assert_non_null(strstr(messages[0], "a release on a freed object"));
 
   find_arg a = { .kind = "ref.underflow" };
   ta_findings_visit(find_kind, &a);
@@ -186,7 +137,7 @@ static void test_release_after_free_no_count(void **state) {
   ta_free(obj);                                  /* never had a refcount */
   assert_int_equal(ta_ref_release(obj), -1);
   assert_int_equal(ta_findings_count("ref.underflow"), 1);
-  assert_non_null(strstr(first_message, "a release on a freed object"));
+  assert_non_null(strstr(messages[0], "a release on a freed object"));
 }
 
 /* ref.leak is an exit finding: a scan during the run does not make one. */
@@ -272,13 +223,13 @@ int main(int argc, char **argv) {
   }
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(test_counts, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_underflow_at_zero, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_underflow_no_refcount, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_release_after_free, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_release_after_free_no_count, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_no_ref_leak_before_exit, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_ref_leak_at_exit, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_counts, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_underflow_at_zero, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_underflow_no_refcount, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_release_after_free, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_release_after_free_no_count, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_no_ref_leak_before_exit, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_ref_leak_at_exit, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,18 +13,12 @@
  * no stale copy in a register or a dead frame keeps a "lost" block alive. */
 #include "harness.h"
 #include "child.h"
+#include "support.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef __clang__
-#define NOIPA __attribute__((noinline))
-#else
-#define NOIPA __attribute__((noipa))
-#endif
-#define KEEP() __asm__ volatile("" ::: "memory")
 
 static ta_tag T;
 
@@ -39,14 +33,6 @@ NOIPA static void free_hidden(void) {
   for (size_t i = 0; i < nhidden; i++) ta_free((void *)~hidden[i]);
   nhidden = 0;
   KEEP();
-}
-
-/* Not instrumented by ASan: no redzone at the top of its frame is left
- * unwritten, so the whole dead stack below the caller is overwritten. */
-NOIPA __attribute__((no_sanitize_address)) static void scribble_stack(void) {
-  char buf[65536];
-  memset(buf, 0, sizeof buf);
-  __asm__ volatile("" : : "r"(buf) : "memory");    /* the stores must happen */
 }
 
 /* The caller-saved registers are dead at a call, but the scan takes the
@@ -146,16 +132,6 @@ NOIPA static void overwrite_pointer(void) {
   hide(g_root);
   g_root = ta_alloc(T, 24);                      /* the 40 bytes are lost */
   KEEP();
-}
-
-typedef struct { const char *kind; int found; ta_finding f; } find_arg;
-
-static int find_kind(const ta_finding *f, void *arg) {
-  find_arg *a = arg;
-  if (strcmp(f->kind, a->kind) != 0) return 0;
-  a->found = 1;
-  a->f = *f;
-  return 1;
 }
 
 static void test_overwritten_is_direct(void **state) {

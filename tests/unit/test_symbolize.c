@@ -1,24 +1,14 @@
 /* test_symbolize.c - reports/symbolize.c on this very program: a static
  * function, an inlined call chain, libc, a library dlopen()ed after the
  * symbolizer was made, and addresses no module maps. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
+#include "harness.h"
+#include "support.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "report.h"
-#include "tagalloc.h"
-
-#ifdef __clang__
-#define NOIPA __attribute__((noinline))
-#else
-#define NOIPA __attribute__((noipa))   /* not inlined, not cloned, not tail-called */
-#endif
 
 /* Each function below sits on one line, so that every address of its code
  * maps to the line recorded next to it, whatever the optimizer does. */

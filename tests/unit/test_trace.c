@@ -8,6 +8,7 @@
  * traced programs are this binary again, exec'd with TAGALLOC_TRACE set and
  * a role in argv[1] ("child-trace PATH", "child-kill PATH N", ...). */
 #include "harness.h"
+#include "support.h"
 #include "trace_read.h"
 
 #include <errno.h>
@@ -21,12 +22,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-#ifdef __clang__
-#define NOIPA __attribute__((noinline))
-#else
-#define NOIPA __attribute__((noipa))
-#endif
 
 #define KILL_ALLOCS 2000   /* allocations of the killed child: ~24 flushes of 4 KiB buffers */
 
@@ -122,6 +117,24 @@ static void temp_path(char *buf, size_t n, const char *what) {
   close(fd);
 }
 
+/* Runs role ("child-kill" or "child-abort") with KILL_ALLOCS allocations and
+ * 4 KiB trace buffers, tracing to a new temporary file named after what
+ * (its name left in path); returns the wait status. */
+static int spawn_dying(const char *role, const char *what, char *path, size_t size) {
+  char n[16];
+  temp_path(path, size, what);
+  snprintf(n, sizeof n, "%d", KILL_ALLOCS);
+  return spawn(role, path, n, "TAGALLOC_TRACE_BUFFER=4096");
+}
+
+/* The model of the trace at path: it must load. */
+static report_trace_model *load_model(const char *path) {
+  char err[512] = "";
+  report_trace_model *m = report_trace_model_load(path, err, sizeof err);
+  if (m == NULL) fail_msg("%s", err);
+  return m;
+}
+
 static unsigned char *slurp(const char *path, size_t *size) {
   FILE *f = fopen(path, "rb");
   assert_non_null(f);
@@ -161,9 +174,7 @@ static int remove_clean_trace(void **state) {
 
 static void test_exact_counts(void **state) {
   (void)state;
-  char err[512] = "";
-  report_trace_model *m = report_trace_model_load(g_trace, err, sizeof err);
-  if (m == NULL) fail_msg("%s", err);
+  report_trace_model *m = load_model(g_trace);
   assert_false(m->damaged);
   assert_string_equal(m->damage, "");
   assert_true(m->clean_exit);
@@ -316,14 +327,11 @@ static void check_die_prefix(const report_trace_model *m, bool all) {
 
 static void test_killed(void **state) {
   (void)state;
-  char path[256], err[512] = "", n[16];
-  temp_path(path, sizeof path, "kill");
-  snprintf(n, sizeof n, "%d", KILL_ALLOCS);
-  int st = spawn("child-kill", path, n, "TAGALLOC_TRACE_BUFFER=4096");
+  char path[256];
+  int st = spawn_dying("child-kill", "kill", path, sizeof path);
   assert_true(WIFSIGNALED(st));
   assert_int_equal(WTERMSIG(st), SIGKILL);
-  report_trace_model *m = report_trace_model_load(path, err, sizeof err);
-  if (m == NULL) fail_msg("%s", err);
+  report_trace_model *m = load_model(path);
   check_die_prefix(m, false);
   assert_true(m->allocs < KILL_ALLOCS);  /* the last buffer died with the process */
   report_trace_model_free(m);
@@ -332,14 +340,11 @@ static void test_killed(void **state) {
 
 static void test_aborted(void **state) {
   (void)state;
-  char path[256], err[512] = "", n[16];
-  temp_path(path, sizeof path, "abort");
-  snprintf(n, sizeof n, "%d", KILL_ALLOCS);
-  int st = spawn("child-abort", path, n, "TAGALLOC_TRACE_BUFFER=4096");
+  char path[256];
+  int st = spawn_dying("child-abort", "abort", path, sizeof path);
   assert_true(WIFSIGNALED(st));
   assert_int_equal(WTERMSIG(st), SIGABRT);
-  report_trace_model *m = report_trace_model_load(path, err, sizeof err);
-  if (m == NULL) fail_msg("%s", err);
+  report_trace_model *m = load_model(path);
   check_die_prefix(m, true);             /* the signal flush wrote every buffer */
   const char *name = report_trace_model_tag(m, m->blocks[0].tag);
   assert_non_null(name);
@@ -453,10 +458,8 @@ static void test_truncated(void **state) {
 
 static void test_truncated_long(void **state) {
   (void)state;
-  char path[256], n[16];
-  temp_path(path, sizeof path, "long");
-  snprintf(n, sizeof n, "%d", KILL_ALLOCS);
-  int st = spawn("child-abort", path, n, "TAGALLOC_TRACE_BUFFER=4096");
+  char path[256];
+  int st = spawn_dying("child-abort", "long", path, sizeof path);
   assert_true(WIFSIGNALED(st));
   truncations(path);
   unlink(path);
