@@ -34,6 +34,11 @@ typedef struct {
   long max_groups;    /* TAGALLOC_REPORT_GROUPS: groups printed per kind */
   long record;        /* TAGALLOC_RECORD: 0 counts only (no stacks, no trace) */
   const char *trace;  /* TAGALLOC_TRACE: path of the trace, NULL for none */
+  long follow;        /* TAGALLOC_FOLLOW: the preload follows exec (keeps LD_PRELOAD) */
+  const char *json;   /* TAGALLOC_JSON: the preload's per-process JSON ("%p": pid), NULL: none */
+  long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
+  long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
+  long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
 } ta_options_t;
 
 extern ta_options_t _ta_opt;
@@ -114,7 +119,10 @@ struct ta_thread {
   ta_tag_counts counts[TA_MAX_TAGS];
 };
 
-extern __thread ta_thread *_ta_self;
+/* initial-exec: an access never calls __tls_get_addr, which may call malloc
+ * (dtv growth after a dlopen) - under LD_PRELOAD that malloc is the shim's,
+ * which reads _ta_self first, and would recurse. */
+extern __thread ta_thread *_ta_self __attribute__((tls_model("initial-exec")));
 ta_thread *_ta_thread_slow(void);     /* creates the calling thread's state */
 static inline ta_thread *_ta_thread(void) {   /* the calling thread's, created on first use */
   ta_thread *t = _ta_self;
@@ -147,6 +155,26 @@ size_t   _ta_depot_count(void);
 void     _ta_depot_each_since(uint64_t *cursor,
                               void (*fn)(uint32_t id, const uintptr_t *pcs, size_t n, void *arg),
                               void *arg);
+
+/* The LD_PRELOAD shim's entry points (ledger.c): the shim captures the stack. */
+void *_ta_alloc_at(ta_tag tag, size_t size, size_t align, bool zero, uint32_t stack);
+bool  _ta_free_at(void *p, uint32_t stack);                 /* false: a bad free, reported */
+void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);
+/* The exit work (scan, report, trace), callable early: _exit, a fatal
+ * signal, exec.  Runs once per process image unless `again`. */
+void  _ta_exit_now(bool again);
+/* Called by the exit work after the report, guard raised (the LD_PRELOAD
+ * shim writes its per-process JSON there); NULL: nothing. */
+extern void (*_ta_exit_hook)(void);
+/* Called by the exit work first, guard not raised (the shim frees the
+ * runtime's own blocks there, as memcheck's freeres does); NULL: nothing. */
+extern void (*_ta_exit_before)(void);
+/* Set when the exit work runs in a fatal signal's handler (the preload):
+ * the interrupted context's stack pointer and registers are this thread's
+ * roots, not the handler's frames (which may be on another stack). */
+extern uintptr_t   _ta_exit_sp;
+extern const void *_ta_exit_regs;
+extern size_t      _ta_exit_regs_size;
 
 /* Captures the caller's stack (skip frames of the ledger) into the depot. */
 uint32_t _ta_stack_capture(size_t skip);
@@ -198,6 +226,39 @@ void   _ta_counts_publish(ta_thread *t);             /* thread exit: pending liv
 /* Checks every quarantined block's poison now (exit). */
 void   _ta_quarantine_check_all(void);
 
+/* ---- guard.c: guard mode (TAGALLOC_GUARD=1) ------------------------------------
+ * Blocks of up to 4096 bytes (and one bigger block in TAGALLOC_GUARD_SAMPLE,
+ * up to 1 MiB) live at the end of a page of their own, before a PROT_NONE
+ * page; a freed block's pages are made PROT_NONE while its record sits in
+ * the quarantine.  A read or write after free faults and is reported as
+ * use.after-free, a read or write past the end of a live block as
+ * heap.overflow, with the faulting instruction's stack; then the page is
+ * made read-write (full of poison) and the program goes on.  ledger.c calls
+ * the hooks below only when _ta_guard_on (one branch in default mode). */
+
+struct ucontext_t;
+extern bool _ta_guard_on;                    /* set by _ta_guard_init, never cleared */
+void     _ta_guard_init(void);               /* _ta_init, after the options */
+/* A guarded block, or NULL: then the caller takes it from jemalloc. */
+void    *_ta_guard_alloc(size_t size, size_t align, bool zero);
+bool     _ta_guard_owns(uintptr_t addr);     /* in a guarded region? */
+/* block_free: makes a guarded block's pages PROT_NONE (instead of the
+ * poison) and checks the slack past its end; false: not a guarded block. */
+bool     _ta_guard_retire(const ta_block *freed);
+/* Instead of dallocx: the slot goes back to the free list; false: not ours. */
+bool     _ta_guard_release(uintptr_t addr);
+/* What a quarantined block counts against the budget (size, unless guarded). */
+uint64_t _ta_guard_charge(uintptr_t addr, uint64_t size);
+/* The fault handler's question: is this SIGSEGV/SIGBUS ours?  addr is
+ * si_addr, uc the handler's third argument; call it only for faults the
+ * kernel raised (si_code > 0).  When it returns true the fault was reported
+ * and the page made accessible: return from the handler, and the faulting
+ * instruction runs again.  Guard mode installs a handler (SA_SIGINFO |
+ * SA_ONSTACK) that asks it first and passes other faults to the handler
+ * that was installed before it, or to the default action; a handler
+ * installed later (the preload shim's crash report) must ask it first. */
+bool     _ta_guard_fault(void *addr, struct ucontext_t *uc);
+
 /* ---- ref.c, hold.c, arena.c: hooks from the free path ------------------------ */
 
 void _ta_ref_on_free(uintptr_t addr, uint32_t free_stack);
@@ -242,6 +303,7 @@ void _ta_scan_exit(void);         /* the exit scan: leaks, orphans and ref.leak 
 extern bool _ta_tracing;
 void _ta_trace_open(void);
 void _ta_trace_close(void);              /* flushes everything (exit) */
+void _ta_trace_modules(void);            /* MODULE records for mappings new since (dlclose) */
 void _ta_trace_flush_all_signal(void);   /* best effort, from a fatal signal */
 void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack, uint64_t seq, int arena);
 void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq);
@@ -274,6 +336,15 @@ bool  _ta_map_put(ta_map *m, uintptr_t key, void *value);   /* replaces */
 void *_ta_map_del(ta_map *m, uintptr_t key);                /* returns the old value */
 void  _ta_map_each(const ta_map *m, void (*fn)(uintptr_t key, void *value, void *arg), void *arg);
 
+/* ---- extents.c: the ledger's own mappings ------------------------------------ */
+
+/* Mappings the ledger made for itself (the preload's raw arena records its
+ * region here too); kept for tools that must tell them from the program's. */
+void  *_ta_mmap(size_t len);            /* read-write, recorded as the ledger's */
+void   _ta_munmap(void *p, size_t len);
+void   _ta_own_range(uintptr_t lo, uintptr_t hi);   /* a mapping made elsewhere, ours */
+size_t _ta_own_ranges(uintptr_t *lo, uintptr_t *hi, size_t max);
+
 /* ---- internal memory ------------------------------------------------------ */
 
 /* The ledger's own bookkeeping memory: jemalloc through mallocx in an arena of
@@ -283,5 +354,6 @@ void *_ta_meta_calloc(size_t n, size_t size);
 void *_ta_meta_realloc(void *p, size_t size);
 void  _ta_meta_free(void *p);
 char *_ta_meta_strdup(const char *s);
+
 
 #endif

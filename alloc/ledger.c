@@ -278,7 +278,24 @@ TA_NOINLINE uint32_t ta_stack_here(void) {
 
 /* ---- allocation ------------------------------------------------------------ */
 
-/* Records a new block; p came from mallocx. */
+/* jemalloc, or in guard mode a block on a page of its own (guard.c);
+ * flags are mallocx's, align and zero are read by guard mode. */
+static inline void *raw_alloc(ta_thread *t, size_t size, size_t align, int flags) {
+  if (TA_UNLIKELY(_ta_guard_on)) {
+    void *g = _ta_guard_alloc(size, align, (flags & MALLOCX_ZERO) != 0);
+    if (g) return g;
+  }
+  (void)t;
+  return mallocx(size ? size : 1, flags);
+}
+
+static inline void raw_free(ta_thread *t, uintptr_t a) {
+  (void)t;
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_release(a)) return;
+  dallocx((void *)a, 0);
+}
+
+/* Records a new block; p came from raw_alloc. */
 static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
   if (TA_UNLIKELY(p == NULL)) {
     _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
@@ -303,7 +320,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   }
   shard_unlock(s);
   if (TA_UNLIKELY(b == NULL)) {
-    dallocx(p, 0);
+    raw_free(t, a);
     _ta_error(TA_ENOMEM, "out of memory for the ledger's own table");
     return NULL;
   }
@@ -320,7 +337,7 @@ TA_NOINLINE void *ta_alloc(ta_tag tag, size_t size) {
   _ta_ensure();
   ta_thread *t = _ta_thread();
   uint32_t stack = _ta_stack_capture(1);
-  return block_new(t, mallocx(size ? size : 1, 0), size, tag_check(tag), stack);
+  return block_new(t, raw_alloc(t, size, 16, 0), size, tag_check(tag), stack);
 }
 
 TA_NOINLINE void *ta_calloc(ta_tag tag, size_t n, size_t size) {
@@ -332,7 +349,7 @@ TA_NOINLINE void *ta_calloc(ta_tag tag, size_t n, size_t size) {
     return NULL;
   }
   uint32_t stack = _ta_stack_capture(1);
-  void *p = block_new(t, mallocx(total ? total : 1, MALLOCX_ZERO), total, tag_check(tag), stack);
+  void *p = block_new(t, raw_alloc(t, total, 16, MALLOCX_ZERO), total, tag_check(tag), stack);
   if (p && _ta_opt.fill >= 0) memset(p, 0, total);
   return p;
 }
@@ -345,7 +362,7 @@ TA_NOINLINE void *ta_aligned(ta_tag tag, size_t align, size_t size) {
     return NULL;
   }
   uint32_t stack = _ta_stack_capture(1);
-  return block_new(t, mallocx(size ? size : 1, MALLOCX_ALIGN(align)), size, tag_check(tag), stack);
+  return block_new(t, raw_alloc(t, size, align, MALLOCX_ALIGN(align)), size, tag_check(tag), stack);
 }
 
 /* ---- free and the quarantine ---------------------------------------------- */
@@ -392,6 +409,7 @@ typedef struct { ta_block b; int64_t at; unsigned char value; } evicted_block;
 
 /* Offset of the first byte of b that is not poison, or -1. */
 static int64_t poison_changed(const ta_block *b, unsigned char *value) {
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(b->addr)) return -1;   /* PROT_NONE, not poisoned */
   const unsigned char *p = (const unsigned char *)b->addr;
   unsigned char poison = (unsigned char)_ta_opt.poison;
   uint64_t word = 0x0101010101010101ull * poison, i = 0;
@@ -427,6 +445,12 @@ static inline void q_prefetch(const ta_thread *t) {
     __builtin_prefetch((const void *)t->q[(t->qhead + Q_PREFETCH) & (t->qcap - 1)].addr);
 }
 
+/* What a quarantined block counts against the budget: its size, or in
+ * guard mode what guard.c says for its pages. */
+static inline int64_t q_charge(uintptr_t a, uint64_t size) {
+  return (int64_t)(TA_UNLIKELY(_ta_guard_on) ? _ta_guard_charge(a, size) : size);
+}
+
 /* Takes t's oldest block out of the quarantine. */
 static void quarantine_evict(ta_thread *t) {
   ta_block b = t->q[t->qhead];
@@ -436,8 +460,8 @@ static void quarantine_evict(ta_thread *t) {
   q_prefetch(t);
   unsigned char value = 0;
   int64_t at = poison_changed(&b, &value);
-  t->qbytes -= (int64_t)b.size;
-  dallocx((void *)b.addr, 0);
+  t->qbytes -= q_charge(b.addr, b.size);
+  raw_free(t, b.addr);
   if (at >= 0) report_write_after_free(&b, at, value);
 }
 
@@ -445,9 +469,8 @@ static bool quarantine_ring(ta_thread *t) {
   /* enough entries for the budget in 16-byte blocks, within [64K, 4M] */
   uint64_t cap = 1u << 16;
   while (cap < (uint64_t)_ta_opt.quarantine / 16 && cap < (1u << 22)) cap <<= 1;
-  void *q = mmap(NULL, cap * sizeof(ta_block), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (q == MAP_FAILED) return false;
+  void *q = _ta_mmap(cap * sizeof(ta_block));
+  if (q == NULL) return false;
   t->q = q;
   t->qcap = (uint32_t)cap;
   t->qhead = t->qlen = 0;
@@ -471,7 +494,7 @@ static void quarantine_trim(ta_thread *t) {
 
 void _ta_quarantine_drain(ta_thread *t) {
   while (t->qlen > 0) quarantine_evict(t);
-  if (t->q) munmap(t->q, (size_t)t->qcap * sizeof(ta_block));
+  if (t->q) _ta_munmap(t->q, (size_t)t->qcap * sizeof(ta_block));
   t->q = NULL;
   t->qcap = t->qhead = 0;
 }
@@ -539,12 +562,13 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   int64_t budget = _ta_opt.quarantine;
   freed.state = TA_FREED;
   freed.free_stack = stack;
-  if (budget > 0) memset((void *)a, (int)_ta_opt.poison, size);
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_retire(&freed)) {}   /* pages made PROT_NONE */
+  else if (budget > 0) memset((void *)a, (int)_ta_opt.poison, size);
   if (budget > 0 && quarantine_push(t, &freed)) {
-    t->qbytes += (int64_t)size;
+    t->qbytes += q_charge(a, size);
     quarantine_trim(t);
   } else {
-    dallocx((void *)a, 0);
+    raw_free(t, a);
   }
   count_free(t, tag, size);
   if (seq) _ta_trace_free(t, a, stack, seq);   /* seq taken before the memory could be reused */
@@ -561,7 +585,7 @@ TA_NOINLINE void ta_free(void *p) {
 
 static inline __attribute__((always_inline))
 void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stack) {
-  if (p == NULL) return block_new(t, mallocx(size ? size : 1, 0), size, tag_check(tag), stack);
+  if (p == NULL) return block_new(t, raw_alloc(t, size, 16, 0), size, tag_check(tag), stack);
   uintptr_t a = (uintptr_t)p;
   ta_block old;
   bool known = _ta_block_get(a, &old);
@@ -574,7 +598,7 @@ void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stac
     return NULL;
   }
   /* Always move, so that a stale pointer to the old block is caught. */
-  void *n = block_new(t, mallocx(size, 0), size, old.tag, stack);
+  void *n = block_new(t, raw_alloc(t, size, 16, 0), size, old.tag, stack);
   if (n == NULL) return NULL;
   memcpy(n, p, old.size < size ? old.size : size);
   if (_ta_tracing)
@@ -597,10 +621,35 @@ TA_NOINLINE void *ta_realloc(void *p, size_t size) {
   return realloc_impl(t, tag_realloc, p, size, stack);
 }
 
+/* ---- entry points for the LD_PRELOAD shim (tools/preload.c) ---------------
+ * The shim captures the stack itself (so that frame 0 is the program's) and
+ * calls these; they never capture. */
+
+void *_ta_alloc_at(ta_tag tag, size_t size, size_t align, bool zero, uint32_t stack) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  int flags = (align > 16 ? (int)MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
+  void *p = block_new(t, raw_alloc(t, size, align, flags), size, tag_check(tag), stack);
+  if (p && zero && _ta_opt.fill >= 0) memset(p, 0, size);
+  return p;
+}
+
+bool _ta_free_at(void *p, uint32_t stack) {
+  if (p == NULL) return true;
+  _ta_ensure();
+  return block_free(_ta_thread(), (uintptr_t)p, stack);
+}
+
+void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack) {
+  _ta_ensure();
+  return realloc_impl(_ta_thread(), tag, p, size, stack);
+}
+
 size_t ta_usable_size(const void *p) {
   ta_block b;
   if (p == NULL || !_ta_block_get((uintptr_t)p, &b) || b.state != TA_LIVE) return 0;
   if (b.flags & TA_F_ARENA) return b.size;
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns((uintptr_t)p)) return b.size;
   return sallocx((void *)p, 0);
 }
 
@@ -1005,6 +1054,7 @@ void _ta_init(void) {
   if (!atomic_load(&_ta_ready) && !running) {
     running = true;
     _ta_options_init();
+    _ta_guard_init();                    /* guard mode: its regions and fault handler */
     atomic_store(&_ta_ready, 1);         /* what follows may call the ledger */
     init_tags();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -1025,17 +1075,34 @@ void ta_report_now(void) {
   if (reporter) reporter(2);
 }
 
-static void ledger_exit(void) {
+static atomic_int exit_done;
+void (*_ta_exit_hook)(void);
+void (*_ta_exit_before)(void);
+uintptr_t   _ta_exit_sp;
+const void *_ta_exit_regs;
+size_t      _ta_exit_regs_size;
+
+void _ta_exit_now(bool again) {
   if (!atomic_load(&_ta_ready)) return;     /* the ledger was never used */
+  if (atomic_exchange(&exit_done, 1) && !again) return;
+  if (_ta_exit_before) _ta_exit_before();   /* the preload: the runtime's blocks go */
   ta_thread *t = _ta_thread();
   t->guard++;
   _ta_quarantine_check_all();
   _ta_hold_exit();
-  if (_ta_opt.scan_at_exit) _ta_scan_exit();
+  if (_ta_opt.scan_at_exit) {
+    if (_ta_exit_sp)       /* a fatal signal: the roots of the interrupted code */
+      _ta_scan_impl(_ta_exit_sp, _ta_exit_regs, _ta_exit_regs_size, true);
+    else
+      _ta_scan_exit();
+  }
   _ta_trace_close();
   if (_ta_opt.report && reporter) reporter(2);
+  if (_ta_exit_hook) _ta_exit_hook();       /* the preload's per-process JSON */
   t->guard--;
 }
+
+static void ledger_exit(void) { _ta_exit_now(false); }
 
 /* ---- pointer checks ---------------------------------------------------------- */
 

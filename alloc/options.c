@@ -25,6 +25,11 @@ ta_options_t _ta_opt = {
   .max_groups = 100,
   .record = 1,
   .trace = NULL,
+  .follow = 1,
+  .json = NULL,
+  .guard = 0,
+  .guard_slots = 65536,
+  .guard_sample = 100,
 };
 
 typedef enum { OPT_SIZE, OPT_FLAG, OPT_UNWIND, OPT_BYTE, OPT_STRING } opt_kind;
@@ -51,6 +56,11 @@ static const opt_desc opt_table[] = {
   { "report_groups", OPT_SIZE,   &_ta_opt.max_groups,   1, 1L << 30, NULL },
   { "record",        OPT_FLAG,   &_ta_opt.record,       0, 1, NULL },
   { "trace",         OPT_STRING, NULL,                  0, 0, &_ta_opt.trace },
+  { "follow",        OPT_FLAG,   &_ta_opt.follow,       0, 1, NULL },   /* the preload: exec */
+  { "json",          OPT_STRING, NULL,                  0, 0, &_ta_opt.json },   /* the preload */
+  { "guard",         OPT_FLAG,   &_ta_opt.guard,        0, 1, NULL },
+  { "guard_slots",   OPT_SIZE,   &_ta_opt.guard_slots,  16, 1L << 22, NULL },
+  { "guard_sample",  OPT_SIZE,   &_ta_opt.guard_sample, 1, 1L << 30, NULL },
 };
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
 

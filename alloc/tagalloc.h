@@ -22,7 +22,9 @@
  *
  * Finding kinds (stable names): leak.direct, leak.indirect, leak.possible,
  * leak.orphan, ref.underflow, ref.leak, hold.stack, hold.dangling,
- * free.double, free.invalid, use.after-free, arena.after-reset.
+ * free.double, free.invalid, use.after-free, arena.after-reset; in guard mode
+ * (TAGALLOC_GUARD=1) also heap.overflow: a read or write past the end (or
+ * before the start) of a live block, caught at its guard page or at its free.
  */
 #ifndef TAGALLOC_H
 #define TAGALLOC_H

@@ -303,6 +303,19 @@ static void write_modules(void) {
   close(fd);
 }
 
+/* For the preload's dlclose: the mappings of a library about to be unloaded
+ * go into the trace while they are still there.  write_modules' state has
+ * no lock of its own: callers are serialized here (open and close run
+ * alone). */
+void _ta_trace_modules(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  if (!_ta_tracing) return;
+  pthread_mutex_lock(&lock);
+  write_modules();
+  flush_global();
+  pthread_mutex_unlock(&lock);
+}
+
 /* ---- findings at exit --------------------------------------------------------- */
 
 static int finding_out(const ta_finding *f, void *arg) {

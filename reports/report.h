@@ -23,8 +23,11 @@
 #ifndef REPORT_H
 #define REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "tagalloc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +59,26 @@ typedef struct {
 report_ctx *report_ctx_new(void);
 void        report_ctx_free(report_ctx *ctx);
 
+/* A library that was dlclose()d (the LD_PRELOAD shim calls this): path, its
+ * load bias (link_map.l_addr) and the range its segments had.  Symbolizers
+ * of this process then still name its functions where nothing else is
+ * mapped now (each later report of the maps adds it). */
+void report_module_unloaded(const char *path, uintptr_t base, uintptr_t lo, uintptr_t hi);
+
+/* An executable mapping of a process that is not this one (a trace's MODULE
+ * record): [lo, hi) maps the file path from file offset `offset`. */
+typedef struct {
+  uint64_t    lo, hi, offset;
+  const char *path;          /* " (deleted)" at the end is ignored */
+} report_module;
+
+/* A symbolizer of another process, offline: each module's ELF file is
+ * reported to libdw at the load bias its mapping implies (separate debug
+ * files are found as for a live process).  Addresses of a module whose file
+ * cannot be read still get the module's path and offset.  The list is
+ * copied.  NULL when libdw cannot be set up. */
+report_ctx *report_ctx_new_offline(const report_module *modules, size_t n);
+
 /* Symbolizes a return address (looks up pc - 1, the call instruction).
  * Fills out[0..n) innermost first: the inlined frames (inlined = 1), then the
  * function that really holds the code; all get address = pc.  Returns n
@@ -66,6 +89,111 @@ int report_symbolize(report_ctx *ctx, uintptr_t pc, report_frame *out, size_t ma
 /* The same for an exact code address (a function's start, a signal's pc). */
 int report_symbolize_exact(report_ctx *ctx, uintptr_t addr, report_frame *out, size_t max_out);
 
+/* ---- sources: what a report renders ----------------------------------------
+ *
+ * A report renders the findings of one process from a source: the running
+ * ledger (report_source_ledger, text.c), or a trace read offline
+ * (report_offline_source, offline.h).  The renderers (text, JSON) and the
+ * suppressions only read a source through these callbacks. */
+
+typedef struct report_suppressions report_suppressions;
+
+typedef struct report_source {
+  long        pid;
+  report_ctx *ctx;          /* the symbolizer; NULL: this process's own (made on first use) */
+  void       *arg;          /* passed to the callbacks */
+  /* The frames of a stack id (return addresses, innermost first); 0 if unknown. */
+  size_t    (*stack_frames)(void *arg, uint32_t stack, const uintptr_t **frames);
+  /* A tag's name; NULL when the tag has none. */
+  const char *(*tag_name)(void *arg, ta_tag tag);
+  /* ta_findings_visit: errors first, then leaks, largest first. */
+  size_t    (*visit)(void *arg, ta_finding_fn *fn, void *fn_arg);
+  ta_summary (*summary)(void *arg);
+  /* Offline only: the process ended without its exit scan (no END record),
+   * so the blocks still live are "unclassified" groups, not leaks. */
+  bool        unclassified;
+  uint64_t    unclassified_bytes, unclassified_blocks;
+  /* The suppressions to apply; NULL: report_suppressions_default(). */
+  report_suppressions *suppressions;
+} report_source;
+
+/* The running process's ledger (pid = getpid(), the process's symbolizer). */
+void        report_source_ledger(report_source *out);
+/* src's symbolizer (made on first use for the ledger's); NULL without libdw. */
+report_ctx *report_source_ctx(const report_source *src);
+/* A tag's name from src ("?" for a tag the source cannot name). */
+const char *report_source_tag(const report_source *src, ta_tag tag);
+
+/* The kinds that are leaks (leak.*, ref.leak, gpu.leak, gpu.pool-retained,
+ * unclassified): the ones suppressions apply to, and not counted as errors. */
+bool report_kind_is_leak(const char *kind);
+
+/* ---- suppressions (suppress.c) ----------------------------------------------
+ *
+ * LeakSanitizer's file format, one per line: `leak:PATTERN` matches a leak
+ * whose allocation stack has a frame whose function, source file or module
+ * matches; `tag:PATTERN` matches a leak whose tag name matches.  Blank lines
+ * and lines starting with `#` are ignored; leading and trailing blanks are
+ * trimmed.  PATTERN matches as LSan's: a substring, with `*` matching any
+ * run of characters, `^` anchoring at the start and `$` at the end.
+ * Errors (double free, underflow, ...) are never suppressed.  Each pattern
+ * counts the objects and bytes it suppressed (LSan's "Suppressions used"). */
+
+/* Parses a suppressions file.  NULL on failure with one line in err, e.g.
+ * "supp.txt:3: unknown type \"fun\" (expected leak: or tag:)". */
+report_suppressions *report_suppressions_load(const char *path, char *err, size_t errlen);
+/* The same on text in memory; name is used in messages. */
+report_suppressions *report_suppressions_parse(const char *text, size_t len, const char *name,
+                                               char *err, size_t errlen);
+void report_suppressions_free(report_suppressions *s);
+/* The process's own: TAGALLOC_SUPPRESSIONS, loaded on first use (a bad file
+ * is reported once on stderr and ignored); NULL when unset. */
+report_suppressions *report_suppressions_default(void);
+
+/* Whether finding f (of source src; NULL: the running ledger) is suppressed
+ * by s (NULL: report_suppressions_default()).  When it is, the first pattern
+ * that matched counts it: hits += f->blocks, bytes += f->bytes.  Always false
+ * for errors, and when there are no suppressions. */
+bool report_suppressed(const ta_finding *f, const report_source *src, report_suppressions *s);
+
+/* The uses: zero them before a report, read them after. */
+void   report_suppressions_reset_used(report_suppressions *s);
+typedef struct {
+  const char *type;          /* "leak" or "tag" */
+  const char *pattern;
+  uint64_t    hits;          /* objects suppressed (groups' blocks) */
+  uint64_t    bytes;
+} report_suppression_use;
+/* The patterns with hits, in file order: fills out[0..max) and returns how
+ * many there are. */
+size_t report_suppressions_used(const report_suppressions *s, report_suppression_use *out,
+                                size_t max);
+
+/* ---- JSON of one process (source_json.c) -----------------------------------
+ *
+ * The object `tagalloc run --json` and `tagalloc report --json` put in
+ * "processes": {"pid", "findings_count", "errors", "ppid", "argv",
+ * "exit_code", "signal", "clean_exit", "trace", "summary", "findings",
+ * "suppressions"}.  findings_count counts the groups in "findings" that are
+ * leaks or errors ("unclassified" groups are neither); errors counts error
+ * occurrences.  Each finding: "kind", "bytes", "blocks", "tag", "address",
+ * "stack", "alloc_stack" (errors), "free_stack", and "aux_stack", "holder",
+ * "slot", "detail" when known; each frame: "function", "file", "line",
+ * "module", "address" (and "inlined": true for an inlined frame), null when
+ * unknown.  Suppressed leaks are left out, as in the text report. */
+typedef struct {
+  long               ppid;       /* < 0: unknown */
+  const char *const *argv;       /* NULL: unknown */
+  int                argc;
+  int                exit_code;  /* < 0: unknown or killed */
+  int                signal;     /* 0: none */
+  int                clean_exit; /* < 0: unknown */
+  const char        *trace;      /* the trace file; NULL: none */
+} report_process_info;
+
+/* Writes the object (no newline) to fd; 0, or -1 when a write failed. */
+int report_source_json(int fd, const report_source *src, const report_process_info *info);
+
 /* ---- text report (text.c) ------------------------------------------------ */
 
 /* Writes the report of all findings (ta_findings_visit, ta_summary_get) to
@@ -74,6 +202,14 @@ int report_symbolize_exact(report_ctx *ctx, uintptr_t addr, report_frame *out, s
  * ta_option("report_frames") and ta_option("report_groups") (32 and 100
  * when unset).  Registered with ta_reporter_set at load time. */
 void report_text_write(int fd);
+
+/* The same report for any source: report_text_write(fd) renders
+ * report_source_ledger().  An unclassified source prints its live blocks
+ * grouped by allocation stack, and a summary of them instead of the leak
+ * summary.  Suppressed leaks are left out of the groups and the summary
+ * (valgrind's "suppressed:" line and LSan's "Suppressions used:" section
+ * appear only when something was suppressed). */
+void report_text_render(int fd, const report_source *src);
 
 /* Writes the frames of one stack of the ledger's depot to fd, one
  * "    #N 0xADDR in FUNCTION FILE:LINE (MODULE)" line each; max_frames <= 0

@@ -14,6 +14,8 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <dwarf.h>
+#include <fcntl.h>
+#include <gelf.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,6 +37,9 @@ struct report_ctx {
   Dwfl_Callbacks  callbacks;       /* dwfl keeps a pointer to it */
   char           *debuginfo_path;  /* NULL: the standard path */
   pid_t           pid;             /* the process the modules were reported for */
+  int             offline;         /* another process's modules, reported once */
+  report_module  *mods;            /* offline: the modules as given (paths owned) */
+  size_t          nmods;
   unsigned long long dl_adds, dl_subs;  /* dl_iterate_phdr's counters at the last report */
 
   cache_entry    *cache;
@@ -53,6 +58,19 @@ static pthread_once_t demangler_once = PTHREAD_ONCE_INIT;
 static void demangler_find(void) {
   void *sym = dlsym(RTLD_DEFAULT, "__cxa_demangle");
   memcpy(&demangler, &sym, sizeof sym);   /* object pointer to function pointer */
+}
+
+/* Offline, the process reading a trace (a C program) may not have libstdc++:
+ * load it then, once, to demangle another process's C++ names. */
+static demangle_fn   *demangler_loaded;
+static pthread_once_t demangler_load_once = PTHREAD_ONCE_INIT;
+
+static void demangler_load(void) {
+  pthread_once(&demangler_once, demangler_find);
+  if (demangler) return;
+  void *h = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+  void *sym = h ? dlsym(h, "__cxa_demangle") : NULL;
+  memcpy(&demangler_loaded, &sym, sizeof sym);
 }
 
 /* ---- interned strings ---------------------------------------------------- */
@@ -99,9 +117,10 @@ static const char *intern_function(report_ctx *c, const char *name) {
   if (!name || !*name) return NULL;
   if (name[0] == '_' && name[1] == 'Z') {
     pthread_once(&demangler_once, demangler_find);
-    if (demangler) {
+    demangle_fn *dm = demangler ? demangler : demangler_loaded;
+    if (dm) {
       int status = -1;
-      char *d = demangler(name, NULL, NULL, &status);
+      char *d = dm(name, NULL, NULL, &status);
       if (d && status == 0) {
         const char *r = intern(c, d);
         free(d);
@@ -178,11 +197,54 @@ static void dl_counters(unsigned long long *adds, unsigned long long *subs) {
 }
 
 /* (Re-)reads the process's maps; modules still mapped keep their state. */
+/* Libraries dlclose()d before the report (the LD_PRELOAD shim tells us):
+ * their blocks' stacks still name their functions.  A list that only
+ * grows, under its own lock; the paths are copies. */
+typedef struct { char *path; uintptr_t base, lo, hi; } unloaded_module;
+static pthread_mutex_t unloaded_lock = PTHREAD_MUTEX_INITIALIZER;
+static unloaded_module *unloaded;
+static size_t nunloaded, cap_unloaded;
+
+void report_module_unloaded(const char *path, uintptr_t base, uintptr_t lo, uintptr_t hi) {
+  if (!path || !*path || hi <= lo) return;
+  pthread_mutex_lock(&unloaded_lock);
+  for (size_t i = 0; i < nunloaded; i++)       /* the same library at the same place again */
+    if (unloaded[i].base == base && unloaded[i].lo == lo && strcmp(unloaded[i].path, path) == 0) {
+      pthread_mutex_unlock(&unloaded_lock);
+      return;
+    }
+  if (nunloaded == cap_unloaded) {
+    size_t cap = cap_unloaded ? cap_unloaded * 2 : 16;
+    unloaded_module *v = realloc(unloaded, cap * sizeof *v);
+    if (!v) {
+      pthread_mutex_unlock(&unloaded_lock);
+      return;
+    }
+    unloaded = v;
+    cap_unloaded = cap;
+  }
+  char *copy = strdup(path);
+  if (copy) unloaded[nunloaded++] = (unloaded_module){ copy, base, lo, hi };
+  pthread_mutex_unlock(&unloaded_lock);
+}
+
+/* The unloaded libraries, reported after the live maps (inside
+ * dwfl_report_begin/end), newest first: one whose range a live module or a
+ * newer unloaded one holds now is refused by libdw, so an address is named
+ * by what is mapped there now, else by the last library that was. */
+static void report_unloaded(report_ctx *c) {
+  pthread_mutex_lock(&unloaded_lock);
+  for (size_t i = nunloaded; i-- > 0;)
+    (void)dwfl_report_elf(c->dwfl, unloaded[i].path, unloaded[i].path, -1, unloaded[i].base, false);
+  pthread_mutex_unlock(&unloaded_lock);
+}
+
 static void report_modules(report_ctx *c) {
   c->pid = getpid();
   dl_counters(&c->dl_adds, &c->dl_subs);
   dwfl_report_begin(c->dwfl);
   (void)dwfl_linux_proc_report(c->dwfl, c->pid);
+  report_unloaded(c);
   dwfl_report_end(c->dwfl, NULL, NULL);
 }
 
@@ -202,7 +264,7 @@ static Dwfl_Module *addrmodule(Dwfl *dwfl, uintptr_t addr) {
  * has loaded or unloaded something since the last report (or after fork). */
 static Dwfl_Module *module_of(report_ctx *c, uintptr_t addr) {
   Dwfl_Module *m = addrmodule(c->dwfl, addr);
-  if (m) return m;
+  if (m || c->offline) return m;
   unsigned long long adds, subs;
   dl_counters(&adds, &subs);
   if (adds == c->dl_adds && subs == c->dl_subs && getpid() == c->pid) return NULL;
@@ -226,9 +288,118 @@ report_ctx *report_ctx_new(void) {
   return c;
 }
 
+/* ---- offline: another process's modules ---------------------------------- */
+
+/* The load bias of the ELF file fd when the mapping [lo, ...) maps it from
+ * file offset `offset`: the PT_LOAD that this mapping holds (preferring an
+ * executable one) says which virtual address `offset` has.  False when the
+ * file is not an ELF file or no segment fits. */
+static int elf_bias(int fd, uint64_t lo, uint64_t hi, uint64_t offset, GElf_Addr *bias) {
+  Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+  if (!elf) return 0;
+  int found = 0;
+  size_t phnum = 0;
+  if (elf_kind(elf) == ELF_K_ELF && elf_getphdrnum(elf, &phnum) == 0) {
+    for (int pass = 0; pass < 2 && !found; pass++) {
+      for (size_t i = 0; i < phnum; i++) {
+        GElf_Phdr mem, *ph = gelf_getphdr(elf, (int)i, &mem);
+        if (!ph || ph->p_type != PT_LOAD) continue;
+        if (pass == 0 && !(ph->p_flags & PF_X)) continue;
+        /* the segment starts in this mapping's first page... */
+        if (ph->p_offset < offset || ph->p_offset - offset >= hi - lo) continue;
+        if (ph->p_offset - offset >= 0x10000) continue;
+        *bias = (GElf_Addr)(lo + (ph->p_offset - offset) - ph->p_vaddr);
+        found = 1;
+        break;
+      }
+    }
+    if (!found) {   /* ...or the mapping starts inside it */
+      for (size_t i = 0; i < phnum && !found; i++) {
+        GElf_Phdr mem, *ph = gelf_getphdr(elf, (int)i, &mem);
+        if (!ph || ph->p_type != PT_LOAD) continue;
+        if (offset < ph->p_offset || offset >= ph->p_offset + ph->p_filesz) continue;
+        *bias = (GElf_Addr)(lo - (ph->p_vaddr + (offset - ph->p_offset)));
+        found = 1;
+      }
+    }
+  }
+  elf_end(elf);
+  return found;
+}
+
+/* path without a trailing " (deleted)", in buf. */
+static const char *module_file(const char *path, char *buf, size_t len) {
+  static const char deleted[] = " (deleted)";
+  size_t n = strlen(path), d = sizeof deleted - 1;
+  if (n > d && strcmp(path + n - d, deleted) == 0 && n - d < len) {
+    memcpy(buf, path, n - d);
+    buf[n - d] = '\0';
+    return buf;
+  }
+  return path;
+}
+
+report_ctx *report_ctx_new_offline(const report_module *mods, size_t n) {
+  report_ctx *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->offline = 1;
+  c->callbacks.find_elf = dwfl_build_id_find_elf;
+  c->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  c->callbacks.section_address = dwfl_offline_section_address;
+  c->callbacks.debuginfo_path = &c->debuginfo_path;
+  c->dwfl = dwfl_begin(&c->callbacks);
+  if (!c->dwfl) {
+    free(c);
+    return NULL;
+  }
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_once(&demangler_load_once, demangler_load);
+  elf_version(EV_CURRENT);
+  c->mods = calloc(n ? n : 1, sizeof *c->mods);
+  GElf_Addr *biases = calloc(n ? n : 1, sizeof *biases);
+  dwfl_report_begin(c->dwfl);
+  for (size_t i = 0; c->mods && biases && i < n; i++) {
+    const report_module *m = &mods[i];
+    if (!m->path || m->hi <= m->lo) continue;
+    report_module *k = &c->mods[c->nmods];
+    *k = *m;
+    k->path = intern(c, m->path);
+    if (!k->path) continue;
+    c->nmods++;
+    char buf[4096];
+    const char *file = module_file(m->path, buf, sizeof buf);
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    GElf_Addr bias = 0;
+    int ok = elf_bias(fd, m->lo, m->hi, m->offset, &bias);
+    close(fd);
+    if (!ok) continue;
+    /* one report per file and bias: several mappings of one module */
+    int dup = 0;
+    for (size_t j = 0; j + 1 < c->nmods && !dup; j++)
+      dup = biases[j] == bias && strcmp(c->mods[j].path, k->path) == 0;
+    biases[c->nmods - 1] = bias;
+    if (dup) continue;
+    /* a module overlapping one reported before (an address reused after a
+     * dlclose) is refused by libdw: the first one keeps the range */
+    (void)dwfl_report_elf(c->dwfl, k->path, file, -1, bias, true);
+  }
+  dwfl_report_end(c->dwfl, NULL, NULL);
+  free(biases);
+  return c;
+}
+
+/* Offline, for an address libdw has no module for: the module as given. */
+static const report_module *given_module(const report_ctx *c, uintptr_t addr) {
+  for (size_t i = 0; i < c->nmods; i++)
+    if (addr >= c->mods[i].lo && addr < c->mods[i].hi) return &c->mods[i];
+  return NULL;
+}
+
 void report_ctx_free(report_ctx *c) {
   if (!c) return;
   dwfl_end(c->dwfl);
+  free(c->mods);
   for (size_t i = 0; i < c->cache_cap; i++) free(c->cache[i].frames);
   free(c->cache);
   for (size_t i = 0; i < c->strs_cap; i++) free(c->strs[i]);
@@ -293,7 +464,14 @@ static size_t lookup(report_ctx *c, uintptr_t addr, report_frame *fr, uintptr_t 
   memset(fr, 0, sizeof *fr);
   *start_out = 0;
   Dwfl_Module *mod = module_of(c, addr);
-  if (!mod) return 1;
+  if (!mod) {
+    const report_module *g = c->offline ? given_module(c, addr) : NULL;
+    if (g) {   /* its file is gone or unreadable: the path and the offset */
+      fr[0].module = g->path;
+      *start_out = (uintptr_t)(g->lo - g->offset);   /* as if the file were mapped whole */
+    }
+    return 1;
+  }
 
   Dwarf_Addr start = 0;
   const char *mname = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);

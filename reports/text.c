@@ -1,13 +1,16 @@
-/* text.c - the text report of the ledger's findings, shaped like
+/* text.c - the text report of a process's findings, shaped like
  * LeakSanitizer's: errors first, then leak groups, then valgrind's leak
- * summary.  Output goes through a small buffered writer over write(2) (no
- * stdio, no locks of libc's), so it works from atexit handlers and after
- * fork.  Symbolization and all memory happen at report time only. */
+ * summary.  The findings come from a report_source: the running ledger (the
+ * exit report) or a trace read offline (`tagalloc report`).  Output goes
+ * through a small buffered writer over write(2) (no stdio, no locks of
+ * libc's), so it works from atexit handlers and after fork.  Symbolization
+ * and all memory happen at report time only. */
 #include "report.h"
 #include "tagalloc.h"
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +111,54 @@ static long option_or(const char *name, long dflt) {
   return v > 0 ? v : dflt;
 }
 
+/* ---- the ledger as a source ------------------------------------------------- */
+
+static size_t ledger_frames(void *arg, uint32_t stack, const uintptr_t **frames) {
+  (void)arg;
+  return ta_stack_frames(stack, frames);
+}
+
+static const char *ledger_tag(void *arg, ta_tag tag) {
+  (void)arg;
+  return ta_tag_name(tag);
+}
+
+static size_t ledger_visit(void *arg, ta_finding_fn *fn, void *fn_arg) {
+  (void)arg;
+  return ta_findings_visit(fn, fn_arg);
+}
+
+static ta_summary ledger_summary(void *arg) {
+  (void)arg;
+  return ta_summary_get();
+}
+
+void report_source_ledger(report_source *out) {
+  memset(out, 0, sizeof *out);
+  out->pid = (long)getpid();
+  out->stack_frames = ledger_frames;
+  out->tag_name = ledger_tag;
+  out->visit = ledger_visit;
+  out->summary = ledger_summary;
+}
+
+report_ctx *report_source_ctx(const report_source *src) {
+  if (src && src->ctx) return src->ctx;
+  /* only the ledger's own stacks are this process's addresses */
+  return !src || src->stack_frames == ledger_frames ? symbolizer() : NULL;
+}
+
+const char *report_source_tag(const report_source *src, ta_tag tag) {
+  const char *n = src->tag_name ? src->tag_name(src->arg, tag) : NULL;
+  return n ? n : "?";
+}
+
+bool report_kind_is_leak(const char *kind) {
+  size_t n = strlen(kind);
+  return strncmp(kind, "leak.", 5) == 0 || (n >= 5 && strcmp(kind + n - 5, ".leak") == 0) ||
+         strcmp(kind, "gpu.pool-retained") == 0 || strcmp(kind, "unclassified") == 0;
+}
+
 /* ---- frames and stacks ---------------------------------------------------- */
 
 static void write_frame(wbuf *w, const char *indent, size_t index, const report_frame *f) {
@@ -125,14 +176,15 @@ static void write_frame(wbuf *w, const char *indent, size_t index, const report_
 }
 
 /* Writes the frames of stack, at most max_frames lines; returns the lines. */
-static size_t write_stack(wbuf *w, uint32_t stack, long max_frames, const char *indent) {
+static size_t write_stack(wbuf *w, const report_source *src, uint32_t stack, long max_frames,
+                          const char *indent) {
   const uintptr_t *pcs = NULL;
-  size_t n = stack ? ta_stack_frames(stack, &pcs) : 0;
+  size_t n = stack ? src->stack_frames(src->arg, stack, &pcs) : 0;
   if (n == 0 || !pcs) {
     w_printf(w, "%s<no stack recorded>\n", indent);
     return 0;
   }
-  report_ctx *ctx = symbolizer();
+  report_ctx *ctx = report_source_ctx(src);
   size_t lines = 0;
   for (size_t i = 0; i < n; i++) {
     report_frame fr[REPORT_MAX_INLINE];
@@ -155,8 +207,10 @@ static size_t write_stack(wbuf *w, uint32_t stack, long max_frames, const char *
 
 size_t report_text_write_stack(int fd, uint32_t stack, long max_frames) {
   wbuf w = { .fd = fd };
+  report_source src;
+  report_source_ledger(&src);
   if (max_frames <= 0) max_frames = option_or("report_frames", DEFAULT_FRAMES);
-  size_t lines = write_stack(&w, stack, max_frames, "    ");
+  size_t lines = write_stack(&w, &src, stack, max_frames, "    ");
   w_flush(&w);
   return lines;
 }
@@ -170,6 +224,9 @@ typedef struct {
 
 typedef struct {
   wbuf      *w;
+  const report_source *src;
+  const bool *hidden;        /* by visit index: suppressed groups (NULL: none) */
+  size_t     nhidden, index;
   long       max_frames, max_groups;
   size_t     shown;
   kind_stat  kinds[MAX_KINDS];
@@ -187,8 +244,8 @@ static kind_stat *kind_of(render *r, const char *kind) {
 
 static int kind_is(const ta_finding *f, const char *k) { return strcmp(f->kind, k) == 0; }
 
-static void write_tag(wbuf *w, ta_tag tag) {
-  if (tag != TA_ANY) w_printf(w, "   [tag: %s]", ta_tag_name(tag));
+static void write_tag(render *r, ta_tag tag) {
+  if (tag != TA_ANY) w_printf(r->w, "   [tag: %s]", report_source_tag(r->src, tag));
 }
 
 static void write_times(wbuf *w, const ta_finding *f) {
@@ -204,14 +261,14 @@ static void write_block(wbuf *w, uint64_t bytes) {
 static void write_section(render *r, const ta_finding *f, uint32_t stack, const char *label) {
   if (!stack || stack == f->stack) return;
   w_printf(r->w, "%s\n", label);
-  write_stack(r->w, stack, r->max_frames, "    ");
+  write_stack(r->w, r->src, stack, r->max_frames, "    ");
 }
 
 static void write_event(render *r, const ta_ref_event *e) {
   if (e->delta == 0) w_printf(r->w, "  init -> %ld", e->count);
   else w_printf(r->w, "  %+d -> %ld", e->delta, e->count);
   w_printf(r->w, " by thread T%u:\n", (unsigned)e->thread);
-  write_stack(r->w, e->stack, r->max_frames, "      ");
+  write_stack(r->w, r->src, e->stack, r->max_frames, "      ");
 }
 
 static void write_history(render *r, const ta_finding *f, const char *what) {
@@ -239,31 +296,38 @@ static const char *leak_title(const char *kind) {
   return NULL;
 }
 
+
 static void write_finding(render *r, const ta_finding *f) {
   wbuf *w = r->w;
   unsigned long addr = (unsigned long)f->addr, holder = (unsigned long)f->holder;
   const char *slot = f->slot ? f->slot : "?";
   const char *title = leak_title(f->kind);
 
-  if (title) {
+  if (kind_is(f, "unclassified")) {
+    w_printf(w, "Unclassified: %llu byte(s) in %llu object(s) live at the end, allocated from:",
+             (unsigned long long)f->bytes, (unsigned long long)f->blocks);
+    write_tag(r, f->tag);
+    w_put(w, "\n", 1);
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+  } else if (title) {
     w_printf(w, "%s of %llu byte(s) in %llu object(s) allocated from:", title,
              (unsigned long long)f->bytes, (unsigned long long)f->blocks);
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     if (kind_is(f, "leak.orphan")) {
       if (f->holder) w_printf(w, "last held by 0x%lx in slot \"%s\"; ", holder, slot);
       w_printf(w, "orphaned at:\n");
-      write_stack(w, f->aux_stack, r->max_frames, "    ");
+      write_stack(w, r->src, f->aux_stack, r->max_frames, "    ");
     }
   } else if (kind_is(f, "ref.leak")) {
     w_printf(w, "ref.leak: %llu object(s) with references left at exit, such as 0x%lx",
              (unsigned long long)f->blocks, addr);
     write_block(w, f->bytes);
     w_printf(w, ", last acquired at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_section(r, f, f->alloc_stack, "allocated at:");
     write_history(r, f, "unmatched acquisitions");
   } else if (kind_is(f, "free.double")) {
@@ -271,18 +335,18 @@ static void write_finding(render *r, const ta_finding *f) {
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, " at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "previously allocated at:");
   } else if (kind_is(f, "free.invalid")) {
     w_printf(w, "free.invalid: attempting free on address 0x%lx which was not allocated by tagalloc", addr);
     write_times(w, f);
     w_printf(w, ", at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_section(r, f, f->alloc_stack, "the block around it was allocated at:");
     write_section(r, f, f->free_stack, "freed at:");
   } else if (kind_is(f, "use.after-free")) {
@@ -291,9 +355,9 @@ static void write_finding(render *r, const ta_finding *f) {
     w_printf(w, " used after free");
     write_times(w, f);
     w_printf(w, ", detected at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "previously allocated at:");
   } else if (kind_is(f, "arena.after-reset")) {
@@ -301,9 +365,9 @@ static void write_finding(render *r, const ta_finding *f) {
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, ", used at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_section(r, f, f->aux_stack, "hold declared at:");
     write_section(r, f, f->free_stack, "arena reset at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
@@ -313,9 +377,9 @@ static void write_finding(render *r, const ta_finding *f) {
     w_printf(w, " released below zero or after free");
     write_times(w, f);
     w_printf(w, " at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_history(r, f, "refcount transitions");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
@@ -324,9 +388,9 @@ static void write_finding(render *r, const ta_finding *f) {
              holder, addr, slot);
     write_times(w, f);
     w_printf(w, ", declared at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack ? f->stack : f->aux_stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack ? f->stack : f->aux_stack, r->max_frames, "    ");
     if (f->stack) write_section(r, f, f->aux_stack, "hold declared at:");
   } else if (kind_is(f, "hold.dangling")) {
     w_printf(w, "hold.dangling: holder 0x%lx keeps in slot \"%s\" a pointer to dead memory 0x%lx",
@@ -334,9 +398,9 @@ static void write_finding(render *r, const ta_finding *f) {
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, ", found at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_section(r, f, f->aux_stack, "hold declared at:");
     write_section(r, f, f->free_stack, "target freed or reset at:");
     write_section(r, f, f->alloc_stack, "target allocated at:");
@@ -346,9 +410,9 @@ static void write_finding(render *r, const ta_finding *f) {
     write_times(w, f);
     if (f->holder) w_printf(w, ", holder 0x%lx slot \"%s\"", holder, slot);
     w_printf(w, " at:");
-    write_tag(w, f->tag);
+    write_tag(r, f->tag);
     w_put(w, "\n", 1);
-    write_stack(w, f->stack, r->max_frames, "    ");
+    write_stack(w, r->src, f->stack, r->max_frames, "    ");
     write_section(r, f, f->aux_stack, "declared at:");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
@@ -360,7 +424,9 @@ static void write_finding(render *r, const ta_finding *f) {
 
 static int visit(const ta_finding *f, void *arg) {
   render *r = arg;
+  size_t index = r->index++;
   if (!f || !f->kind) return 0;
+  if (r->hidden && index < r->nhidden && r->hidden[index]) return 0;
   kind_stat *ks = kind_of(r, f->kind);
   if (++ks->groups > (uint64_t)r->max_groups) {
     ks->omitted++;
@@ -380,6 +446,68 @@ static int any_group(const ta_finding *f, void *arg) {
   return 1;
 }
 
+/* ---- suppressions ------------------------------------------------------------ */
+
+typedef struct {
+  const report_source *src;
+  report_suppressions *supp;
+  bool       *hidden;            /* by visit index */
+  size_t      n, cap;
+  size_t      shown;             /* groups not suppressed */
+  ta_summary  cut;               /* what the suppressed leak groups held, by category */
+  uint64_t    cut_unclassified_bytes, cut_unclassified_blocks;
+  uint64_t    bytes, blocks;     /* all suppressed leak blocks (valgrind's "suppressed:") */
+} supp_pass;
+
+static int supp_visit(const ta_finding *f, void *arg) {
+  supp_pass *p = arg;
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    bool *h = realloc(p->hidden, cap * sizeof *h);
+    if (!h) return 1;
+    p->hidden = h;
+    p->cap = cap;
+  }
+  bool hide = f && f->kind && report_suppressed(f, p->src, p->supp);
+  p->hidden[p->n++] = hide;
+  if (!hide) {
+    p->shown += f && f->kind;
+    return 0;
+  }
+  uint64_t *bytes = NULL, *blocks = NULL;
+  if (strcmp(f->kind, "leak.direct") == 0) bytes = &p->cut.direct_bytes, blocks = &p->cut.direct_blocks;
+  else if (strcmp(f->kind, "leak.indirect") == 0) bytes = &p->cut.indirect_bytes, blocks = &p->cut.indirect_blocks;
+  else if (strcmp(f->kind, "leak.possible") == 0) bytes = &p->cut.possible_bytes, blocks = &p->cut.possible_blocks;
+  else if (strcmp(f->kind, "leak.orphan") == 0) bytes = &p->cut.orphan_bytes, blocks = &p->cut.orphan_blocks;
+  else if (strcmp(f->kind, "unclassified") == 0) bytes = &p->cut_unclassified_bytes, blocks = &p->cut_unclassified_blocks;
+  if (bytes) {
+    *bytes += f->bytes;
+    *blocks += f->blocks;
+    p->bytes += f->bytes;
+    p->blocks += f->blocks;
+  }
+  return 0;
+}
+
+static uint64_t minus(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+/* LeakSanitizer's section, after the groups. */
+static void write_suppressions_used(wbuf *w, const report_suppressions *supp) {
+  size_t n = report_suppressions_used(supp, NULL, 0);
+  if (n == 0) return;
+  report_suppression_use *u = malloc(n * sizeof *u);
+  if (!u) return;
+  n = report_suppressions_used(supp, u, n);
+  w_printf(w, "-----------------------------------------------------\n"
+              "Suppressions used:\n"
+              "  count      bytes template\n");
+  for (size_t i = 0; i < n; i++)
+    w_printf(w, "%7llu %10llu %s%s\n", (unsigned long long)u[i].hits, (unsigned long long)u[i].bytes,
+             strcmp(u[i].type, "leak") == 0 ? "" : "tag:", u[i].pattern);
+  w_printf(w, "-----------------------------------------------------\n");
+  free(u);
+}
+
 /* ---- the report ------------------------------------------------------------ */
 
 static void write_omitted(wbuf *w, const kind_stat *k, const char *kind) {
@@ -390,30 +518,70 @@ static void write_omitted(wbuf *w, const kind_stat *k, const char *kind) {
            (unsigned long long)k->omitted_blocks);
 }
 
-void report_text_write(int fd) {
+void report_text_render(int fd, const report_source *src) {
   wbuf w = { .fd = fd };
-  long pid = (long)getpid();
-  ta_summary s = ta_summary_get();
-  size_t any = ta_findings_visit(any_group, NULL);
+  long pid = src->pid;
+  ta_summary s = src->summary(src->arg);
+  uint64_t live_bytes = src->unclassified_bytes, live_blocks = src->unclassified_blocks;
+
+  /* Suppressions first: which groups are shown, and what the summary keeps. */
+  supp_pass sp = { .src = src, .supp = src->suppressions ? src->suppressions : report_suppressions_default() };
+  size_t any;
+  if (sp.supp) {
+    report_suppressions_reset_used(sp.supp);
+    src->visit(src->arg, supp_visit, &sp);
+    any = sp.shown;
+    s.direct_bytes = minus(s.direct_bytes, sp.cut.direct_bytes);
+    s.direct_blocks = minus(s.direct_blocks, sp.cut.direct_blocks);
+    s.indirect_bytes = minus(s.indirect_bytes, sp.cut.indirect_bytes);
+    s.indirect_blocks = minus(s.indirect_blocks, sp.cut.indirect_blocks);
+    s.possible_bytes = minus(s.possible_bytes, sp.cut.possible_bytes);
+    s.possible_blocks = minus(s.possible_blocks, sp.cut.possible_blocks);
+    s.orphan_bytes = minus(s.orphan_bytes, sp.cut.orphan_bytes);
+    s.orphan_blocks = minus(s.orphan_blocks, sp.cut.orphan_blocks);
+    live_bytes = minus(live_bytes, sp.cut_unclassified_bytes);
+    live_blocks = minus(live_blocks, sp.cut_unclassified_blocks);
+  } else {
+    any = src->visit(src->arg, any_group, NULL);
+  }
 
   if (any == 0 && s.errors == 0 && s.direct_blocks == 0 && s.indirect_blocks == 0 &&
-      s.possible_blocks == 0 && s.orphan_blocks == 0) {
-    w_printf(&w, "==%ld== tagalloc: no leaks, no errors (%llu allocations, %llu frees, peak %llu bytes)\n",
-             pid, (unsigned long long)s.allocs, (unsigned long long)s.frees,
-             (unsigned long long)s.peak_bytes);
+      s.possible_blocks == 0 && s.orphan_blocks == 0 && live_blocks == 0) {
+    if (src->unclassified && s.allocs == 0)
+      w_printf(&w, "==%ld== tagalloc: the trace holds no allocation (the process ended before a trace "
+               "buffer was written out)\n", pid);
+    else if (src->unclassified)
+      w_printf(&w, "==%ld== tagalloc: no errors, nothing live at the end (%llu allocations, %llu frees, "
+               "peak %llu bytes; no exit scan)\n",
+               pid, (unsigned long long)s.allocs, (unsigned long long)s.frees,
+               (unsigned long long)s.peak_bytes);
+    else
+      w_printf(&w, "==%ld== tagalloc: no leaks, no errors (%llu allocations, %llu frees, peak %llu bytes)\n",
+               pid, (unsigned long long)s.allocs, (unsigned long long)s.frees,
+               (unsigned long long)s.peak_bytes);
+    if (sp.blocks) write_suppressions_used(&w, sp.supp);
     w_flush(&w);
+    free(sp.hidden);
     return;
   }
 
-  w_printf(&w, "=================================================================\n"
-               "==%ld==ERROR: tagalloc: detected memory problems\n", pid);
+  if (src->unclassified)
+    w_printf(&w, "=================================================================\n"
+                 "==%ld==WARNING: tagalloc: no exit scan (the process was killed, crashed or ended "
+                 "without exit): the blocks still live are unclassified, not leaks\n", pid);
+  else
+    w_printf(&w, "=================================================================\n"
+                 "==%ld==ERROR: tagalloc: detected memory problems\n", pid);
   render r = {
     .w = &w,
+    .src = src,
+    .hidden = sp.supp ? sp.hidden : NULL,
+    .nhidden = sp.n,
     .max_frames = option_or("report_frames", DEFAULT_FRAMES),
     .max_groups = option_or("report_groups", DEFAULT_GROUPS),
   };
   r.other.kind = "other kinds";
-  ta_findings_visit(visit, &r);
+  src->visit(src->arg, visit, &r);
 
   int omitted = 0;
   for (size_t i = 0; i < r.nkinds; i++) omitted |= r.kinds[i].omitted != 0;
@@ -421,6 +589,25 @@ void report_text_write(int fd) {
     w_put(&w, "\n", 1);
     for (size_t i = 0; i < r.nkinds; i++) write_omitted(&w, &r.kinds[i], r.kinds[i].kind);
     write_omitted(&w, &r.other, r.other.kind);
+  }
+  if (sp.blocks) {
+    w_put(&w, "\n", 1);
+    write_suppressions_used(&w, sp.supp);
+  }
+
+  if (src->unclassified) {
+    w_printf(&w, "\nLIVE AT THE END (unclassified: no exit scan):\n"
+                 "   %llu bytes in %llu blocks\n",
+             (unsigned long long)live_bytes, (unsigned long long)live_blocks);
+    if (sp.blocks)
+      w_printf(&w, "   suppressed: %llu bytes in %llu blocks\n", (unsigned long long)sp.bytes,
+               (unsigned long long)sp.blocks);
+    w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) unclassified in %llu allocation(s); %llu error(s).\n",
+             (unsigned long long)live_bytes, (unsigned long long)live_blocks,
+             (unsigned long long)s.errors);
+    w_flush(&w);
+    free(sp.hidden);
+    return;
   }
 
   unsigned long long leaked_bytes = s.direct_bytes + s.indirect_bytes + s.orphan_bytes;
@@ -436,9 +623,19 @@ void report_text_write(int fd) {
            (unsigned long long)s.possible_bytes, (unsigned long long)s.possible_blocks,
            (unsigned long long)s.reachable_bytes, (unsigned long long)s.reachable_blocks,
            (unsigned long long)s.orphan_bytes, (unsigned long long)s.orphan_blocks);
+  if (sp.blocks)
+    w_printf(&w, "        suppressed: %llu bytes in %llu blocks\n", (unsigned long long)sp.bytes,
+             (unsigned long long)sp.blocks);
   w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s).\n",
            leaked_bytes, leaked_blocks, (unsigned long long)s.errors);
   w_flush(&w);
+  free(sp.hidden);
+}
+
+void report_text_write(int fd) {
+  report_source src;
+  report_source_ledger(&src);
+  report_text_render(fd, &src);
 }
 
 /* The ledger calls this at exit (and from ta_report_now). */

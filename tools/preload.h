@@ -1,0 +1,74 @@
+/* preload.h - what the files of the LD_PRELOAD shim share (tools/preload*.c).
+ *
+ * The shim has three parts:
+ *   preload.c        the allocation functions (malloc ... operator delete),
+ *                    the recursion guard, the raw path and its bootstrap;
+ *   preload_raw.c    raw memory: a jemalloc arena of its own whose extents
+ *                    all come from one reserved address range, so "is this
+ *                    pointer raw?" is a range check;
+ *   preload_proc.c   processes: exit status, fork, exec, _exit, abort, fatal
+ *                    signals (and sigaction/signal), dlopen/dlclose, the
+ *                    per-process label and JSON written at exit.
+ *
+ * Every thread-local of the shim uses the initial-exec TLS model: a
+ * global-dynamic access may call __tls_get_addr, which may call malloc. */
+#ifndef TAGALLOC_PRELOAD_H
+#define TAGALLOC_PRELOAD_H
+
+#include "internal.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PL_TLS    __thread __attribute__((tls_model("initial-exec")))
+#define PL_EXPORT __attribute__((visibility("default"), noinline))
+
+/* ---- preload_raw.c ------------------------------------------------------- */
+
+/* Raw memory: what the shim serves while the ledger cannot run (before libc
+ * is initialised, inside the ledger, in a thread whose ledger state is gone).
+ * A raw pointer is freed silently wherever it is freed. */
+extern uintptr_t _pl_raw_lo, _pl_raw_len;          /* 0, 0 until the first raw allocation */
+extern _Atomic uint32_t _pl_stray_n;               /* raw blocks outside the range (see there) */
+bool _pl_stray_has(const void *p);
+static inline bool _pl_is_raw(const void *p) {
+  return (uintptr_t)p - _pl_raw_lo < _pl_raw_len ||
+         (TA_UNLIKELY(atomic_load_explicit(&_pl_stray_n, memory_order_relaxed) != 0) && _pl_stray_has(p));
+}
+/* runtime: a block of the runtime's (a root of the scan), not the ledger's
+ * own (see preload_raw.c).  NULL: out of memory. */
+void  *_pl_raw_alloc(size_t size, size_t align, bool zero, bool runtime);
+void  *_pl_raw_realloc(void *p, size_t size);
+void   _pl_raw_free(void *p);
+size_t _pl_raw_usable(const void *p);
+
+/* ---- preload.c ----------------------------------------------------------- */
+
+/* Enters the ledger from the shim: the calling thread's state with its
+ * guard raised, or NULL when the ledger must not be called now (it is not
+ * ready, this thread is already inside it, or the thread is exiting). */
+ta_thread *_pl_enter(void);
+static inline void _pl_leave(ta_thread *t) { t->guard--; }
+/* Is the ledger running in this process (the first allocation after libc's
+ * initialisation made it so)? */
+bool _pl_ledger_live(void);
+/* Frees that an exiting thread left for later: done now (guard held). */
+void _pl_drain_deferred(void);
+/* The constructor has run: the preload's own libraries no longer allocate. */
+void _pl_ctor_done(void);
+/* In a fork child: the shim's spin locks, which another thread of the
+ * parent may have held at the fork, are free. */
+void _pl_fork_child_locks(void);
+void _pl_raw_fork_child(void);
+
+/* ---- preload_proc.c ------------------------------------------------------ */
+
+/* The pid the shim's process state belongs to (a vfork child has another). */
+extern volatile int _pl_pid;
+/* Runs the exit work of this process image once: scan, report, trace, JSON.
+ * Safe to call from a fatal signal (does nothing when the thread is inside
+ * the ledger). */
+void _pl_exit_work(void);
+
+#endif

@@ -1,0 +1,276 @@
+/* preload_raw.c - raw memory for the shim: allocations the ledger must not
+ * see or cannot record.  Two kinds:
+ *
+ *   internal  made while the ledger itself runs (libdw, libunwind,
+ *             pthread_getattr_np, stdio and the symbolizer in a report,
+ *             dlsym): the ledger's own memory, never a root of the scan;
+ *   runtime   the runtime's blocks: made by ld.so (thread DTVs, dynamic TLS
+ *             blocks, link maps), before libc is initialised, by the
+ *             preload's own libraries before its constructor (libstdc++'s
+ *             exception pool), or by a thread whose ledger state is gone.
+ *             They are not the program's blocks (memcheck leaves them out
+ *             of its numbers too), but they may hold pointers to the
+ *             program's (a __thread variable of a dlopen()ed library lives
+ *             in a dynamic TLS block): they are roots, not bookkeeping.
+ *             (The scan's roots today are the modules' writable segments
+ *             and the threads' stacks and static TLS, so a program block
+ *             held only from a dynamic TLS block looks lost; a scan of
+ *             every writable mapping, memcheck's way, would read them.)
+ *
+ * Raw memory is one reserved range of address space, in two halves, each
+ * the extents of a jemalloc arena of its own made with extent hooks that
+ * carve every extent from its half.  So telling a raw pointer from a ledger
+ * block on free() is a range check: no table, no lock.  Extents are never
+ * given back (dalloc opts out: jemalloc retains and reuses them), so each
+ * half is a bump allocator that jemalloc recycles.  The internal half is
+ * read-write from the start (MAP_NORESERVE: touched only as used) and
+ * registered as the ledger's own mapping (_ta_own_range); the runtime half
+ * stays PROT_NONE but for the extents handed out, so a scan of the readable
+ * and writable mappings would read only those.
+ *
+ * One exception: in a thread whose jemalloc state is already destroyed (a
+ * TSD destructor that runs after jemalloc's, __libc_thread_freeres),
+ * jemalloc ignores MALLOCX_ARENA and serves arena 0.  Such "stray" raw
+ * blocks are kept in a small set (open addressing in mmap'd memory, its own
+ * lock; lookups take no lock), consulted only while it is not empty.
+ *
+ * Raw calls never use the thread cache (MALLOCX_TCACHE_NONE): a raw block
+ * parked in a tcache would come back from a plain mallocx as a ledger block
+ * inside the raw range. */
+#include "preload.h"
+
+#include <jemalloc/jemalloc.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+
+uintptr_t _pl_raw_lo, _pl_raw_len, _pl_raw_mid;
+
+typedef struct {
+  _Atomic uintptr_t bump;                 /* next free address of the half */
+  uintptr_t end;
+  bool protect;                           /* PROT_NONE until handed out */
+  int flags;                              /* MALLOCX_ARENA(ind) | MALLOCX_TCACHE_NONE */
+} half;
+
+static half halves[2];                    /* 0 internal, 1 runtime */
+static atomic_int raw_state;              /* 0 not made, 1 making, 2 ready, 3 failed */
+
+/* ---- stray raw blocks -------------------------------------------------------- */
+
+#define STRAY_CAP (1u << 16)              /* slots; a power of two */
+#define STRAY_TOMB ((uintptr_t)1)
+static _Atomic uintptr_t *stray;          /* mmap'd: 0 empty, 1 deleted, else a block */
+_Atomic uint32_t _pl_stray_n;             /* blocks in the set */
+static uint32_t stray_used;               /* slots not empty (blocks and tombstones) */
+static atomic_int stray_lock;
+
+static void slock(void) { while (atomic_exchange_explicit(&stray_lock, 1, memory_order_acquire)) sched_yield(); }
+static void sunlock(void) { atomic_store_explicit(&stray_lock, 0, memory_order_release); }
+
+static inline uint32_t stray_slot(uintptr_t p) {
+  return (uint32_t)(((p >> 4) * 0x9E3779B97F4A7C15ull) >> 48) & (STRAY_CAP - 1);
+}
+
+bool _pl_stray_has(const void *p) {
+  _Atomic uintptr_t *t = stray;
+  if (t == NULL) return false;
+  uintptr_t key = (uintptr_t)p;
+  for (uint32_t i = stray_slot(key), k = 0; k < STRAY_CAP; i = (i + 1) & (STRAY_CAP - 1), k++) {
+    uintptr_t v = atomic_load_explicit(&t[i], memory_order_acquire);
+    if (v == key) return true;
+    if (v == 0) return false;
+  }
+  return false;
+}
+
+static void stray_add(void *p) {
+  slock();
+  if (stray == NULL) {
+    void *m = _ta_mmap(STRAY_CAP * sizeof *stray);
+    if (m) stray = m;
+  }
+  /* Only tombstones left: start over (no reader looks for a block then). */
+  if (stray && atomic_load(&_pl_stray_n) == 0 && stray_used > STRAY_CAP / 2) {
+    memset((void *)stray, 0, STRAY_CAP * sizeof *stray);
+    stray_used = 0;
+  }
+  if (stray && stray_used < STRAY_CAP - STRAY_CAP / 8) {
+    uint32_t i = stray_slot((uintptr_t)p);
+    while (atomic_load_explicit(&stray[i], memory_order_relaxed) > STRAY_TOMB) i = (i + 1) & (STRAY_CAP - 1);
+    if (atomic_load_explicit(&stray[i], memory_order_relaxed) == 0) stray_used++;
+    atomic_store_explicit(&stray[i], (uintptr_t)p, memory_order_release);
+    atomic_fetch_add(&_pl_stray_n, 1);
+  }
+  sunlock();
+}
+
+static void stray_del(void *p) {
+  if (atomic_load_explicit(&_pl_stray_n, memory_order_relaxed) == 0 || stray == NULL) return;
+  slock();
+  for (uint32_t i = stray_slot((uintptr_t)p), k = 0; k < STRAY_CAP; i = (i + 1) & (STRAY_CAP - 1), k++) {
+    uintptr_t v = atomic_load_explicit(&stray[i], memory_order_relaxed);
+    if (v == 0) break;
+    if (v == (uintptr_t)p) {
+      atomic_store_explicit(&stray[i], STRAY_TOMB, memory_order_release);
+      atomic_fetch_sub(&_pl_stray_n, 1);
+      break;
+    }
+  }
+  sunlock();
+}
+
+void _pl_raw_fork_child(void) { atomic_store(&stray_lock, 0); }
+
+static inline bool in_range(const void *p) { return (uintptr_t)p - _pl_raw_lo < _pl_raw_len; }
+
+/* ---- extent hooks -------------------------------------------------------- */
+
+static void *carve(half *h, void *new_addr, size_t size, size_t alignment, bool *zero, bool *commit) {
+  if (new_addr != NULL) return NULL;       /* growing in place: not from a bump range */
+  if (alignment < 4096) alignment = 4096;
+  uintptr_t cur = atomic_load(&h->bump), start, end;
+  do {
+    start = (cur + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    end = start + size;
+    if (end < start || end > h->end) return NULL;
+  } while (!atomic_compare_exchange_weak(&h->bump, &cur, end));
+  if (h->protect && mprotect((void *)start, size, PROT_READ | PROT_WRITE) != 0) return NULL;
+  *zero = true;                            /* never used before: the kernel's zero pages */
+  *commit = true;
+  return (void *)start;
+}
+
+static void *rx_alloc_internal(extent_hooks_t *hk, void *new_addr, size_t size, size_t alignment,
+                               bool *zero, bool *commit, unsigned ind) {
+  (void)hk;
+  (void)ind;
+  return carve(&halves[0], new_addr, size, alignment, zero, commit);
+}
+
+static void *rx_alloc_runtime(extent_hooks_t *hk, void *new_addr, size_t size, size_t alignment,
+                              bool *zero, bool *commit, unsigned ind) {
+  (void)hk;
+  (void)ind;
+  return carve(&halves[1], new_addr, size, alignment, zero, commit);
+}
+/* Opt out of giving extents back: jemalloc retains and reuses them. */
+static bool rx_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
+  (void)h; (void)addr; (void)size; (void)committed; (void)ind;
+  return true;
+}
+
+static void rx_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
+  (void)h; (void)addr; (void)size; (void)committed; (void)ind;
+}
+
+static bool rx_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
+                      unsigned ind) {
+  (void)h; (void)addr; (void)size; (void)off; (void)len; (void)ind;
+  return false;                            /* always committed */
+}
+
+static bool rx_optout(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
+                      unsigned ind) {
+  (void)h; (void)addr; (void)size; (void)off; (void)len; (void)ind;
+  return true;                             /* decommit, purge: not done */
+}
+
+static bool rx_split(extent_hooks_t *h, void *addr, size_t size, size_t a, size_t b,
+                     bool committed, unsigned ind) {
+  (void)h; (void)addr; (void)size; (void)a; (void)b; (void)committed; (void)ind;
+  return false;                            /* one mapping: any split is fine */
+}
+
+static bool rx_merge(extent_hooks_t *h, void *a, size_t asize, void *b, size_t bsize,
+                     bool committed, unsigned ind) {
+  (void)h; (void)a; (void)asize; (void)b; (void)bsize; (void)committed; (void)ind;
+  return false;                            /* one mapping: any merge is fine */
+}
+
+static extent_hooks_t hooks_internal = {
+  rx_alloc_internal, rx_dalloc, rx_destroy, rx_commit, rx_optout, rx_optout, rx_optout, rx_split, rx_merge,
+};
+static extent_hooks_t hooks_runtime = {
+  rx_alloc_runtime, rx_dalloc, rx_destroy, rx_commit, rx_optout, rx_optout, rx_optout, rx_split, rx_merge,
+};
+
+/* ---- setup ----------------------------------------------------------------- */
+
+static bool make_arena(half *h, extent_hooks_t *hooks) {
+  unsigned ind = 0;
+  size_t sz = sizeof ind;
+  if (mallctl("arenas.create", &ind, &sz, &hooks, sizeof hooks) != 0) return false;
+  h->flags = (int)(MALLOCX_ARENA(ind) | MALLOCX_TCACHE_NONE);
+  return true;
+}
+
+/* Reserves the range (as large as the address-space limit allows) and makes
+ * the arenas.  Runs once, from whichever thread first needs raw memory; the
+ * others wait.  jemalloc never calls malloc, so nothing here recurses. */
+static bool raw_setup(void) {
+  int s = atomic_load_explicit(&raw_state, memory_order_acquire);
+  if (TA_LIKELY(s == 2)) return true;
+  if (s == 3) return false;
+  int zero = 0;
+  if (!atomic_compare_exchange_strong(&raw_state, &zero, 1)) {
+    while ((s = atomic_load_explicit(&raw_state, memory_order_acquire)) == 1) sched_yield();
+    return s == 2;
+  }
+  static const size_t sizes[] = { (size_t)128 << 30, (size_t)16 << 30, (size_t)2 << 30, (size_t)512 << 20 };
+  void *base = MAP_FAILED;
+  size_t len = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes && base == MAP_FAILED; i++) {
+    len = sizes[i];
+    base = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  }
+  uintptr_t lo = (uintptr_t)base, mid = lo + len / 2;
+  bool ok = base != MAP_FAILED && mprotect(base, len / 2, PROT_READ | PROT_WRITE) == 0;
+  if (ok) {
+    _ta_own_range(lo, mid);                /* the internal half: never a root */
+    halves[0] = (half){ .end = mid, .protect = false };
+    halves[1] = (half){ .end = lo + len, .protect = true };
+    atomic_store(&halves[0].bump, lo);
+    atomic_store(&halves[1].bump, mid);
+    ok = make_arena(&halves[0], &hooks_internal) && make_arena(&halves[1], &hooks_runtime);
+  }
+  if (!ok) {
+    if (base != MAP_FAILED) munmap(base, len);
+    atomic_store(&raw_state, 3);
+    return false;
+  }
+  /* lo and mid before len: a reader that sees the length sees the rest */
+  __atomic_store_n(&_pl_raw_lo, lo, __ATOMIC_RELEASE);
+  __atomic_store_n(&_pl_raw_mid, mid, __ATOMIC_RELEASE);
+  __atomic_store_n(&_pl_raw_len, len, __ATOMIC_RELEASE);
+  atomic_store_explicit(&raw_state, 2, memory_order_release);
+  return true;
+}
+
+void *_pl_raw_alloc(size_t size, size_t align, bool zero, bool runtime) {
+  if (!raw_setup()) return NULL;
+  int flags = halves[runtime].flags | (zero ? MALLOCX_ZERO : 0);
+  if (align > 8) flags |= (int)MALLOCX_ALIGN(align);
+  void *p = mallocx(size ? size : 1, flags);
+  if (p && !in_range(p)) stray_add(p);
+  return p;
+}
+
+void *_pl_raw_realloc(void *p, size_t size) {
+  bool was_stray = !in_range(p);
+  void *n = rallocx(p, size ? size : 1, halves[(uintptr_t)p >= _pl_raw_mid].flags);
+  if (n && n != p) {
+    if (was_stray) stray_del(p);
+    if (!in_range(n)) stray_add(n);
+  }
+  return n;
+}
+
+void _pl_raw_free(void *p) {
+  if (!in_range(p)) stray_del(p);
+  dallocx(p, MALLOCX_TCACHE_NONE);
+}
+
+size_t _pl_raw_usable(const void *p) {
+  return sallocx(p, 0);
+}

@@ -1,0 +1,76 @@
+/* tagalloc_cli.h - the pieces the `tagalloc` subcommands share
+ * (tools/tagalloc.c): messages, output checks, the per-process JSON files,
+ * and the joined JSON document of a run or a report. */
+#ifndef TAGALLOC_CLI_H
+#define TAGALLOC_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "offline.h"
+#include "report.h"
+
+#define CLI_EXIT_USAGE 2   /* a bad command line or input: nothing was run */
+
+/* "tagalloc: " + the message + newline on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "tagalloc: warning: " + the message. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Checks that FILE can be written (created or replaced) now, without
+ * leaving anything behind; prints "tagalloc: OPT FILE: reason" and returns
+ * false when it cannot. */
+bool cli_check_output_file(const char *opt, const char *path);
+/* The same for a directory that files will be created in; `create` makes a
+ * missing one (one level). */
+bool cli_check_output_dir(const char *opt, const char *path, bool create);
+
+/* The whole file in a NUL-terminated malloc'd buffer; NULL with errno. */
+char *cli_read_file(const char *path, size_t *len);
+/* Writes all of buf to fd; false on failure. */
+bool cli_write_all(int fd, const char *buf, size_t len);
+
+/* What a per-process JSON object says at its top level. */
+typedef struct {
+  bool     valid;            /* one JSON object and nothing else */
+  size_t   error_offset;     /* where it stopped being JSON, when not valid */
+  long long pid, findings_count, errors;   /* -1 when absent */
+} cli_json_top;
+void cli_json_scan(const char *text, size_t len, cli_json_top *out);
+
+/* One process of a run, or one trace of a report. */
+typedef struct {
+  char     *trace;           /* the trace file (NULL: none) */
+  char     *json;            /* the process's own JSON object file (NULL: none) */
+  uint32_t  pid, ppid;
+  uint64_t  start_ns;        /* the trace header's; UINT64_MAX without a trace */
+  bool      has_header;      /* the trace's header could be read */
+  /* filled while reporting */
+  char     *json_text;       /* the object, valid JSON (NULL: generate from the trace) */
+  size_t    json_len;
+  bool      problems;        /* a leak or an error (for --error-exitcode) */
+} cli_proc;
+
+/* Replaces the first `"key":null` of a JSON object's text with
+ * `"key":value` (value: JSON text); false when there is none. */
+bool cli_json_fill(char **text, size_t *len, const char *key, const char *value);
+/* s as a JSON string (quoted, escaped), malloc'd. */
+char *cli_json_quote(const char *s);
+
+/* Reads pid, ppid and start time from a trace's header; false if unreadable. */
+bool cli_trace_header(const char *path, uint32_t *pid, uint32_t *ppid, uint64_t *start_ns);
+/* Sorts by start time, then pid. */
+void cli_procs_sort(cli_proc *p, size_t n);
+void cli_procs_free(cli_proc *p, size_t n);
+
+/* The joined document: {"tool":"tagalloc","version":...,"processes":[ */
+bool cli_json_begin(int fd);
+bool cli_json_sep(int fd, size_t index);   /* before each object */
+bool cli_json_end(int fd);
+
+/* The subcommands: tools/tagalloc_run.c, tools/tagalloc_report.c. */
+int cmd_run(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+
+#endif
