@@ -56,6 +56,13 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libtagalloc.a
 test: all
 	@tests/run-tests.sh $(BUILD)
 	$(MAKE) test-asan
+	$(MAKE) test-integration
+
+# Programs run under `tagalloc run`, their numbers checked exactly, and real
+# programs (python3, perl, git, gcc, node, make, sort) under the auditor.
+test-integration: all
+	tests/integration/run.sh $(BUILD)
+	tests/integration/real.sh $(BUILD)
 
 # The same tests, library and all, built with AddressSanitizer and UBSan.
 test-asan:
@@ -69,6 +76,7 @@ asan-tests: $(UNIT_BIN)
 
 check-valgrind: all
 	VALGRIND=1 tests/run-tests.sh $(BUILD)
+	tests/integration/run.sh $(BUILD) --valgrind
 
 # ---- demo and benchmarks -------------------------------------------------
 demo: $(BUILD)/demo
@@ -88,5 +96,5 @@ deps:
 clean:
 	rm -rf build
 
-.PHONY: all test test-asan asan-tests check-valgrind demo bench bench-alloc deps clean
+.PHONY: all test test-asan test-integration asan-tests check-valgrind demo bench bench-alloc deps clean
 .SECONDARY:
