@@ -8,7 +8,8 @@
  *
  * Roots: the writable segments of loaded modules (not the ledger's own, nor
  * jemalloc's), every thread's stack from its stack pointer up, its registers,
- * and its static TLS and thread descriptor.  Other threads are stopped with a
+ * and its static TLS (less the ledger's and jemalloc's blocks) and thread
+ * descriptor.  Other threads are stopped with a
  * signal while the roots and blocks are read; every root range is clipped to
  * the readable mappings of /proc/self/maps, so the scan never faults.
  *
@@ -193,6 +194,13 @@ static int own_module(struct dl_phdr_info *info, uintptr_t addr) {
   return 0;
 }
 
+/* Static TLS blocks of the ledger and jemalloc, as offsets from the thread
+ * pointer; found on each scan (a later dlopen does not move them). */
+typedef struct { intptr_t off; size_t size; } tls_hole;
+#define MAX_TLS_HOLES 4
+static tls_hole tls_holes[MAX_TLS_HOLES];
+static int ntls_holes;
+
 static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   mvec *roots = arg;
@@ -200,8 +208,21 @@ static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
   /* The ledger's own library and its allocator hold bookkeeping, not roots;
    * linked statically into the program, the ledger keeps no block address
    * in its globals. */
-  if (*name && (own_module(info, (uintptr_t)&on_phdr) || strstr(name, "libjemalloc")))
+  if (*name && (own_module(info, (uintptr_t)&on_phdr) || strstr(name, "libjemalloc"))) {
+    /* Their static TLS too: jemalloc's tsd caches rtree leaf keys, addresses
+     * aligned to 1 GiB that fall inside any big block spanning a boundary
+     * (a 64 MiB leak then looked "possibly lost").  The block sits at the
+     * same offset from every thread's pointer. */
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+      const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+      if (ph->p_type != PT_TLS || info->dlpi_tls_data == NULL || ntls_holes == MAX_TLS_HOLES)
+        continue;
+      tls_hole *h = &tls_holes[ntls_holes++];
+      h->off = (intptr_t)info->dlpi_tls_data - (intptr_t)pthread_self();
+      h->size = ph->p_memsz;
+    }
     return 0;
+  }
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W)) continue;
@@ -320,6 +341,20 @@ static void scan_root(marker *m, uintptr_t lo, uintptr_t hi) {
   }
 }
 
+/* A thread's static TLS and its struct pthread, less the holes. */
+static void scan_tls(marker *m, uintptr_t tp) {
+  uintptr_t lo = tp - tls_static_size, hi = tp + pthread_size;
+  while (lo < hi) {
+    uintptr_t hl = hi, hh = hi;         /* the lowest hole that ends above lo */
+    for (int i = 0; i < ntls_holes; i++) {
+      uintptr_t l = tp + (uintptr_t)tls_holes[i].off, h = l + tls_holes[i].size;
+      if (h > lo && l < hl) { hl = l; hh = h; }
+    }
+    if (hl > lo) scan_root(m, lo, hl < hi ? hl : hi);
+    lo = hh;
+  }
+}
+
 static void drain(marker *m) {
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
@@ -386,6 +421,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
 
   mvec roots = { .elem = sizeof(range) }, maps = { .elem = sizeof(range) };
   mvec blocks = { .elem = sizeof(sblock) };
+  ntls_holes = 0;
   dl_iterate_phdr(on_phdr, &roots);
 
   /* Hold every shard, then stop the world: no stopped thread can be inside
@@ -415,7 +451,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     if (hi > stack_from) scan_root(&m, stack_from, hi);
     scan_range(&m, (uintptr_t)regs, (uintptr_t)regs + regs_size, true);
     uintptr_t tp = (uintptr_t)pthread_self();
-    scan_root(&m, tp - tls_static_size, tp + pthread_size);
+    scan_tls(&m, tp);
     /* the stopped threads */
     for (int i = 0; i < nstopped && i < MAX_STOPPED; i++) {
       stopped *s = &stops[i];
@@ -423,7 +459,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       scan_range(&m, (uintptr_t)s->regs, (uintptr_t)(s->regs + NGREG), true);
       range st = map_of(&maps, s->sp);
       if (st.hi) scan_root(&m, s->sp - 128 > st.lo ? s->sp - 128 : st.lo, st.hi);
-      scan_root(&m, s->tp - tls_static_size, s->tp + pthread_size);
+      scan_tls(&m, s->tp);
       s->valid = false;
     }
     drain(&m);

@@ -501,7 +501,10 @@ PL_EXPORT size_t malloc_usable_size(void *p) {
   if (p == NULL) return 0;
   if (_pl_is_raw(p)) return _pl_raw_usable(p);
   ta_thread *t = enter();
-  if (t == NULL) return _pl_raw_usable(p);  /* inside the ledger: jemalloc's answer */
+  if (t == NULL) {                          /* inside the ledger: jemalloc's answer, */
+    if (_ta_guard_on && _ta_guard_owns((uintptr_t)p)) return 0;   /* not for a guarded page */
+    return _pl_raw_usable(p);
+  }
   size_t n = ta_usable_size(p);
   _pl_leave(t);
   return n;
