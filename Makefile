@@ -25,7 +25,14 @@ PRELOAD_SRC = $(wildcard tools/preload*.c)
 PRELOAD_OBJ = $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC  = $(wildcard tools/tagalloc*.c)
 
-all: $(BUILD)/libtagalloc.so $(BUILD)/libtagalloc.a $(BUILD)/demo $(UNIT_BIN) \
+# Each part of the project beyond the ledger and the auditor (tensor/,
+# autograd/, ...) brings a PART/part.mk that adds its targets to these lists.
+PART_ALL   :=
+PART_TEST  :=
+PART_BENCH :=
+include $(wildcard */part.mk)
+
+all: $(PART_ALL) $(BUILD)/libtagalloc.so $(BUILD)/libtagalloc.a $(BUILD)/demo $(UNIT_BIN) \
      $(if $(PRELOAD_SRC),$(BUILD)/libtagalloc-preload.so) $(if $(CLI_SRC),$(BUILD)/tagalloc)
 
 $(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h reports/*.h) Makefile
@@ -57,6 +64,7 @@ test: all
 	@tests/run-tests.sh $(BUILD)
 	$(MAKE) test-asan
 	$(MAKE) test-integration
+	$(if $(PART_TEST),$(MAKE) $(PART_TEST))
 
 # Programs run under `tagalloc run`, their numbers checked exactly, and real
 # programs (python3, perl, git, gcc, node, make, sort) under the auditor.
@@ -88,13 +96,16 @@ $(BUILD)/bench-alloc: bench/bench_alloc.c $(BUILD)/libtagalloc.a
 bench-alloc: $(BUILD)/bench-alloc
 	$(BUILD)/bench-alloc
 
-bench: bench-alloc
+bench: bench-deps bench-alloc $(PART_BENCH)
 
 deps:
 	@tools/install-deps.sh
 
+bench-deps:
+	@tools/install-deps.sh bench
+
 clean:
 	rm -rf build
 
-.PHONY: all test test-asan test-integration asan-tests check-valgrind demo bench bench-alloc deps clean
+.PHONY: all test test-asan test-integration asan-tests check-valgrind demo bench bench-alloc deps bench-deps clean
 .SECONDARY:

@@ -1,7 +1,14 @@
 #!/bin/sh
 # Installs the Debian packages tagalloc needs, when any is missing.
+#   tools/install-deps.sh          what building and `make test` need
+#   tools/install-deps.sh bench    that, and what `make bench` compares against
+# The package names live in tools/deps/*.txt (one per line, # comments), one
+# file per part of the project; tools/deps/bench-*.txt are for benchmarks only.
 set -e
-PKGS="build-essential pkg-config libjemalloc-dev libunwind-dev libdw-dev libelf-dev libcmocka-dev zlib1g-dev valgrind"
+here=$(dirname "$0")/deps
+files=$(ls "$here"/*.txt | grep -v '/bench-')
+[ "${1:-}" = bench ] && files="$files $(ls "$here"/bench-*.txt 2>/dev/null)"
+PKGS=$(cat $files | sed 's/#.*//' | tr -s ' \t' '\n' | sed '/^$/d' | sort -u)
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -14,4 +21,4 @@ echo "deps: installing$missing"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
