@@ -1,0 +1,23 @@
+# bench/part.mk - the auditor's benchmark (issue 3): `make bench-auditor`,
+# run by `make bench`.  bench/auditor/run.py times the workloads bare, under
+# `tagalloc run` (exact and fast), heaptrack, valgrind memcheck and
+# LeakSanitizer, and writes bench/RESULTS.md.  BENCH_QUICK=1: a quick check.
+PART_BENCH += bench-auditor
+
+# The own workloads: -O2 -g with frame pointers (for --unwind fast), and the
+# same built with -fsanitize=leak for the LSan rows.
+BENCH_AUDITOR_CFLAGS = -O2 -g -fno-omit-frame-pointer -Wall -Wextra -std=gnu11 -pthread
+BENCH_AUDITOR_BIN = $(BUILD)/bench/churn $(BUILD)/bench/tree $(BUILD)/bench/churn-lsan $(BUILD)/bench/tree-lsan
+
+$(BUILD)/bench/%: bench/auditor/%.c bench/part.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_AUDITOR_CFLAGS) $< -o $@
+
+$(BUILD)/bench/%-lsan: bench/auditor/%.c bench/part.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_AUDITOR_CFLAGS) -fsanitize=leak $< -o $@
+
+bench-auditor: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(BENCH_AUDITOR_BIN)
+	/usr/bin/python3 bench/auditor/run.py --build $(BUILD)
+
+.PHONY: bench-auditor
