@@ -1,0 +1,344 @@
+/* core.c - storages and headers on the ledger, errors, making and freeing.
+ *
+ * One tensor costs the ledger one "tensor.header" block, one hold
+ * (header -> storage) and one refcount transition; a fresh storage adds one
+ * "tensor.storage" block.  Nothing here is per element. */
+#include "internal.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void init_tags(void) {
+  _tensor_tag_storage = ta_tag_get("tensor.storage");
+  _tensor_tag_header = ta_tag_get("tensor.header");
+  _tensor_tag_pool = ta_tag_get("tensor.pool");
+  _tensor_tag_meta = ta_tag_get("tensor.pool.meta");
+}
+
+void _tensor_init(void) { pthread_once(&init_once, init_tags); }
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static __thread tensor_status last_status;
+static __thread char last_message[256];
+static tensor_error_fn *handler;
+static void *handler_arg;
+
+tensor_status tensor_last_status(void) { return last_status; }
+const char *tensor_error(void) { return last_message; }
+void tensor_error_clear(void) {
+  last_status = TENSOR_OK;
+  last_message[0] = '\0';
+}
+
+void tensor_error_handler(tensor_error_fn *fn, void *arg) {
+  handler = fn;
+  handler_arg = arg;
+}
+
+tensor_status _tensor_err(tensor_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_message, sizeof last_message, fmt, ap);
+  va_end(ap);
+  last_status = st;
+  if (handler) handler(st, last_message, handler_arg);
+  else fprintf(stderr, "tensor: %s\n", last_message);
+  return st;
+}
+
+const char *_tensor_shape_desc(tensor_dtype dt, int ndim, const int64_t *shape, char *buf) {
+  size_t n = (size_t)snprintf(buf, TENSOR_SHAPE_STR, "%s[", dt == TENSOR_I32 ? "i32" : "f32");
+  for (int i = 0; i < ndim && n < TENSOR_SHAPE_STR; i++)
+    n += (size_t)snprintf(buf + n, TENSOR_SHAPE_STR - n, i ? ",%lld" : "%lld", (long long)shape[i]);
+  if (n < TENSOR_SHAPE_STR) snprintf(buf + n, TENSOR_SHAPE_STR - n, "]");
+  return buf;
+}
+
+const char *_tensor_desc(const tensor *t, char *buf) {
+  if (t == NULL) {
+    snprintf(buf, TENSOR_SHAPE_STR, "NULL");
+    return buf;
+  }
+  return _tensor_shape_desc(t->dtype, t->ndim, t->shape, buf);
+}
+
+char *tensor_shape_str(const tensor *t, char *buf, size_t size) {
+  char tmp[TENSOR_SHAPE_STR];
+  snprintf(buf, size, "%s", _tensor_desc(t, tmp));
+  return buf;
+}
+
+bool _tensor_arg(const char *op, const char *name, const tensor *t) {
+  if (t) return true;
+  _tensor_err(TENSOR_EINVAL, "%s: %s is NULL", op, name);
+  return false;
+}
+
+bool _tensor_arg_f32(const char *op, const char *name, const tensor *t) {
+  if (!_tensor_arg(op, name, t)) return false;
+  if (t->dtype == TENSOR_F32) return true;
+  char b[TENSOR_SHAPE_STR];
+  _tensor_err(TENSOR_EDTYPE, "%s: %s is %s, want f32", op, name, _tensor_desc(t, b));
+  return false;
+}
+
+int64_t _tensor_check_shape(const char *op, int ndim, const int64_t *shape) {
+  if (ndim < 0 || ndim > TENSOR_MAX_DIMS) {
+    _tensor_err(TENSOR_ESHAPE, "%s: %d dimensions (0 to %d allowed)", op, ndim, TENSOR_MAX_DIMS);
+    return -1;
+  }
+  if (ndim > 0 && shape == NULL) {
+    _tensor_err(TENSOR_EINVAL, "%s: shape is NULL", op);
+    return -1;
+  }
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || (shape[i] > 0 && n > (INT64_MAX / 8) / shape[i])) {
+      char b[TENSOR_SHAPE_STR];
+      _tensor_err(TENSOR_ESHAPE, "%s: bad shape %s", op, _tensor_shape_desc(TENSOR_F32, ndim, shape, b));
+      return -1;
+    }
+    n *= shape[i];
+  }
+  return n;
+}
+
+/* ---- storage and headers --------------------------------------------------- */
+
+tensor_storage *_tensor_storage_new(ta_tag tag, size_t nbytes) {
+  _tensor_init();
+  tensor_storage *s = ta_aligned(tag, 64, STORAGE_HDR + nbytes);
+  if (s == NULL) {
+    _tensor_err(TENSOR_ENOMEM, "out of memory for a storage of %zu bytes", nbytes);
+    return NULL;
+  }
+  memset(s, 0, sizeof *s);
+  s->data = (char *)s + STORAGE_HDR;
+  s->nbytes = nbytes;
+  ta_ref_init(s, 1);
+  return s;
+}
+
+void _tensor_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
+  int64_t st = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    strides[i] = st;
+    st *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
+
+tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim, const int64_t *shape,
+                       const int64_t *strides, int64_t offset) {
+  _tensor_init();
+  tensor *t = ta_alloc(_tensor_tag_header, sizeof *t);
+  if (t == NULL) {
+    _tensor_err(TENSOR_ENOMEM, "out of memory for a tensor header");
+    return NULL;
+  }
+  t->ndim = ndim;
+  t->dtype = dt;
+  t->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    t->strides[i] = strides[i];
+    t->numel *= shape[i];
+  }
+  for (int i = ndim; i < TENSOR_MAX_DIMS; i++) t->shape[i] = 1, t->strides[i] = 0;
+  t->offset = offset;
+  t->storage = s;
+  t->data = (char *)s->data + offset * 4;
+  t->scope = 0;
+  t->scope_prev = t->scope_next = NULL;
+  if (!adopt) ta_ref_acquire(s);
+  ta_hold(t, "storage", s);
+  _tensor_scope_adopt(t);
+  return t;
+}
+
+void _tensor_storage_dispose(tensor_storage *s, bool *held_by_pool) {
+  *held_by_pool = s->pool && _tensor_pool_put(s);
+}
+
+void tensor_free(tensor *t) {
+  if (t == NULL) return;
+  _tensor_scope_forget(t);
+  tensor_storage *s = t->storage;
+  long n = ta_ref_release(s);
+  bool pooled = false;
+  /* A storage going back to its pool is held by the pool before the
+   * header lets go of it, so it is never an orphan in between. */
+  if (n == 0 && s->pool) _tensor_storage_dispose(s, &pooled);
+  ta_unhold(t, "storage");
+  ta_free(t);
+  if (n == 0 && !pooled) ta_free(s);
+}
+
+tensor *_tensor_out(const char *op, tensor_dtype dt, int ndim, const int64_t *shape) {
+  if (_tensor_pool_current) return tensor_pool_acquire(_tensor_pool_current, dt, ndim, shape);
+  int64_t n = _tensor_check_shape(op, ndim, shape);
+  if (n < 0) return NULL;
+  _tensor_init();
+  tensor_storage *s = _tensor_storage_new(_tensor_tag_storage, (size_t)n * 4);
+  if (s == NULL) return NULL;
+  int64_t st[TENSOR_MAX_DIMS];
+  _tensor_contig_strides(ndim, shape, st);
+  tensor *t = _tensor_header(s, true, dt, ndim, shape, st, 0);
+  if (t == NULL && ta_ref_release(s) == 0) ta_free(s);
+  return t;
+}
+
+/* ---- making ---------------------------------------------------------------- */
+
+tensor *tensor_empty(tensor_dtype dtype, int ndim, const int64_t *shape) {
+  if (dtype != TENSOR_F32 && dtype != TENSOR_I32) {
+    _tensor_err(TENSOR_EDTYPE, "tensor_empty: unknown dtype %d", (int)dtype);
+    return NULL;
+  }
+  return _tensor_out("tensor_empty", dtype, ndim, shape);
+}
+
+tensor *tensor_zeros(tensor_dtype dtype, int ndim, const int64_t *shape) {
+  tensor *t = tensor_empty(dtype, ndim, shape);
+  if (t) memset(t->data, 0, (size_t)t->numel * 4);
+  return t;
+}
+
+tensor *tensor_full(int ndim, const int64_t *shape, float value) {
+  tensor *t = tensor_empty(TENSOR_F32, ndim, shape);
+  if (t) {
+    float *p = t->data;
+    for (int64_t i = 0; i < t->numel; i++) p[i] = value;
+  }
+  return t;
+}
+
+tensor *tensor_from_f32(const float *src, int ndim, const int64_t *shape) {
+  if (src == NULL) {
+    _tensor_err(TENSOR_EINVAL, "tensor_from_f32: src is NULL");
+    return NULL;
+  }
+  tensor *t = tensor_empty(TENSOR_F32, ndim, shape);
+  if (t) memcpy(t->data, src, (size_t)t->numel * 4);
+  return t;
+}
+
+tensor *tensor_from_i32(const int32_t *src, int ndim, const int64_t *shape) {
+  if (src == NULL) {
+    _tensor_err(TENSOR_EINVAL, "tensor_from_i32: src is NULL");
+    return NULL;
+  }
+  tensor *t = tensor_empty(TENSOR_I32, ndim, shape);
+  if (t) memcpy(t->data, src, (size_t)t->numel * 4);
+  return t;
+}
+
+tensor *tensor_arange(int64_t n) {
+  tensor *t = tensor_empty(TENSOR_F32, 1, &n);
+  if (t) {
+    float *p = t->data;
+    for (int64_t i = 0; i < n; i++) p[i] = (float)i;
+  }
+  return t;
+}
+
+tensor *tensor_scalar(float value) { return tensor_full(0, NULL, value); }
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+tensor *tensor_randn(int ndim, const int64_t *shape, float std, uint64_t seed) {
+  tensor *t = tensor_empty(TENSOR_F32, ndim, shape);
+  if (t == NULL) return NULL;
+  float *p = t->data;
+  uint64_t s = seed;
+  for (int64_t i = 0; i < t->numel; i += 2) {
+    double u1 = ((splitmix(&s) >> 11) + 1.0) * (1.0 / 9007199254740993.0);   /* (0, 1] */
+    double u2 = (splitmix(&s) >> 11) * (1.0 / 9007199254740992.0);
+    double r = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+    p[i] = (float)(std * r * cos(th));
+    if (i + 1 < t->numel) p[i + 1] = (float)(std * r * sin(th));
+  }
+  return t;
+}
+
+/* ---- facts ----------------------------------------------------------------- */
+
+int tensor_is_contiguous(const tensor *t) {
+  int64_t st = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] == 1) continue;
+    if (t->strides[i] != st) return 0;
+    st *= t->shape[i];
+  }
+  return 1;
+}
+
+int tensor_same_shape(const tensor *a, const tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
+size_t tensor_nbytes(const tensor *t) { return t ? (size_t)t->numel * 4 : 0; }
+
+static int64_t offset_of(const tensor *t, const int64_t *index, const char *op) {
+  int64_t off = 0;
+  for (int i = 0; i < t->ndim; i++) {
+    if (index[i] < 0 || index[i] >= t->shape[i]) {
+      char b[TENSOR_SHAPE_STR];
+      _tensor_err(TENSOR_ERANGE, "%s: index %lld out of range for axis %d of %s", op,
+                  (long long)index[i], i, _tensor_desc(t, b));
+      return -1;
+    }
+    off += index[i] * t->strides[i];
+  }
+  return off;
+}
+
+float tensor_get(const tensor *t, const int64_t *index) {
+  if (!_tensor_arg("tensor_get", "t", t)) return NAN;
+  int64_t off = offset_of(t, index, "tensor_get");
+  if (off < 0 && t->ndim) return NAN;
+  return t->dtype == TENSOR_F32 ? ((float *)t->data)[off] : (float)((int32_t *)t->data)[off];
+}
+
+void tensor_set(tensor *t, const int64_t *index, float v) {
+  if (!_tensor_arg("tensor_set", "t", t)) return;
+  int64_t off = offset_of(t, index, "tensor_set");
+  if (off < 0 && t->ndim) return;
+  if (t->dtype == TENSOR_F32) ((float *)t->data)[off] = v;
+  else ((int32_t *)t->data)[off] = (int32_t)v;
+}
+
+float tensor_item(const tensor *t) {
+  if (!_tensor_arg("tensor_item", "t", t)) return NAN;
+  if (t->numel != 1) {
+    char b[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "tensor_item: %s has %lld elements, want 1", _tensor_desc(t, b),
+                (long long)t->numel);
+    return NAN;
+  }
+  return t->dtype == TENSOR_F32 ? *(float *)t->data : (float)*(int32_t *)t->data;
+}
+
+long tensor_storage_refs(const tensor *t) { return t ? ta_ref_count(t->storage) : -1; }
+const void *tensor_storage_block(const tensor *t) { return t ? (const void *)t->storage : NULL; }
+size_t tensor_storage_bytes(const tensor *t) { return t ? t->storage->nbytes : 0; }
+
+void tensor_set_threads(int n) {
+  if (n > 0) openblas_set_num_threads(n);
+}

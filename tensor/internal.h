@@ -1,0 +1,86 @@
+/* internal.h - what the files of tensor/ share; not part of the API. */
+#ifndef TAGALLOC_TENSOR_INTERNAL_H
+#define TAGALLOC_TENSOR_INTERNAL_H
+
+#include "tensor.h"
+#include "tagalloc.h"
+
+#include <stdbool.h>
+
+/* A storage is one ledger block: this header, padded to STORAGE_HDR bytes,
+ * then the data (64-byte aligned).  Its ledger refcount is the number of
+ * tensor headers on it (0 while kept by a pool).
+ *
+ *   block: [ tensor_storage | pad ][ data: nbytes ............ ]
+ *          ^ ta_hold target, ta_ref object    ^ s->data            */
+struct tensor_storage {
+  void   *data;
+  size_t  nbytes;
+  tensor_pool *pool;               /* where it goes back to, or NULL (the heap) */
+  struct pool_key *key;            /* its pool key */
+  tensor_storage *kprev, *knext;   /* the key's stack while kept (knext: below) */
+  tensor_storage *aprev, *anext;   /* the pool's keep order while kept (aprev: older) */
+};
+#define STORAGE_HDR 64
+_Static_assert(sizeof(struct tensor_storage) <= STORAGE_HDR, "storage header fits");
+
+extern ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta;
+void _tensor_init(void);
+
+/* ---- errors (core.c) ---- */
+tensor_status _tensor_err(tensor_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "f32[2,3]" of t (or "NULL"); buf of at least TENSOR_SHAPE_STR bytes */
+#define TENSOR_SHAPE_STR 96
+const char *_tensor_desc(const tensor *t, char *buf);
+const char *_tensor_shape_desc(tensor_dtype dt, int ndim, const int64_t *shape, char *buf);
+/* An error for a NULL input; returns false when t is NULL. */
+bool _tensor_arg(const char *op, const char *name, const tensor *t);
+bool _tensor_arg_f32(const char *op, const char *name, const tensor *t);
+/* Validates ndim and shape, returns numel or -1 (error set). */
+int64_t _tensor_check_shape(const char *op, int ndim, const int64_t *shape);
+
+/* ---- making (core.c) ---- */
+tensor_storage *_tensor_storage_new(ta_tag tag, size_t nbytes);
+/* A new header on s.  adopt: the caller's reference becomes the header's
+ * (a fresh storage); else the header acquires one. */
+tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim, const int64_t *shape,
+                       const int64_t *strides, int64_t offset);
+/* A contiguous result: from the pool in use on this thread, or the heap. */
+tensor *_tensor_out(const char *op, tensor_dtype dt, int ndim, const int64_t *shape);
+void _tensor_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* The storage's last header went: back to its pool or freed. */
+void _tensor_storage_dispose(tensor_storage *s, bool *held_by_pool);
+
+/* ---- pool (pool.c) ---- */
+/* Keeps s (count 0) in its pool; returns false when the pool is closed (the
+ * caller frees s). */
+bool _tensor_pool_put(tensor_storage *s);
+extern __thread tensor_pool *_tensor_pool_current;
+
+/* ---- scopes (scope.c) ---- */
+void _tensor_scope_adopt(tensor *t);
+void _tensor_scope_forget(tensor *t);
+
+/* ---- copying (view.c) ---- */
+/* dst = src, elementwise, same shape (strides free), 4-byte elements. */
+void _tensor_copy_strided(tensor *dst, const tensor *src);
+
+/* ---- strided iteration (ops.c) ----
+ * Up to 3 operands over one shape: dims of size 1 dropped, adjacent dims
+ * merged where every operand allows, innermost last. */
+typedef struct {
+  int nd;
+  int64_t shape[TENSOR_MAX_DIMS];
+  int64_t st[3][TENSOR_MAX_DIMS];
+} tensor_iter;
+void _tensor_iter_init(tensor_iter *it, int ndim, const int64_t *shape, int nops,
+                       const int64_t *const strides[3]);
+/* Broadcast shapes of a and b into out; false if they do not broadcast. */
+bool _tensor_broadcast_shape(int na, const int64_t *sa, int nb, const int64_t *sb, int *nout,
+                             int64_t *out);
+/* strides of t aligned to (ndim, shape) with 0 on broadcast axes. */
+void _tensor_broadcast_strides(const tensor *t, int ndim, const int64_t *shape, int64_t *strides);
+
+static inline int _tensor_axis(int axis, int ndim) { return axis < 0 ? axis + ndim : axis; }
+
+#endif

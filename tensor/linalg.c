@@ -1,0 +1,523 @@
+/* linalg.c - matrix products on OpenBLAS cblas_sgemm, conv2d (im2col over
+ * the whole batch, one sgemm) and its backward products, pooling.
+ *
+ * A 2-D operand goes to sgemm as it is when one of its axes has stride 1 (a
+ * transposed view is sgemm's Trans with the same leading dimension); only a
+ * view with no unit stride is copied first. */
+#include "internal.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <string.h>
+
+/* ---- matmul ------------------------------------------------------------------- */
+
+/* How sgemm can read an R x C matrix with strides (s0, s1). */
+static bool gemm_layout(int64_t R, int64_t C, int64_t s0, int64_t s1, CBLAS_TRANSPOSE *tr, int64_t *ld) {
+  int64_t maxc = C > 1 ? C : 1, maxr = R > 1 ? R : 1;
+  if ((C == 1 || s1 == 1) && (R == 1 || s0 >= maxc)) {
+    *tr = CblasNoTrans;
+    *ld = R == 1 ? maxc : s0;
+    return true;
+  }
+  if ((R == 1 || s0 == 1) && (C == 1 || s1 >= maxr)) {
+    *tr = CblasTrans;
+    *ld = C == 1 ? maxr : s1;
+    return true;
+  }
+  return false;
+}
+
+typedef struct {
+  const float *p;
+  int64_t bstride;      /* elements between batches (0: shared) */
+  CBLAS_TRANSPOSE tr;
+  int64_t ld;
+} gemm_arg;
+
+/* a operand for sgemm, copying it to contiguous when needed (*tmp). */
+static bool gemm_prepare(const tensor *t, tensor **tmp, gemm_arg *g) {
+  int nd = t->ndim;
+  int64_t R = t->shape[nd - 2], C = t->shape[nd - 1];
+  *tmp = NULL;
+  if (!gemm_layout(R, C, t->strides[nd - 2], t->strides[nd - 1], &g->tr, &g->ld)) {
+    *tmp = tensor_clone(t);
+    if (*tmp == NULL) return false;
+    t = *tmp;
+    g->tr = CblasNoTrans;
+    g->ld = C > 1 ? C : 1;
+  }
+  g->p = t->data;
+  g->bstride = nd == 3 && t->shape[0] > 1 ? t->strides[0] : 0;
+  return true;
+}
+
+static bool matmul_shapes(const char *op, const tensor *a, const tensor *b, int *nd, int64_t *shape,
+                          int64_t *batch) {
+  if (!_tensor_arg_f32(op, "a", a) || !_tensor_arg_f32(op, "b", b)) return false;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
+    _tensor_err(TENSOR_ESHAPE, "%s: want 2-D or 3-D operands, got %s and %s", op, _tensor_desc(a, b1),
+                _tensor_desc(b, b2));
+    return false;
+  }
+  int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
+  int64_t K2 = b->shape[b->ndim - 2], N = b->shape[b->ndim - 1];
+  int64_t ba = a->ndim == 3 ? a->shape[0] : 1, bb = b->ndim == 3 ? b->shape[0] : 1;
+  if (K != K2 || (ba != bb && ba != 1 && bb != 1)) {
+    _tensor_err(TENSOR_ESHAPE, "%s: shapes %s and %s do not multiply", op, _tensor_desc(a, b1), _tensor_desc(b, b2));
+    return false;
+  }
+  *batch = ba > bb ? ba : bb;
+  *nd = a->ndim == 3 || b->ndim == 3 ? 3 : 2;
+  if (*nd == 3) shape[0] = *batch;
+  shape[*nd - 2] = M;
+  shape[*nd - 1] = N;
+  return true;
+}
+
+tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, float alpha, float beta) {
+  const char *op = "tensor_gemm_out";
+  int nd;
+  int64_t shape[3], batch;
+  if (!_tensor_arg_f32(op, "out", out) || !matmul_shapes(op, a, b, &nd, shape, &batch)) return tensor_last_status();
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR];
+  if (out->ndim != nd || memcmp(out->shape, shape, (size_t)nd * sizeof *shape) != 0)
+    return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, %s @ %s is %s", op, _tensor_desc(out, b3), _tensor_desc(a, b1),
+                       _tensor_desc(b, b2), _tensor_shape_desc(TENSOR_F32, nd, shape, b3));
+  int64_t M = shape[nd - 2], N = shape[nd - 1], K = a->shape[a->ndim - 1];
+  int64_t ldc = M == 1 ? (N > 1 ? N : 1) : out->strides[nd - 2];
+  if ((N > 1 && out->strides[nd - 1] != 1) || ldc < N)
+    return _tensor_err(TENSOR_ESHAPE, "%s: out %s must have rows of stride 1", op, _tensor_desc(out, b3));
+  if (out->numel == 0) return TENSOR_OK;
+  tensor *ta, *tb;
+  gemm_arg ga, gb;
+  if (!gemm_prepare(a, &ta, &ga)) return tensor_last_status();
+  if (!gemm_prepare(b, &tb, &gb)) {
+    tensor_free(ta);
+    return tensor_last_status();
+  }
+  int64_t cb = nd == 3 ? out->strides[0] : 0;
+  float *c = out->data;
+  /* A batch of row-major a's over one shared b is a single taller product. */
+  if (batch > 1 && gb.bstride == 0 && ga.tr == CblasNoTrans && ga.bstride == M * ga.ld && cb == M * ldc) {
+    cblas_sgemm(CblasRowMajor, ga.tr, gb.tr, (int)(batch * M), (int)N, (int)K, alpha, ga.p, (int)ga.ld, gb.p,
+                (int)gb.ld, beta, c, (int)ldc);
+  } else {
+    for (int64_t i = 0; i < batch; i++)
+      cblas_sgemm(CblasRowMajor, ga.tr, gb.tr, (int)M, (int)N, (int)K, alpha, ga.p + i * ga.bstride, (int)ga.ld,
+                  gb.p + i * gb.bstride, (int)gb.ld, beta, c + i * cb, (int)ldc);
+  }
+  tensor_free(ta);
+  tensor_free(tb);
+  return TENSOR_OK;
+}
+
+tensor *tensor_matmul(const tensor *a, const tensor *b) {
+  int nd;
+  int64_t shape[3], batch;
+  if (!matmul_shapes("tensor_matmul", a, b, &nd, shape, &batch)) return NULL;
+  tensor *out = _tensor_out("tensor_matmul", TENSOR_F32, nd, shape);
+  if (out && tensor_gemm_out(out, a, b, 1.0f, 0.0f) != TENSOR_OK) {
+    tensor_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* ---- conv2d ------------------------------------------------------------------------ */
+
+typedef struct {
+  int64_t N, C, H, W, O, KH, KW, OH, OW, s, p;
+} conv_geom;
+
+static bool conv_geometry(const char *op, const int64_t *xs, const int64_t *ws, int stride, int pad, conv_geom *g) {
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  g->N = xs[0], g->C = xs[1], g->H = xs[2], g->W = xs[3];
+  g->O = ws[0], g->KH = ws[2], g->KW = ws[3];
+  g->s = stride, g->p = pad;
+  if (stride < 1 || pad < 0) {
+    _tensor_err(TENSOR_EINVAL, "%s: stride %d, padding %d (want stride >= 1, padding >= 0)", op, stride, pad);
+    return false;
+  }
+  if (ws[1] != g->C || g->KH < 1 || g->KW < 1 || g->H + 2 * pad < g->KH || g->W + 2 * pad < g->KW) {
+    _tensor_err(TENSOR_ESHAPE, "%s: input %s and weight %s do not match (stride %d, padding %d)", op,
+                _tensor_shape_desc(TENSOR_F32, 4, xs, b1), _tensor_shape_desc(TENSOR_F32, 4, ws, b2), stride, pad);
+    return false;
+  }
+  g->OH = (g->H + 2 * pad - g->KH) / stride + 1;
+  g->OW = (g->W + 2 * pad - g->KW) / stride + 1;
+  return true;
+}
+
+/* The output columns ow whose input column ow*s - p + kw is inside [0, W). */
+static void col_range(const conv_geom *g, int64_t kw, int64_t *lo, int64_t *hi) {
+  int64_t a = g->p - kw;   /* ow*s >= a */
+  *lo = a <= 0 ? 0 : (a + g->s - 1) / g->s;
+  int64_t b = g->W - 1 + g->p - kw;   /* ow*s <= b */
+  *hi = b < 0 ? 0 : b / g->s + 1;
+  if (*hi > g->OW) *hi = g->OW;
+  if (*lo > *hi) *lo = *hi;
+}
+
+/* col [C*KH*KW, N*OH*OW] from x [N,C,H,W] (contiguous). */
+static void im2col(const conv_geom *g, const float *x, float *col) {
+  int64_t P = g->OH * g->OW, NP = g->N * P;
+  for (int64_t c = 0; c < g->C; c++)
+    for (int64_t kh = 0; kh < g->KH; kh++)
+      for (int64_t kw = 0; kw < g->KW; kw++) {
+        float *row = col + ((c * g->KH + kh) * g->KW + kw) * NP;
+        int64_t lo, hi;
+        col_range(g, kw, &lo, &hi);
+        for (int64_t n = 0; n < g->N; n++) {
+          const float *plane = x + (n * g->C + c) * g->H * g->W;
+          for (int64_t oh = 0; oh < g->OH; oh++) {
+            float *o = row + n * P + oh * g->OW;
+            int64_t ih = oh * g->s - g->p + kh;
+            if (ih < 0 || ih >= g->H) {
+              memset(o, 0, (size_t)g->OW * 4);
+              continue;
+            }
+            const float *in = plane + ih * g->W - g->p + kw;
+            for (int64_t ow = 0; ow < lo; ow++) o[ow] = 0.0f;
+            if (g->s == 1) memcpy(o + lo, in + lo, (size_t)(hi - lo) * 4);
+            else for (int64_t ow = lo; ow < hi; ow++) o[ow] = in[ow * g->s];
+            for (int64_t ow = hi; ow < g->OW; ow++) o[ow] = 0.0f;
+          }
+        }
+      }
+}
+
+/* dx [N,C,H,W] += col [C*KH*KW, N*OH*OW] scattered back (dx zeroed first). */
+static void col2im(const conv_geom *g, const float *col, float *dx) {
+  int64_t P = g->OH * g->OW, NP = g->N * P;
+  memset(dx, 0, (size_t)(g->N * g->C * g->H * g->W) * 4);
+  for (int64_t c = 0; c < g->C; c++)
+    for (int64_t kh = 0; kh < g->KH; kh++)
+      for (int64_t kw = 0; kw < g->KW; kw++) {
+        const float *row = col + ((c * g->KH + kh) * g->KW + kw) * NP;
+        int64_t lo, hi;
+        col_range(g, kw, &lo, &hi);
+        for (int64_t n = 0; n < g->N; n++) {
+          float *plane = dx + (n * g->C + c) * g->H * g->W;
+          for (int64_t oh = 0; oh < g->OH; oh++) {
+            int64_t ih = oh * g->s - g->p + kh;
+            if (ih < 0 || ih >= g->H) continue;
+            const float *o = row + n * P + oh * g->OW;
+            float *in = plane + ih * g->W - g->p + kw;
+            if (g->s == 1) for (int64_t ow = lo; ow < hi; ow++) in[ow] += o[ow];
+            else for (int64_t ow = lo; ow < hi; ow++) in[ow * g->s] += o[ow];
+          }
+        }
+      }
+}
+
+static tensor *contig_4d(const char *op, const char *name, const tensor *t) {
+  if (!_tensor_arg_f32(op, name, t)) return NULL;
+  if (t->ndim != 4) {
+    char b[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: %s is %s, want 4-D", op, name, _tensor_desc(t, b));
+    return NULL;
+  }
+  return tensor_contiguous(t);
+}
+
+tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int stride, int pad) {
+  const char *op = "tensor_conv2d";
+  tensor *xc = NULL, *wc = NULL, *col = NULL, *y = NULL, *out = NULL;
+  conv_geom g;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (!(xc = contig_4d(op, "x", x)) || !(wc = contig_4d(op, "w", w))) goto fail;
+  if (!conv_geometry(op, x->shape, w->shape, stride, pad, &g)) goto fail;
+  if (bias && !_tensor_arg_f32(op, "bias", bias)) goto fail;
+  if (bias && (bias->ndim != 1 || bias->shape[0] != g.O)) {
+    _tensor_err(TENSOR_ESHAPE, "%s: bias is %s, want f32[%lld] for weight %s", op, _tensor_desc(bias, b1),
+                (long long)g.O, _tensor_desc(w, b2));
+    goto fail;
+  }
+  int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, NP = g.N * P;
+  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, NP }))) goto fail;
+  if (!(y = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ g.O, NP }))) goto fail;
+  if (!(out = _tensor_out(op, TENSOR_F32, 4, (int64_t[]){ g.N, g.O, g.OH, g.OW }))) goto fail;
+  if (NP && g.O) {
+    im2col(&g, xc->data, col->data);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.O, (int)NP, (int)CKK, 1.0f, wc->data, (int)CKK,
+                col->data, (int)NP, 0.0f, y->data, (int)NP);
+    /* y [O, N, P] -> out [N, O, P], plus the bias */
+    const float *yp = y->data;
+    float *dst0 = out->data;
+    for (int64_t n = 0; n < g.N; n++)
+      for (int64_t o = 0; o < g.O; o++) {
+        const float *src = yp + o * NP + n * P;
+        float *dst = dst0 + (n * g.O + o) * P;
+        float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
+        for (int64_t i = 0; i < P; i++) dst[i] = src[i] + bv;
+      }
+  }
+  tensor_free(xc);
+  tensor_free(wc);
+  tensor_free(col);
+  tensor_free(y);
+  return out;
+fail:
+  tensor_free(xc);
+  tensor_free(wc);
+  tensor_free(col);
+  tensor_free(y);
+  tensor_free(out);
+  return NULL;
+}
+
+/* dy [N,O,OH,OW] -> [O, N*P] (contiguous). */
+static tensor *dy_by_channel(const char *op, const tensor *dyc, const conv_geom *g) {
+  int64_t P = g->OH * g->OW, NP = g->N * P;
+  tensor *t = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ g->O, NP });
+  if (t == NULL) return NULL;
+  const float *src = dyc->data;
+  float *dst = t->data;
+  for (int64_t n = 0; n < g->N; n++)
+    for (int64_t o = 0; o < g->O; o++) memcpy(dst + o * NP + n * P, src + (n * g->O + o) * P, (size_t)P * 4);
+  return t;
+}
+
+static bool check_dy(const char *op, const tensor *dy, const conv_geom *g) {
+  int64_t want[4] = { g->N, g->O, g->OH, g->OW };
+  if (memcmp(dy->shape, want, sizeof want) == 0) return true;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  _tensor_err(TENSOR_ESHAPE, "%s: dy is %s, the convolution's output is %s", op, _tensor_desc(dy, b1),
+              _tensor_shape_desc(TENSOR_F32, 4, want, b2));
+  return false;
+}
+
+tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, const int64_t *x_shape, int stride,
+                                 int pad) {
+  const char *op = "tensor_conv2d_grad_input";
+  tensor *dyc = NULL, *wc = NULL, *dyt = NULL, *dcol = NULL, *dx = NULL;
+  conv_geom g;
+  if (!(dyc = contig_4d(op, "dy", dy)) || !(wc = contig_4d(op, "w", w))) goto fail;
+  if (ndim != 4 || _tensor_check_shape(op, ndim, x_shape) < 0) {
+    if (ndim != 4) _tensor_err(TENSOR_ESHAPE, "%s: the input shape has %d dimensions, want 4", op, ndim);
+    goto fail;
+  }
+  if (!conv_geometry(op, x_shape, w->shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
+  int64_t CKK = g.C * g.KH * g.KW, NP = g.N * g.OH * g.OW;
+  if (!(dyt = dy_by_channel(op, dyc, &g))) goto fail;
+  if (!(dcol = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, NP }))) goto fail;
+  if (!(dx = _tensor_out(op, TENSOR_F32, 4, x_shape))) goto fail;
+  if (NP && CKK && g.O)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CKK, (int)NP, (int)g.O, 1.0f, wc->data, (int)CKK,
+                dyt->data, (int)NP, 0.0f, dcol->data, (int)NP);
+  else
+    memset(dcol->data, 0, (size_t)dcol->numel * 4);
+  col2im(&g, dcol->data, dx->data);
+  tensor_free(dyc);
+  tensor_free(wc);
+  tensor_free(dyt);
+  tensor_free(dcol);
+  return dx;
+fail:
+  tensor_free(dyc);
+  tensor_free(wc);
+  tensor_free(dyt);
+  tensor_free(dcol);
+  tensor_free(dx);
+  return NULL;
+}
+
+tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, const int64_t *w_shape, int stride,
+                                  int pad) {
+  const char *op = "tensor_conv2d_grad_weight";
+  tensor *dyc = NULL, *xc = NULL, *dyt = NULL, *col = NULL, *dw = NULL;
+  conv_geom g;
+  if (!(dyc = contig_4d(op, "dy", dy)) || !(xc = contig_4d(op, "x", x))) goto fail;
+  if (ndim != 4 || _tensor_check_shape(op, ndim, w_shape) < 0) {
+    if (ndim != 4) _tensor_err(TENSOR_ESHAPE, "%s: the weight shape has %d dimensions, want 4", op, ndim);
+    goto fail;
+  }
+  if (!conv_geometry(op, x->shape, w_shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
+  int64_t CKK = g.C * g.KH * g.KW, NP = g.N * g.OH * g.OW;
+  if (!(dyt = dy_by_channel(op, dyc, &g))) goto fail;
+  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, NP }))) goto fail;
+  if (!(dw = _tensor_out(op, TENSOR_F32, 4, w_shape))) goto fail;
+  im2col(&g, xc->data, col->data);
+  if (NP && CKK && g.O)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.O, (int)CKK, (int)NP, 1.0f, dyt->data, (int)NP,
+                col->data, (int)NP, 0.0f, dw->data, (int)CKK);
+  else
+    memset(dw->data, 0, (size_t)dw->numel * 4);
+  tensor_free(dyc);
+  tensor_free(xc);
+  tensor_free(dyt);
+  tensor_free(col);
+  return dw;
+fail:
+  tensor_free(dyc);
+  tensor_free(xc);
+  tensor_free(dyt);
+  tensor_free(col);
+  tensor_free(dw);
+  return NULL;
+}
+
+tensor *tensor_conv2d_grad_bias(const tensor *dy) {
+  const char *op = "tensor_conv2d_grad_bias";
+  tensor *dyc = contig_4d(op, "dy", dy);
+  if (dyc == NULL) return NULL;
+  int64_t N = dy->shape[0], O = dy->shape[1], P = dy->shape[2] * dy->shape[3];
+  tensor *db = _tensor_out(op, TENSOR_F32, 1, &O);
+  if (db) {
+    const float *src = dyc->data;
+    float *d = db->data;
+    for (int64_t o = 0; o < O; o++) {
+      double s = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *p = src + (n * O + o) * P;
+        float part = 0;
+        for (int64_t i = 0; i < P; i++) part += p[i];
+        s += part;
+      }
+      d[o] = (float)s;
+    }
+  }
+  tensor_free(dyc);
+  return db;
+}
+
+/* ---- pooling ----------------------------------------------------------------- */
+
+static tensor *pool_prepare(const char *op, const tensor *x, int k, int stride, int64_t *shape) {
+  tensor *xc = contig_4d(op, "x", x);
+  if (xc == NULL) return NULL;
+  if (k < 1 || stride < 1 || x->shape[2] < k || x->shape[3] < k) {
+    char b[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: window %d, stride %d do not fit %s", op, k, stride, _tensor_desc(x, b));
+    tensor_free(xc);
+    return NULL;
+  }
+  shape[0] = x->shape[0];
+  shape[1] = x->shape[1];
+  shape[2] = (x->shape[2] - k) / stride + 1;
+  shape[3] = (x->shape[3] - k) / stride + 1;
+  return xc;
+}
+
+tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax) {
+  const char *op = "tensor_max_pool2d";
+  int64_t shape[4];
+  if (argmax) *argmax = NULL;
+  tensor *xc = pool_prepare(op, x, k, stride, shape);
+  if (xc == NULL) return NULL;
+  tensor *out = _tensor_out(op, TENSOR_F32, 4, shape);
+  tensor *am = argmax && out ? _tensor_out(op, TENSOR_I32, 4, shape) : NULL;
+  if (out == NULL || (argmax && am == NULL)) {
+    tensor_free(out);
+    tensor_free(xc);
+    return NULL;
+  }
+  int64_t H = x->shape[2], W = x->shape[3], OH = shape[2], OW = shape[3];
+  const float *in = xc->data;
+  float *o = out->data;
+  int32_t *ai = am ? am->data : NULL;
+  for (int64_t pl = 0; pl < shape[0] * shape[1]; pl++) {
+    const float *p = in + pl * H * W;
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t base = oh * stride * W + ow * stride, best = base;
+        float m = p[base];
+        for (int i = 0; i < k; i++)
+          for (int j = 0; j < k; j++) {
+            int64_t at = base + i * W + j;
+            if (p[at] > m) m = p[at], best = at;
+          }
+        *o++ = m;
+        if (ai) *ai++ = (int32_t)best;
+      }
+  }
+  tensor_free(xc);
+  if (argmax) *argmax = am;
+  return out;
+}
+
+tensor *tensor_avg_pool2d(const tensor *x, int k, int stride) {
+  const char *op = "tensor_avg_pool2d";
+  int64_t shape[4];
+  tensor *xc = pool_prepare(op, x, k, stride, shape);
+  if (xc == NULL) return NULL;
+  tensor *out = _tensor_out(op, TENSOR_F32, 4, shape);
+  if (out) {
+    int64_t H = x->shape[2], W = x->shape[3], OH = shape[2], OW = shape[3];
+    const float *in = xc->data;
+    float *o = out->data, scale = 1.0f / (float)(k * k);
+    for (int64_t pl = 0; pl < shape[0] * shape[1]; pl++) {
+      const float *p = in + pl * H * W;
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          const float *w0 = p + oh * stride * W + ow * stride;
+          float s = 0;
+          for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) s += w0[i * W + j];
+          *o++ = s * scale;
+        }
+    }
+  }
+  tensor_free(xc);
+  return out;
+}
+
+tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim, const int64_t *x_shape) {
+  const char *op = "tensor_max_pool2d_grad";
+  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg(op, "argmax", argmax)) return NULL;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (argmax->dtype != TENSOR_I32 || !tensor_same_shape(dy, argmax) || dy->ndim != 4 || ndim != 4 ||
+      _tensor_check_shape(op, ndim, x_shape) < 0 || x_shape[0] != dy->shape[0] || x_shape[1] != dy->shape[1]) {
+    _tensor_err(TENSOR_ESHAPE, "%s: dy %s, argmax %s and the input shape do not match", op, _tensor_desc(dy, b1),
+                _tensor_desc(argmax, b2));
+    return NULL;
+  }
+  tensor *dyc = tensor_contiguous(dy), *amc = tensor_contiguous(argmax);
+  tensor *dx = dyc && amc ? tensor_zeros(TENSOR_F32, 4, x_shape) : NULL;
+  if (dx) {
+    int64_t HW = x_shape[2] * x_shape[3], P = dy->shape[2] * dy->shape[3];
+    const float *g = dyc->data;
+    const int32_t *a = amc->data;
+    float *d = dx->data;
+    for (int64_t pl = 0; pl < dy->shape[0] * dy->shape[1]; pl++)
+      for (int64_t i = 0; i < P; i++) {
+        int32_t at = a[pl * P + i];
+        if (at >= 0 && at < HW) d[pl * HW + at] += g[pl * P + i];
+      }
+  }
+  tensor_free(dyc);
+  tensor_free(amc);
+  return dx;
+}
+
+tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, const int64_t *x_shape) {
+  const char *op = "tensor_avg_pool2d_grad";
+  if (!_tensor_arg_f32(op, "dy", dy)) return NULL;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (dy->ndim != 4 || ndim != 4 || k < 1 || stride < 1 || _tensor_check_shape(op, ndim, x_shape) < 0 ||
+      x_shape[0] != dy->shape[0] || x_shape[1] != dy->shape[1] || x_shape[2] < k || x_shape[3] < k ||
+      (x_shape[2] - k) / stride + 1 != dy->shape[2] || (x_shape[3] - k) / stride + 1 != dy->shape[3]) {
+    _tensor_err(TENSOR_ESHAPE, "%s: dy %s does not match the input %s (window %d, stride %d)", op,
+                _tensor_desc(dy, b1), _tensor_shape_desc(TENSOR_F32, ndim, x_shape, b2), k, stride);
+    return NULL;
+  }
+  tensor *dyc = tensor_contiguous(dy);
+  tensor *dx = dyc ? tensor_zeros(TENSOR_F32, 4, x_shape) : NULL;
+  if (dx) {
+    int64_t H = x_shape[2], W = x_shape[3], OH = dy->shape[2], OW = dy->shape[3];
+    const float *g = dyc->data;
+    float *d = dx->data, scale = 1.0f / (float)(k * k);
+    for (int64_t pl = 0; pl < dy->shape[0] * dy->shape[1]; pl++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          float v = g[(pl * OH + oh) * OW + ow] * scale;
+          float *w0 = d + pl * H * W + oh * stride * W + ow * stride;
+          for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) w0[i * W + j] += v;
+        }
+  }
+  tensor_free(dyc);
+  return dx;
+}

@@ -1,0 +1,175 @@
+/* nn.c - softmax, log-softmax, cross-entropy from logits and labels,
+ * embedding lookup.  Row maxima are subtracted before exp (no overflow);
+ * sums of exponentials are kept in double. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The input (contiguous) seen as [outer, n, inner], along axis. */
+static bool split_axis(const char *op, const tensor *x, int *axis, int64_t *outer, int64_t *n, int64_t *inner) {
+  int a = _tensor_axis(*axis, x->ndim);
+  if (a < 0 || a >= x->ndim) {
+    char b[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ERANGE, "%s: axis %d out of range for %s", op, *axis, _tensor_desc(x, b));
+    return false;
+  }
+  *axis = a;
+  *outer = *inner = 1;
+  for (int d = 0; d < a; d++) *outer *= x->shape[d];
+  for (int d = a + 1; d < x->ndim; d++) *inner *= x->shape[d];
+  *n = x->shape[a];
+  return true;
+}
+
+/* One strided row: y = softmax(x) or log_softmax(x). */
+static void softmax_row(const float *x, float *y, int64_t n, int64_t st, bool log_form) {
+  float m = x[0];
+  for (int64_t k = 1; k < n; k++) m = x[k * st] > m ? x[k * st] : m;
+  double s = 0;
+  if (st == 1) {
+    for (int64_t k = 0; k < n; k++) {
+      float e = expf(x[k] - m);
+      y[k] = e;
+      s += e;
+    }
+  } else {
+    for (int64_t k = 0; k < n; k++) {
+      float e = expf(x[k * st] - m);
+      y[k * st] = e;
+      s += e;
+    }
+  }
+  if (log_form) {
+    float ls = (float)log(s) + m;
+    for (int64_t k = 0; k < n; k++) y[k * st] = x[k * st] - ls;
+  } else {
+    float inv = (float)(1.0 / s);
+    for (int64_t k = 0; k < n; k++) y[k * st] *= inv;
+  }
+}
+
+static tensor *softmax_any(const char *op, const tensor *x, int axis, bool log_form) {
+  if (!_tensor_arg_f32(op, "x", x)) return NULL;
+  int64_t outer, n, inner;
+  if (!split_axis(op, x, &axis, &outer, &n, &inner)) return NULL;
+  tensor *xc = tensor_contiguous(x);
+  tensor *y = xc ? _tensor_out(op, TENSOR_F32, x->ndim, x->shape) : NULL;
+  if (y && n > 0) {
+    const float *in = xc->data;
+    float *out = y->data;
+    for (int64_t p = 0; p < outer; p++)
+      for (int64_t j = 0; j < inner; j++)
+        softmax_row(in + p * n * inner + j, out + p * n * inner + j, n, inner, log_form);
+  }
+  tensor_free(xc);
+  return y;
+}
+
+tensor *tensor_softmax(const tensor *x, int axis) { return softmax_any("tensor_softmax", x, axis, false); }
+tensor *tensor_log_softmax(const tensor *x, int axis) { return softmax_any("tensor_log_softmax", x, axis, true); }
+
+/* Checks logits [N,C] f32 and labels [N] i32 with 0 <= label < C; returns
+ * contiguous copies or aliases. */
+static bool ce_prepare(const char *op, const tensor *logits, const tensor *labels, tensor **lc, tensor **yc) {
+  *lc = *yc = NULL;
+  if (!_tensor_arg_f32(op, "logits", logits) || !_tensor_arg(op, "labels", labels)) return false;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (labels->dtype != TENSOR_I32) {
+    _tensor_err(TENSOR_EDTYPE, "%s: labels are %s, want i32", op, _tensor_desc(labels, b2));
+    return false;
+  }
+  if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0] || logits->shape[1] < 1) {
+    _tensor_err(TENSOR_ESHAPE, "%s: logits %s and labels %s do not match (want [N,C] and [N])", op,
+                _tensor_desc(logits, b1), _tensor_desc(labels, b2));
+    return false;
+  }
+  *lc = tensor_contiguous(logits);
+  *yc = tensor_contiguous(labels);
+  if (*lc == NULL || *yc == NULL) return false;
+  const int32_t *y = (*yc)->data;
+  int64_t C = logits->shape[1];
+  for (int64_t i = 0; i < labels->shape[0]; i++)
+    if (y[i] < 0 || y[i] >= C) {
+      _tensor_err(TENSOR_ERANGE, "%s: label %d of row %lld out of range [0, %lld) for logits %s", op, y[i],
+                  (long long)i, (long long)C, _tensor_desc(logits, b1));
+      return false;
+    }
+  return true;
+}
+
+tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels) {
+  const char *op = "tensor_cross_entropy";
+  tensor *lc, *yc, *out = NULL;
+  if (ce_prepare(op, logits, labels, &lc, &yc) && (out = _tensor_out(op, TENSOR_F32, 0, NULL))) {
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    const float *x = lc->data;
+    const int32_t *y = yc->data;
+    double total = 0;
+    for (int64_t i = 0; i < N; i++) {
+      const float *row = x + i * C;
+      float m = row[0];
+      for (int64_t k = 1; k < C; k++) m = row[k] > m ? row[k] : m;
+      double s = 0;
+      for (int64_t k = 0; k < C; k++) s += expf(row[k] - m);
+      total += log(s) + m - row[y[i]];
+    }
+    *(float *)out->data = N ? (float)(total / (double)N) : 0.0f;
+  }
+  tensor_free(lc);
+  tensor_free(yc);
+  return out;
+}
+
+tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels) {
+  const char *op = "tensor_cross_entropy_grad";
+  tensor *lc, *yc, *out = NULL;
+  if (ce_prepare(op, logits, labels, &lc, &yc) && (out = _tensor_out(op, TENSOR_F32, 2, logits->shape))) {
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    const int32_t *y = yc->data;
+    float *g = out->data, inv = 1.0f / (float)N;
+    for (int64_t i = 0; i < N; i++) {
+      softmax_row((const float *)lc->data + i * C, g + i * C, C, 1, false);
+      g[i * C + y[i]] -= 1.0f;
+      for (int64_t k = 0; k < C; k++) g[i * C + k] *= inv;
+    }
+  }
+  tensor_free(lc);
+  tensor_free(yc);
+  return out;
+}
+
+tensor *tensor_embedding(const tensor *weight, const tensor *indices) {
+  const char *op = "tensor_embedding";
+  if (!_tensor_arg_f32(op, "weight", weight) || !_tensor_arg(op, "indices", indices)) return NULL;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (indices->dtype != TENSOR_I32) {
+    _tensor_err(TENSOR_EDTYPE, "%s: indices are %s, want i32", op, _tensor_desc(indices, b2));
+    return NULL;
+  }
+  if (weight->ndim != 2 || indices->ndim >= TENSOR_MAX_DIMS) {
+    _tensor_err(TENSOR_ESHAPE, "%s: weight %s (want [V,D]) and indices %s (up to %d dimensions)", op,
+                _tensor_desc(weight, b1), _tensor_desc(indices, b2), TENSOR_MAX_DIMS - 1);
+    return NULL;
+  }
+  int64_t V = weight->shape[0], D = weight->shape[1], shape[TENSOR_MAX_DIMS];
+  memcpy(shape, indices->shape, (size_t)indices->ndim * sizeof *shape);
+  shape[indices->ndim] = D;
+  tensor *ic = tensor_contiguous(indices), *wc = ic ? tensor_contiguous(weight) : NULL;
+  tensor *out = NULL;
+  if (wc) {
+    const int32_t *idx = ic->data;
+    int64_t n = indices->numel, i;
+    for (i = 0; i < n; i++)
+      if (idx[i] < 0 || idx[i] >= V) break;
+    if (i < n)
+      _tensor_err(TENSOR_ERANGE, "%s: index %d at %lld out of range [0, %lld) for weight %s", op, idx[i],
+                  (long long)i, (long long)V, _tensor_desc(weight, b1));
+    else if ((out = _tensor_out(op, TENSOR_F32, indices->ndim + 1, shape)))
+      for (i = 0; i < n; i++)
+        memcpy((float *)out->data + i * D, (const float *)wc->data + idx[i] * D, (size_t)D * 4);
+  }
+  tensor_free(ic);
+  tensor_free(wc);
+  return out;
+}

@@ -1,0 +1,364 @@
+/* ops.c - elementwise ops with numpy broadcasting, in-place forms, and
+ * reductions along an axis.
+ *
+ * The strided iterator drops axes of size 1 and merges adjacent axes that
+ * every operand walks contiguously, so that most calls become one long
+ * inner loop; each kernel has unit-stride and broadcast-scalar fast paths
+ * that gcc vectorizes. */
+#include "internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- iteration ----------------------------------------------------------------- */
+
+void _tensor_iter_init(tensor_iter *it, int ndim, const int64_t *shape, int nops,
+                       const int64_t *const strides[3]) {
+  it->nd = 0;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 1) continue;
+    int j = it->nd - 1;
+    if (j >= 0) {
+      bool merge = true;
+      for (int k = 0; k < nops; k++)
+        if (it->st[k][j] != strides[k][i] * shape[i]) merge = false;
+      if (merge) {
+        it->shape[j] *= shape[i];
+        for (int k = 0; k < nops; k++) it->st[k][j] = strides[k][i];
+        continue;
+      }
+    }
+    it->shape[it->nd] = shape[i];
+    for (int k = 0; k < nops; k++) it->st[k][it->nd] = strides[k][i];
+    it->nd++;
+  }
+  if (it->nd == 0) {
+    it->nd = 1;
+    it->shape[0] = 1;
+    for (int k = 0; k < 3; k++) it->st[k][0] = 0;
+  }
+  for (int k = nops; k < 3; k++)
+    for (int d = 0; d < it->nd; d++) it->st[k][d] = 0;
+}
+
+bool _tensor_broadcast_shape(int na, const int64_t *sa, int nb, const int64_t *sb, int *nout, int64_t *out) {
+  int n = na > nb ? na : nb;
+  for (int d = 0; d < n; d++) {
+    int ia = d - (n - na), ib = d - (n - nb);
+    int64_t x = ia >= 0 ? sa[ia] : 1, y = ib >= 0 ? sb[ib] : 1;
+    if (x != y && x != 1 && y != 1) return false;
+    out[d] = x == 1 ? y : x;
+  }
+  *nout = n;
+  return true;
+}
+
+/* One row of a kernel: n elements, each operand with its stride. */
+typedef void kernel_fn(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,
+                       int64_t sb, const float *c);
+
+static void run(const tensor_iter *it, int64_t numel, float *o, const float *a, const float *b,
+                kernel_fn *k, const float *c) {
+  if (numel == 0) return;
+  int nd = it->nd;
+  int64_t n = it->shape[nd - 1], rows = numel / n, idx[TENSOR_MAX_DIMS] = { 0 };
+  for (int64_t r = 0; r < rows; r++) {
+    k(o, a, b, n, it->st[0][nd - 1], it->st[1][nd - 1], it->st[2][nd - 1], c);
+    for (int d = nd - 2; d >= 0; d--) {
+      o += it->st[0][d];
+      a += it->st[1][d];
+      b += it->st[2][d];
+      if (++idx[d] < it->shape[d]) break;
+      o -= it->st[0][d] * it->shape[d];
+      a -= it->st[1][d] * it->shape[d];
+      b -= it->st[2][d] * it->shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+#define BINARY_KERNEL(name, EXPR)                                                                  \
+  static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
+                   int64_t sb, const float *c) {                                                   \
+    (void)c;                                                                                       \
+    if (so == 1 && sa == 1 && sb == 1) {                                                           \
+      for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }                 \
+    } else if (so == 1 && sa == 1 && sb == 0) {                                                    \
+      float y = b[0];                                                                              \
+      for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }                           \
+    } else if (so == 1 && sa == 0 && sb == 1) {                                                    \
+      float x = a[0];                                                                              \
+      for (int64_t i = 0; i < n; i++) { float y = b[i]; o[i] = (EXPR); }                           \
+    } else {                                                                                       \
+      for (int64_t i = 0; i < n; i++) { float x = a[i * sa], y = b[i * sb]; o[i * so] = (EXPR); } \
+    }                                                                                              \
+  }
+
+#define UNARY_KERNEL(name, EXPR)                                                                   \
+  static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
+                   int64_t sb, const float *c) {                                                   \
+    (void)b, (void)sb, (void)c;                                                                    \
+    if (so == 1 && sa == 1) {                                                                      \
+      for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }                           \
+    } else {                                                                                       \
+      for (int64_t i = 0; i < n; i++) { float x = a[i * sa]; o[i * so] = (EXPR); }                \
+    }                                                                                              \
+  }
+
+BINARY_KERNEL(k_add, x + y)
+BINARY_KERNEL(k_sub, x - y)
+BINARY_KERNEL(k_mul, x * y)
+BINARY_KERNEL(k_div, x / y)
+BINARY_KERNEL(k_axpby, x * c[0] + y * c[1])
+UNARY_KERNEL(k_neg, -x)
+UNARY_KERNEL(k_exp, expf(x))
+UNARY_KERNEL(k_log, logf(x))
+UNARY_KERNEL(k_tanh, tanhf(x))
+UNARY_KERNEL(k_relu, x > 0.0f ? x : 0.0f)
+UNARY_KERNEL(k_sigmoid, 1.0f / (1.0f + expf(-x)))
+UNARY_KERNEL(k_scale, x * c[0])
+
+/* ---- binary ----------------------------------------------------------------- */
+
+static tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
+                                const float *c) {
+  if (!_tensor_arg_f32(op, "out", out) || !_tensor_arg_f32(op, "a", a) || !_tensor_arg_f32(op, "b", b))
+    return tensor_last_status();
+  int nd;
+  int64_t shape[TENSOR_MAX_DIMS];
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR];
+  if (!_tensor_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape))
+    return _tensor_err(TENSOR_ESHAPE, "%s: shapes %s and %s do not broadcast", op, _tensor_desc(a, b1),
+                       _tensor_desc(b, b2));
+  if (nd != out->ndim || memcmp(shape, out->shape, (size_t)nd * sizeof *shape) != 0)
+    return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, the result of %s and %s is %s", op, _tensor_desc(out, b3),
+                       _tensor_desc(a, b1), _tensor_desc(b, b2), _tensor_shape_desc(TENSOR_F32, nd, shape, b3));
+  int64_t sa[TENSOR_MAX_DIMS], sb[TENSOR_MAX_DIMS];
+  _tensor_broadcast_strides(a, nd, shape, sa);
+  _tensor_broadcast_strides(b, nd, shape, sb);
+  const int64_t *st[3] = { out->strides, sa, sb };
+  tensor_iter it;
+  _tensor_iter_init(&it, nd, shape, 3, st);
+  run(&it, out->numel, out->data, a->data, b->data, k, c);
+  return TENSOR_OK;
+}
+
+static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c) {
+  if (!_tensor_arg_f32(op, "a", a) || !_tensor_arg_f32(op, "b", b)) return NULL;
+  int nd;
+  int64_t shape[TENSOR_MAX_DIMS];
+  if (!_tensor_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: shapes %s and %s do not broadcast", op, _tensor_desc(a, b1),
+                _tensor_desc(b, b2));
+    return NULL;
+  }
+  tensor *out = _tensor_out(op, TENSOR_F32, nd, shape);
+  if (out && binary_out(op, out, a, b, k, c) != TENSOR_OK) {
+    tensor_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* A scalar as a 0-d tensor on the stack (no header, no storage: never
+ * freed, never seen by the ledger). */
+#define SCALAR(name, v) \
+  float name##_v = (v); \
+  tensor name = { .data = &name##_v, .ndim = 0, .numel = 1, .dtype = TENSOR_F32 }
+
+tensor *tensor_add(const tensor *a, const tensor *b) { return binary("tensor_add", a, b, k_add, NULL); }
+tensor *tensor_sub(const tensor *a, const tensor *b) { return binary("tensor_sub", a, b, k_sub, NULL); }
+tensor *tensor_mul(const tensor *a, const tensor *b) { return binary("tensor_mul", a, b, k_mul, NULL); }
+tensor *tensor_div(const tensor *a, const tensor *b) { return binary("tensor_div", a, b, k_div, NULL); }
+tensor *tensor_add_scalar(const tensor *a, float s) {
+  SCALAR(x, s);
+  return binary("tensor_add_scalar", a, &x, k_add, NULL);
+}
+tensor *tensor_sub_scalar(const tensor *a, float s) {
+  SCALAR(x, s);
+  return binary("tensor_sub_scalar", a, &x, k_sub, NULL);
+}
+tensor *tensor_mul_scalar(const tensor *a, float s) {
+  SCALAR(x, s);
+  return binary("tensor_mul_scalar", a, &x, k_mul, NULL);
+}
+tensor *tensor_div_scalar(const tensor *a, float s) {
+  SCALAR(x, s);
+  return binary("tensor_div_scalar", a, &x, k_div, NULL);
+}
+
+tensor_status tensor_add_out(tensor *o, const tensor *a, const tensor *b) {
+  return binary_out("tensor_add_out", o, a, b, k_add, NULL);
+}
+tensor_status tensor_sub_out(tensor *o, const tensor *a, const tensor *b) {
+  return binary_out("tensor_sub_out", o, a, b, k_sub, NULL);
+}
+tensor_status tensor_mul_out(tensor *o, const tensor *a, const tensor *b) {
+  return binary_out("tensor_mul_out", o, a, b, k_mul, NULL);
+}
+tensor_status tensor_div_out(tensor *o, const tensor *a, const tensor *b) {
+  return binary_out("tensor_div_out", o, a, b, k_div, NULL);
+}
+
+tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tensor *b, float t) {
+  float c[2] = { s, t };
+  if (b == NULL) return binary_out("tensor_axpby_out", out, a, a, k_axpby, (float[2]){ s, 0.0f });
+  return binary_out("tensor_axpby_out", out, a, b, k_axpby, c);
+}
+
+tensor_status tensor_add_(tensor *a, const tensor *b) { return binary_out("tensor_add_", a, a, b, k_add, NULL); }
+tensor_status tensor_sub_(tensor *a, const tensor *b) { return binary_out("tensor_sub_", a, a, b, k_sub, NULL); }
+tensor_status tensor_mul_(tensor *a, const tensor *b) { return binary_out("tensor_mul_", a, a, b, k_mul, NULL); }
+tensor_status tensor_div_(tensor *a, const tensor *b) { return binary_out("tensor_div_", a, a, b, k_div, NULL); }
+tensor_status tensor_add_scalar_(tensor *a, float s) {
+  SCALAR(x, s);
+  return binary_out("tensor_add_scalar_", a, a, &x, k_add, NULL);
+}
+tensor_status tensor_mul_scalar_(tensor *a, float s) {
+  return binary_out("tensor_mul_scalar_", a, a, a, k_scale, &s);
+}
+
+/* ---- unary ------------------------------------------------------------------- */
+
+static tensor_status unary_out(const char *op, tensor *out, const tensor *a, kernel_fn *k) {
+  if (!_tensor_arg_f32(op, "out", out) || !_tensor_arg_f32(op, "a", a)) return tensor_last_status();
+  if (!tensor_same_shape(out, a)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, a is %s", op, _tensor_desc(out, b1), _tensor_desc(a, b2));
+  }
+  const int64_t *st[3] = { out->strides, a->strides, a->strides };
+  tensor_iter it;
+  _tensor_iter_init(&it, a->ndim, a->shape, 2, st);
+  run(&it, a->numel, out->data, a->data, a->data, k, NULL);
+  return TENSOR_OK;
+}
+
+static tensor *unary(const char *op, const tensor *a, kernel_fn *k) {
+  if (!_tensor_arg_f32(op, "a", a)) return NULL;
+  tensor *out = _tensor_out(op, TENSOR_F32, a->ndim, a->shape);
+  if (out) unary_out(op, out, a, k);
+  return out;
+}
+
+#define UNARY_API(op, k)                                                                        \
+  tensor *tensor_##op(const tensor *a) { return unary("tensor_" #op, a, k); }                  \
+  tensor_status tensor_##op##_out(tensor *out, const tensor *a) {                              \
+    return unary_out("tensor_" #op "_out", out, a, k);                                         \
+  }
+UNARY_API(neg, k_neg)
+UNARY_API(exp, k_exp)
+UNARY_API(log, k_log)
+UNARY_API(tanh, k_tanh)
+UNARY_API(relu, k_relu)
+UNARY_API(sigmoid, k_sigmoid)
+
+tensor_status tensor_relu_(tensor *a) { return unary_out("tensor_relu_", a, a, k_relu); }
+tensor_status tensor_exp_(tensor *a) { return unary_out("tensor_exp_", a, a, k_exp); }
+tensor_status tensor_tanh_(tensor *a) { return unary_out("tensor_tanh_", a, a, k_tanh); }
+tensor_status tensor_sigmoid_(tensor *a) { return unary_out("tensor_sigmoid_", a, a, k_sigmoid); }
+
+/* ---- reductions ------------------------------------------------------------ */
+
+enum { R_SUM, R_MEAN, R_MAX, R_ARGMAX };
+
+/* The input as [outer, n, inner] (contiguous), reduced over n. */
+static void reduce_rows(int kind, const float *a, int64_t outer, int64_t n, int64_t inner, void *outp) {
+  float *o = outp;
+  int32_t *oi = outp;
+  for (int64_t p = 0; p < outer; p++) {
+    const float *base = a + p * n * inner;
+    if (inner == 1) {
+      if (kind == R_SUM || kind == R_MEAN) {
+        double s = 0;
+        for (int64_t k = 0; k < n; k++) s += base[k];
+        o[p] = (float)(kind == R_MEAN ? s / (double)n : s);
+      } else {
+        float m = base[0];
+        int32_t mi = 0;
+        for (int64_t k = 1; k < n; k++)
+          if (base[k] > m) m = base[k], mi = (int32_t)k;
+        if (kind == R_MAX) o[p] = m;
+        else oi[p] = mi;
+      }
+      continue;
+    }
+    float *op = o + p * inner;
+    int32_t *oip = oi + p * inner;
+    if (kind == R_SUM || kind == R_MEAN) {
+      memcpy(op, base, (size_t)inner * 4);
+      for (int64_t k = 1; k < n; k++) {
+        const float *row = base + k * inner;
+        for (int64_t j = 0; j < inner; j++) op[j] += row[j];
+      }
+      if (kind == R_MEAN) {
+        float s = 1.0f / (float)n;
+        for (int64_t j = 0; j < inner; j++) op[j] *= s;
+      }
+    } else if (kind == R_MAX) {
+      memcpy(op, base, (size_t)inner * 4);
+      for (int64_t k = 1; k < n; k++) {
+        const float *row = base + k * inner;
+        for (int64_t j = 0; j < inner; j++) op[j] = row[j] > op[j] ? row[j] : op[j];
+      }
+    } else {
+      for (int64_t j = 0; j < inner; j++) {
+        float m = base[j];
+        int32_t mi = 0;
+        for (int64_t k = 1; k < n; k++)
+          if (base[k * inner + j] > m) m = base[k * inner + j], mi = (int32_t)k;
+        oip[j] = mi;
+      }
+    }
+  }
+}
+
+static tensor *reduce(const char *op, int kind, const tensor *a, int axis, int keepdim) {
+  if (!_tensor_arg_f32(op, "a", a)) return NULL;
+  char b[TENSOR_SHAPE_STR];
+  int ax = axis == TENSOR_ALL ? TENSOR_ALL : _tensor_axis(axis, a->ndim);
+  if (ax != TENSOR_ALL && (ax < 0 || ax >= a->ndim)) {
+    _tensor_err(TENSOR_ERANGE, "%s: axis %d out of range for %s", op, axis, _tensor_desc(a, b));
+    return NULL;
+  }
+  int64_t n = ax == TENSOR_ALL ? a->numel : a->shape[ax];
+  if (n == 0 && (kind == R_MAX || kind == R_ARGMAX)) {
+    _tensor_err(TENSOR_ESHAPE, "%s: an empty axis of %s has no maximum", op, _tensor_desc(a, b));
+    return NULL;
+  }
+  int64_t shape[TENSOR_MAX_DIMS], outer = 1, inner = 1;
+  int nd = 0;
+  for (int d = 0; d < a->ndim; d++) {
+    if (ax == TENSOR_ALL || d == ax) {
+      if (keepdim) shape[nd++] = 1;
+    } else {
+      shape[nd++] = a->shape[d];
+      if (d < ax) outer *= a->shape[d];
+      else inner *= a->shape[d];
+    }
+  }
+  if (ax == TENSOR_ALL) outer = inner = 1;
+  tensor *out = _tensor_out(op, kind == R_ARGMAX ? TENSOR_I32 : TENSOR_F32, nd, shape);
+  if (out == NULL) return NULL;
+  if (n == 0) {
+    memset(out->data, 0, (size_t)out->numel * 4);
+    if (kind == R_MEAN) tensor_fill_(out, NAN);
+    return out;
+  }
+  tensor *c = tensor_contiguous(a);
+  if (c == NULL) {
+    tensor_free(out);
+    return NULL;
+  }
+  reduce_rows(kind, c->data, outer, n, inner, out->data);
+  tensor_free(c);
+  return out;
+}
+
+tensor *tensor_sum(const tensor *a, int axis, int keepdim) { return reduce("tensor_sum", R_SUM, a, axis, keepdim); }
+tensor *tensor_mean(const tensor *a, int axis, int keepdim) { return reduce("tensor_mean", R_MEAN, a, axis, keepdim); }
+tensor *tensor_max(const tensor *a, int axis, int keepdim) { return reduce("tensor_max", R_MAX, a, axis, keepdim); }
+tensor *tensor_argmax(const tensor *a, int axis, int keepdim) {
+  return reduce("tensor_argmax", R_ARGMAX, a, axis, keepdim);
+}

@@ -1,0 +1,47 @@
+# tensor/part.mk - the tensor library (tensor/), its tests and its benchmark.
+# Included by the top Makefile; everything builds under $(BUILD), so the
+# ASan+UBSan build (BUILD=build/asan) gets its own copy.
+
+TENSOR_SRC   = $(wildcard tensor/*.c)
+TENSOR_OBJ   = $(TENSOR_SRC:%.c=$(BUILD)/obj/%.o)
+TENSOR_HDR   = $(wildcard tensor/*.h)
+# Kernels at -O3 (loop vectorization) except in sanitizer builds.
+TENSOR_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3)
+TENSOR_LIBS  = -lopenblas
+TENSOR_LINK  = $(BUILD)/libtagalloc-tensor.a $(LINKA) $(TENSOR_LIBS)
+TENSOR_TESTS = $(patsubst tests/tensor/%.c,$(BUILD)/tests/tensor/%,$(wildcard tests/tensor/test_*.c))
+
+PART_ALL   += $(BUILD)/libtagalloc-tensor.a $(TENSOR_TESTS)
+PART_TEST  += test-tensor
+PART_BENCH += bench-tensor
+
+$(BUILD)/obj/tensor/%.o: tensor/%.c $(TENSOR_HDR) alloc/tagalloc.h tensor/part.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) -Itensor -c $< -o $@
+
+$(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/tensor/%: tests/tensor/%.c $(wildcard tests/*.h tests/tensor/*.h) $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor $< -o $@ $(TENSOR_LINK) $(TEST_LIBS) $(LIBS)
+
+tensor-tests: $(TENSOR_TESTS)
+
+# The tests, then the same built with AddressSanitizer and UBSan.
+test-tensor: $(BUILD)/libtagalloc.a tensor-tests
+	@tests/tensor/run.sh $(BUILD)
+	$(MAKE) BUILD=build/asan OPT=-O1 \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a tensor-tests
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  tests/tensor/run.sh build/asan
+
+$(BUILD)/bench-tensor: bench/tensor/bench_tensor.c $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
+	$(CC) -O2 -g $(COMMON) -Itensor $< -o $@ $(TENSOR_LINK) $(LIBS)
+
+bench-tensor: $(BUILD)/bench-tensor
+	$(BUILD)/bench-tensor
+
+.PHONY: test-tensor tensor-tests bench-tensor

@@ -1,0 +1,319 @@
+/* pool.c - the tensor pool: storages kept by dtype and shape, reused last
+ * in, first out.
+ *
+ * Each key keeps a stack of storages (top: the newest), and the pool keeps
+ * every storage in the order it came back, for pruning oldest first.  The
+ * storages are ledger blocks of tag "tensor.pool", and the pool declares the
+ * pointers it keeps to them as holds: the key holds its top ("top"), each
+ * storage the one below it ("pool.below").  So a kept storage is never an
+ * orphan, and one still kept at exit is reachable and held, not a leak.
+ *
+ *   key --top--> s3 --pool.below--> s2 --pool.below--> s1
+ *
+ * A storage's refcount is 0 while kept and counts its headers while out. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define NBUCKETS 64
+
+typedef struct pool_key {
+  tensor_dtype dtype;
+  int ndim;
+  int64_t shape[TENSOR_MAX_DIMS];
+  size_t nbytes;
+  tensor_storage *top;
+  size_t count;
+  struct pool_key *next;        /* the bucket's chain */
+} pool_key;
+
+struct tensor_pool {
+  pthread_mutex_t lock;
+  pool_key *buckets[NBUCKETS];
+  tensor_storage *oldest, *newest;   /* kept storages, in the order they came back */
+  size_t storages, bytes, out;
+  uint64_t hits, misses;
+  bool closed, global;
+};
+
+__thread tensor_pool *_tensor_pool_current;
+
+static unsigned key_hash(tensor_dtype dt, int ndim, const int64_t *shape) {
+  uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(dt + 1) + (uint64_t)ndim;
+  for (int i = 0; i < ndim; i++) h = (h ^ (uint64_t)shape[i]) * 0x100000001B3ull;
+  return (unsigned)(h >> 40) % NBUCKETS;
+}
+
+static pool_key *key_find(tensor_pool *p, tensor_dtype dt, int ndim, const int64_t *shape, bool make) {
+  unsigned b = key_hash(dt, ndim, shape);
+  for (pool_key *k = p->buckets[b]; k; k = k->next)
+    if (k->dtype == dt && k->ndim == ndim && memcmp(k->shape, shape, (size_t)ndim * sizeof *shape) == 0) return k;
+  if (!make) return NULL;
+  pool_key *k = ta_calloc(_tensor_tag_meta, 1, sizeof *k);
+  if (k == NULL) return NULL;
+  k->dtype = dt;
+  k->ndim = ndim;
+  k->nbytes = 4;
+  for (int i = 0; i < ndim; i++) k->nbytes *= (size_t)(k->shape[i] = shape[i]);
+  k->next = p->buckets[b];
+  p->buckets[b] = k;
+  return k;
+}
+
+static tensor_pool *pool_make(bool global) {
+  _tensor_init();
+  tensor_pool *p = ta_calloc(_tensor_tag_meta, 1, sizeof *p);
+  if (p == NULL) {
+    _tensor_err(TENSOR_ENOMEM, "tensor_pool_new: out of memory");
+    return NULL;
+  }
+  pthread_mutex_init(&p->lock, NULL);
+  p->global = global;
+  return p;
+}
+
+tensor_pool *tensor_pool_new(void) { return pool_make(false); }
+
+static tensor_pool *global_pool;
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static void global_make(void) { global_pool = pool_make(true); }
+
+tensor_pool *tensor_pool_global(void) {
+  pthread_once(&global_once, global_make);
+  return global_pool;
+}
+
+/* ---- keeping and taking back, under the pool's lock --------------------------- */
+
+static void keep(tensor_pool *p, tensor_storage *s) {
+  pool_key *k = s->key;
+  s->kprev = NULL;
+  s->knext = k->top;
+  if (k->top) {
+    k->top->kprev = s;
+    ta_hold(s, "pool.below", k->top);   /* before the key lets go of it */
+  }
+  k->top = s;
+  ta_hold(k, "top", s);
+  k->count++;
+  s->anext = NULL;
+  s->aprev = p->newest;
+  if (p->newest) p->newest->anext = s;
+  else p->oldest = s;
+  p->newest = s;
+  p->storages++;
+  p->bytes += s->nbytes;
+}
+
+/* Takes s out of its key's stack and the keep order, and its holds. */
+static void unkeep(tensor_pool *p, tensor_storage *s) {
+  pool_key *k = s->key;
+  tensor_storage *above = s->kprev, *below = s->knext;
+  if (above) {
+    above->knext = below;
+    if (below) ta_hold(above, "pool.below", below);
+    else ta_unhold(above, "pool.below");
+  } else {
+    k->top = below;
+    if (below) ta_hold(k, "top", below);
+    else ta_unhold(k, "top");
+  }
+  if (below) {
+    below->kprev = above;
+    ta_unhold(s, "pool.below");
+  }
+  s->kprev = s->knext = NULL;
+  k->count--;
+  if (s->aprev) s->aprev->anext = s->anext;
+  else p->oldest = s->anext;
+  if (s->anext) s->anext->aprev = s->aprev;
+  else p->newest = s->aprev;
+  s->aprev = s->anext = NULL;
+  p->storages--;
+  p->bytes -= s->nbytes;
+}
+
+static void drop(tensor_pool *p, tensor_storage *s) {
+  unkeep(p, s);
+  ta_free(s);
+}
+
+static void pool_destroy(tensor_pool *p) {
+  for (int b = 0; b < NBUCKETS; b++)
+    for (pool_key *k = p->buckets[b], *next; k; k = next) {
+      next = k->next;
+      ta_free(k);
+    }
+  pthread_mutex_destroy(&p->lock);
+  ta_free(p);
+}
+
+bool _tensor_pool_put(tensor_storage *s) {
+  tensor_pool *p = s->pool;
+  pthread_mutex_lock(&p->lock);
+  p->out--;
+  if (p->closed) {
+    bool last = p->out == 0;
+    pthread_mutex_unlock(&p->lock);
+    if (last) pool_destroy(p);
+    return false;
+  }
+  keep(p, s);
+  pthread_mutex_unlock(&p->lock);
+  return true;
+}
+
+/* ---- the API ------------------------------------------------------------------ */
+
+tensor *tensor_pool_acquire(tensor_pool *p, tensor_dtype dtype, int ndim, const int64_t *shape) {
+  const char *op = "tensor_pool_acquire";
+  if (p == NULL) {
+    _tensor_err(TENSOR_EINVAL, "%s: pool is NULL", op);
+    return NULL;
+  }
+  if (dtype != TENSOR_F32 && dtype != TENSOR_I32) {
+    _tensor_err(TENSOR_EDTYPE, "%s: unknown dtype %d", op, (int)dtype);
+    return NULL;
+  }
+  int64_t n = _tensor_check_shape(op, ndim, shape);
+  if (n < 0) return NULL;
+  int64_t strides[TENSOR_MAX_DIMS];
+  _tensor_contig_strides(ndim, shape, strides);
+  pthread_mutex_lock(&p->lock);
+  if (p->closed) {
+    pthread_mutex_unlock(&p->lock);
+    _tensor_err(TENSOR_EINVAL, "%s: the pool was freed", op);
+    return NULL;
+  }
+  pool_key *k = key_find(p, dtype, ndim, shape, true);
+  if (k == NULL) {
+    pthread_mutex_unlock(&p->lock);
+    _tensor_err(TENSOR_ENOMEM, "%s: out of memory", op);
+    return NULL;
+  }
+  tensor_storage *s = k->top;
+  if (s) {
+    /* The header holds the storage before the pool lets go of it. */
+    tensor *t = _tensor_header(s, false, dtype, ndim, shape, strides, 0);
+    if (t) {
+      unkeep(p, s);
+      p->hits++;
+      p->out++;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return t;
+  }
+  p->misses++;
+  p->out++;
+  pthread_mutex_unlock(&p->lock);
+  s = _tensor_storage_new(_tensor_tag_pool, (size_t)n * 4);
+  tensor *t = NULL;
+  if (s) {
+    s->pool = p;
+    s->key = k;
+    t = _tensor_header(s, true, dtype, ndim, shape, strides, 0);
+    if (t == NULL && ta_ref_release(s) == 0) ta_free(s);
+  }
+  if (t == NULL) {
+    pthread_mutex_lock(&p->lock);
+    p->out--;
+    pthread_mutex_unlock(&p->lock);
+  }
+  return t;
+}
+
+tensor_status tensor_pool_release(tensor_pool *p, tensor *t) {
+  if (!_tensor_arg("tensor_pool_release", "t", t)) return TENSOR_EINVAL;
+  if (p == NULL || t->storage->pool != p) {
+    char b[TENSOR_SHAPE_STR];
+    return _tensor_err(TENSOR_EINVAL, "tensor_pool_release: %s does not come from this pool", _tensor_desc(t, b));
+  }
+  tensor_free(t);
+  return TENSOR_OK;
+}
+
+void tensor_pool_free(tensor_pool *p) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->lock);
+  while (p->oldest) drop(p, p->oldest);
+  if (p->global) {   /* the global pool lives on, emptied */
+    pthread_mutex_unlock(&p->lock);
+    return;
+  }
+  if (_tensor_pool_current == p) _tensor_pool_current = NULL;
+  p->closed = true;
+  bool last = p->out == 0;
+  pthread_mutex_unlock(&p->lock);
+  if (last) pool_destroy(p);
+}
+
+tensor_pool_stats tensor_pool_stats_get(tensor_pool *p) {
+  tensor_pool_stats st = { 0 };
+  if (p == NULL) return st;
+  pthread_mutex_lock(&p->lock);
+  st.storages = p->storages;
+  st.bytes = p->bytes;
+  st.out = p->out;
+  st.hits = p->hits;
+  st.misses = p->misses;
+  for (int b = 0; b < NBUCKETS; b++)
+    for (pool_key *k = p->buckets[b]; k; k = k->next) st.keys += k->count > 0;
+  pthread_mutex_unlock(&p->lock);
+  st.hit_rate = st.hits + st.misses ? (double)st.hits / (double)(st.hits + st.misses) : 0.0;
+  return st;
+}
+
+size_t tensor_pool_key_size(tensor_pool *p, tensor_dtype dtype, int ndim, const int64_t *shape) {
+  if (p == NULL || ndim < 0 || ndim > TENSOR_MAX_DIMS) return 0;
+  pthread_mutex_lock(&p->lock);
+  pool_key *k = key_find(p, dtype, ndim, shape, false);
+  size_t n = k ? k->count : 0;
+  pthread_mutex_unlock(&p->lock);
+  return n;
+}
+
+void tensor_pool_visit(tensor_pool *p,
+                       void (*fn)(tensor_dtype, int, const int64_t *, size_t, size_t, void *), void *arg) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->lock);
+  for (int b = 0; b < NBUCKETS; b++)
+    for (pool_key *k = p->buckets[b]; k; k = k->next)
+      if (k->count) fn(k->dtype, k->ndim, k->shape, k->count, k->count * k->nbytes, arg);
+  pthread_mutex_unlock(&p->lock);
+}
+
+void tensor_pool_clear(tensor_pool *p) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->lock);
+  while (p->oldest) drop(p, p->oldest);
+  pthread_mutex_unlock(&p->lock);
+}
+
+void tensor_pool_clear_key(tensor_pool *p, tensor_dtype dtype, int ndim, const int64_t *shape) {
+  if (p == NULL || ndim < 0 || ndim > TENSOR_MAX_DIMS) return;
+  pthread_mutex_lock(&p->lock);
+  pool_key *k = key_find(p, dtype, ndim, shape, false);
+  while (k && k->top) drop(p, k->top);
+  pthread_mutex_unlock(&p->lock);
+}
+
+void tensor_pool_prune(tensor_pool *p, size_t target_bytes) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->lock);
+  while (p->oldest && p->bytes > target_bytes) drop(p, p->oldest);
+  pthread_mutex_unlock(&p->lock);
+}
+
+void tensor_pool_reset_stats(tensor_pool *p) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->lock);
+  p->hits = p->misses = 0;
+  pthread_mutex_unlock(&p->lock);
+}
+
+tensor_pool *tensor_pool_use(tensor_pool *p) {
+  tensor_pool *old = _tensor_pool_current;
+  _tensor_pool_current = p;
+  return old;
+}

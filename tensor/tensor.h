@@ -1,0 +1,319 @@
+/* tensor.h - tensors on the ledger: refcounted storage, zero-copy views, ops
+ * on OpenBLAS, scopes and a tensor pool.
+ *
+ *   #include "tensor.h"              // link build/libtagalloc-tensor.a, the ledger, -lopenblas
+ *
+ *   tensor_scope_begin();
+ *   tensor *x = tensor_from_f32(pixels, TS(64, 1, 28, 28));   // copies pixels
+ *   tensor *w = tensor_randn(TS(6, 1, 5, 5), 0.1f, 42);
+ *   tensor *y = tensor_relu(tensor_conv2d(x, w, NULL, 1, 2)); // [64, 6, 28, 28]
+ *   tensor *row = tensor_select(y, 0, 3);                     // a view: no data copied
+ *   tensor *p = tensor_softmax(tensor_reshape(y, TS(64, -1)), -1);
+ *   tensor_escape(p);                   // p outlives the scope
+ *   tensor_scope_end();                 // x, w, y, row and the temporaries are freed
+ *   ...
+ *   tensor_free(p);
+ *
+ * A tensor is a header (tag "tensor.header") that views an offset into a
+ * refcounted storage (tag "tensor.storage", or "tensor.pool" when it came
+ * from a pool).  Every storage refcount change is a ledger transition
+ * (ta_ref_*), and every header declares ta_hold(header, "storage", storage),
+ * so the ledger's report names a leaked or over-released storage exactly.
+ * The ledger's bookkeeping is per tensor, never per element.
+ *
+ * Ownership: every function that returns a tensor* returns a new header the
+ * caller owns (tensor_free, or the enclosing scope frees it).  Views share
+ * their parent's storage: views and parents may be freed in any order, and
+ * the storage dies with its last header.  Ops never take ownership of their
+ * inputs.
+ *
+ * Errors: a bad argument (shape mismatch, out-of-range slice, bad reshape,
+ * dtype mismatch, NULL input) makes the function return NULL (or a non-zero
+ * tensor_status), keeps a one-line message naming the op and the shapes
+ * (tensor_error()), and passes it to the error handler (default: print
+ * "tensor: <message>" on stderr).  An op given a NULL input returns NULL, so
+ * a chain of calls fails at the first error. */
+#ifndef TAGALLOC_TENSOR_H
+#define TAGALLOC_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TENSOR_MAX_DIMS 6
+
+typedef enum { TENSOR_F32 = 0, TENSOR_I32 = 1 } tensor_dtype;
+
+typedef enum {
+  TENSOR_OK = 0,
+  TENSOR_ESHAPE,   /* shapes do not match or broadcast; a bad reshape */
+  TENSOR_ERANGE,   /* an axis, index, slice or label out of range */
+  TENSOR_EDTYPE,   /* a dtype the op does not take */
+  TENSOR_EINVAL,   /* a NULL tensor or another bad argument */
+  TENSOR_ESCOPE,   /* scope misuse (escape or end with no scope open) */
+  TENSOR_ENOMEM    /* the allocation failed */
+} tensor_status;
+
+typedef struct tensor_storage tensor_storage;   /* refcounted data, see tensor_storage_* */
+typedef struct tensor_pool tensor_pool;
+
+typedef struct tensor {
+  void   *data;                        /* the first element: storage data + offset */
+  int64_t shape[TENSOR_MAX_DIMS];      /* (ndim) */
+  int64_t strides[TENSOR_MAX_DIMS];    /* (ndim), in elements; 0 on an expanded axis */
+  int64_t offset;                      /* in elements, into the storage */
+  int64_t numel;
+  int     ndim;                        /* 0 .. TENSOR_MAX_DIMS; 0 is a scalar */
+  tensor_dtype dtype;
+  tensor_storage *storage;             /* held: ta_hold(this, "storage", storage) */
+  /* private: the scope that owns this header (0: none) and its list */
+  int scope;
+  struct tensor *scope_prev, *scope_next;
+} tensor;
+
+/* TS(3, 4) expands to "2, (int64_t[]){3, 4}": the ndim and shape arguments. */
+#define TS(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+static inline float   *tensor_f32(const tensor *t) { return (float *)t->data; }
+static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; }
+
+/* ---- errors ---------------------------------------------------------------- */
+
+tensor_status tensor_last_status(void);   /* of this thread's latest error */
+const char   *tensor_error(void);         /* its message, "" when none */
+void          tensor_error_clear(void);
+/* Called with each error (the message must not be kept); NULL restores the
+ * default, which prints "tensor: <message>" on stderr. */
+typedef void tensor_error_fn(tensor_status status, const char *message, void *arg);
+void tensor_error_handler(tensor_error_fn *fn, void *arg);
+
+/* ---- making and freeing ---------------------------------------------------- */
+
+tensor *tensor_empty(tensor_dtype dtype, int ndim, const int64_t *shape);  /* uninitialised */
+tensor *tensor_zeros(tensor_dtype dtype, int ndim, const int64_t *shape);
+tensor *tensor_full(int ndim, const int64_t *shape, float value);         /* f32 */
+tensor *tensor_from_f32(const float *src, int ndim, const int64_t *shape);  /* copies */
+tensor *tensor_from_i32(const int32_t *src, int ndim, const int64_t *shape);
+tensor *tensor_arange(int64_t n);                                          /* f32 [n]: 0 .. n-1 */
+tensor *tensor_scalar(float value);                                        /* f32, ndim 0 */
+/* Normal(0, std) from a fixed generator seeded by seed (same on every run). */
+tensor *tensor_randn(int ndim, const int64_t *shape, float std, uint64_t seed);
+/* Frees the header; the storage goes when its last header goes (back to its
+ * pool if it came from one).  NULL is a no-op. */
+void    tensor_free(tensor *t);
+
+/* ---- facts ----------------------------------------------------------------- */
+
+int     tensor_is_contiguous(const tensor *t);   /* row-major, no gaps */
+int     tensor_same_shape(const tensor *a, const tensor *b);
+size_t  tensor_nbytes(const tensor *t);          /* numel * 4 */
+float   tensor_item(const tensor *t);            /* the one element (numel 1), as float */
+float   tensor_get(const tensor *t, const int64_t *index);   /* index: ndim entries */
+void    tensor_set(tensor *t, const int64_t *index, float v);
+/* "f32[2,3]" into buf; returns buf. */
+char   *tensor_shape_str(const tensor *t, char *buf, size_t size);
+/* The storage's refcount (the number of headers on it); -1 for NULL. */
+long    tensor_storage_refs(const tensor *t);
+/* The storage's data block (the address the ledger knows), and its bytes. */
+const void *tensor_storage_block(const tensor *t);
+size_t  tensor_storage_bytes(const tensor *t);
+
+/* ---- views: zero-copy, a new header on the same storage --------------------- */
+
+/* A shape entry -1 is inferred.  reshape copies when the strides make a view
+ * impossible (a transposed tensor); view never copies and fails instead. */
+tensor *tensor_reshape(const tensor *t, int ndim, const int64_t *shape);
+tensor *tensor_view(const tensor *t, int ndim, const int64_t *shape);
+tensor *tensor_flatten(const tensor *t);              /* [numel] */
+/* Elements start, start+step, ... < stop of axis; negative start/stop count
+ * from the end; 0 <= start <= stop <= size after that, step >= 1. */
+tensor *tensor_slice(const tensor *t, int axis, int64_t start, int64_t stop, int64_t step);
+tensor *tensor_select(const tensor *t, int axis, int64_t index);   /* drops the axis */
+/* Batch i of a dataset tensor: rows [i*batch, min((i+1)*batch, n)) of axis 0. */
+tensor *tensor_batch(const tensor *t, int64_t i, int64_t batch);
+int64_t tensor_batch_count(const tensor *t, int64_t batch);        /* ceil(n / batch) */
+tensor *tensor_transpose(const tensor *t, int axis0, int axis1);
+tensor *tensor_permute(const tensor *t, const int *perm);         /* perm: ndim entries */
+tensor *tensor_squeeze(const tensor *t, int axis);    /* axis of size 1; TENSOR_ALL: every such axis */
+tensor *tensor_unsqueeze(const tensor *t, int axis);  /* 0 .. ndim */
+/* Broadcast to shape (numpy rules): size-1 axes get stride 0, no copy. */
+tensor *tensor_expand(const tensor *t, int ndim, const int64_t *shape);
+/* A view of t itself (a second header on its storage). */
+tensor *tensor_alias(const tensor *t);
+/* t itself as a view when contiguous, else a contiguous copy. */
+tensor *tensor_contiguous(const tensor *t);
+tensor *tensor_clone(const tensor *t);                /* always a contiguous copy */
+
+#define TENSOR_ALL (-1000)   /* "every axis" for reductions and squeeze */
+
+/* ---- elementwise, with numpy broadcasting (f32) ----------------------------- */
+
+tensor *tensor_add(const tensor *a, const tensor *b);
+tensor *tensor_sub(const tensor *a, const tensor *b);
+tensor *tensor_mul(const tensor *a, const tensor *b);
+tensor *tensor_div(const tensor *a, const tensor *b);
+tensor *tensor_add_scalar(const tensor *a, float s);
+tensor *tensor_sub_scalar(const tensor *a, float s);
+tensor *tensor_mul_scalar(const tensor *a, float s);
+tensor *tensor_div_scalar(const tensor *a, float s);
+tensor *tensor_neg(const tensor *a);
+tensor *tensor_exp(const tensor *a);
+tensor *tensor_log(const tensor *a);
+tensor *tensor_tanh(const tensor *a);
+tensor *tensor_relu(const tensor *a);
+tensor *tensor_sigmoid(const tensor *a);
+
+/* out= forms: out must have the broadcast shape already (any strides, it may
+ * be a or b).  Return TENSOR_OK or an error status. */
+tensor_status tensor_add_out(tensor *out, const tensor *a, const tensor *b);
+tensor_status tensor_sub_out(tensor *out, const tensor *a, const tensor *b);
+tensor_status tensor_mul_out(tensor *out, const tensor *a, const tensor *b);
+tensor_status tensor_div_out(tensor *out, const tensor *a, const tensor *b);
+tensor_status tensor_neg_out(tensor *out, const tensor *a);
+tensor_status tensor_exp_out(tensor *out, const tensor *a);
+tensor_status tensor_log_out(tensor *out, const tensor *a);
+tensor_status tensor_tanh_out(tensor *out, const tensor *a);
+tensor_status tensor_relu_out(tensor *out, const tensor *a);
+tensor_status tensor_sigmoid_out(tensor *out, const tensor *a);
+/* out = a * s + b * t (b may be NULL): the axpy of optimizers. */
+tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tensor *b, float t);
+
+/* In place: a op= b (b broadcast to a's shape); a op= s.  Return status. */
+tensor_status tensor_add_(tensor *a, const tensor *b);
+tensor_status tensor_sub_(tensor *a, const tensor *b);
+tensor_status tensor_mul_(tensor *a, const tensor *b);
+tensor_status tensor_div_(tensor *a, const tensor *b);
+tensor_status tensor_add_scalar_(tensor *a, float s);
+tensor_status tensor_mul_scalar_(tensor *a, float s);
+tensor_status tensor_relu_(tensor *a);
+tensor_status tensor_exp_(tensor *a);
+tensor_status tensor_tanh_(tensor *a);
+tensor_status tensor_sigmoid_(tensor *a);
+tensor_status tensor_fill_(tensor *a, float v);          /* f32 or i32 (v converted) */
+tensor_status tensor_copy_(tensor *dst, const tensor *src);  /* src broadcast to dst; same dtype */
+
+/* ---- reductions ------------------------------------------------------------ */
+
+/* axis: 0 .. ndim-1, negative from the end, or TENSOR_ALL (a scalar result).
+ * keepdim keeps the reduced axis with size 1. */
+tensor *tensor_sum(const tensor *a, int axis, int keepdim);
+tensor *tensor_mean(const tensor *a, int axis, int keepdim);
+tensor *tensor_max(const tensor *a, int axis, int keepdim);
+tensor *tensor_argmax(const tensor *a, int axis, int keepdim);   /* i32; first of equal maxima */
+
+/* ---- matrix products (OpenBLAS cblas_sgemm) --------------------------------- */
+
+/* [M,K] @ [K,N] -> [M,N]; [B,M,K] @ [B,K,N] -> [B,M,N] (either side may be
+ * 2-D and is then shared by every batch).  Transposed views go to sgemm as
+ * they are (no copy); only a view with no unit stride is copied. */
+tensor *tensor_matmul(const tensor *a, const tensor *b);
+/* out = alpha * a @ b + beta * out (2-D or batched); out's last axis must
+ * have stride 1.  beta = 1 accumulates (gradients). */
+tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, float alpha, float beta);
+
+/* ---- convolution and pooling (NCHW) ---------------------------------------- */
+
+/* x [N,C,H,W], w [O,C,KH,KW], bias [O] or NULL -> [N,O,OH,OW],
+ * OH = (H + 2*pad - KH) / stride + 1.  im2col over the whole batch, one sgemm. */
+tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int stride, int pad);
+/* The backward products of conv2d: dL/dx from dL/dy [N,O,OH,OW] and w;
+ * dL/dw from dL/dy and x; dL/dbias = sum of dL/dy over N, OH, OW. */
+tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, const int64_t *x_shape,
+                                 int stride, int pad);
+tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, const int64_t *w_shape,
+                                  int stride, int pad);
+tensor *tensor_conv2d_grad_bias(const tensor *dy);
+/* Max pooling, window k x k moved by stride, no padding.  argmax, when not
+ * NULL, receives a new i32 tensor of the flat input index (per image and
+ * channel) of each maximum, for the backward pass. */
+tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax);
+tensor *tensor_avg_pool2d(const tensor *x, int k, int stride);
+/* Their backward products: dL/dx (x_shape) from dL/dy. */
+tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim, const int64_t *x_shape);
+tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, const int64_t *x_shape);
+
+/* ---- neural-net ops ---------------------------------------------------------- */
+
+tensor *tensor_softmax(const tensor *x, int axis);
+tensor *tensor_log_softmax(const tensor *x, int axis);
+/* logits [N,C] (f32), labels [N] (i32, 0 <= label < C) -> the mean of the
+ * per-row losses, a scalar.  The grad form gives dL/dlogits [N,C]. */
+tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels);
+tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels);
+/* weight [V,D] (f32), indices (i32, any shape up to 5 dims) -> shape + [D]. */
+tensor *tensor_embedding(const tensor *weight, const tensor *indices);
+
+/* ---- scopes ---------------------------------------------------------------- */
+
+/* Every tensor made on this thread while a scope is open belongs to the
+ * innermost one; tensor_scope_end frees those not escaped.  tensor_escape
+ * moves a tensor to the enclosing scope (out of all scopes at depth 1) and
+ * returns it; with no scope open it is an error (TENSOR_ESCOPE, NULL).
+ * Scopes are per thread, nest up to 64 deep, and a scoped tensor is freed on
+ * the thread that made it. */
+int  tensor_scope_begin(void);          /* returns the new depth */
+tensor_status tensor_scope_end(void);
+/* Ends every scope deeper than depth (the error path of a function that
+ * opened several). */
+void tensor_scope_end_to(int depth);
+int  tensor_scope_depth(void);
+size_t tensor_scope_count(void);        /* tensors the innermost scope owns */
+tensor *tensor_escape(tensor *t);
+
+/* A scope that ends when the enclosing block is left, by any return:
+ *   { TENSOR_SCOPE_AUTO; ... if (bad) return NULL; ... return tensor_escape(r); } */
+void tensor__scope_cleanup(int *depth);
+#define TENSOR_SCOPE_AUTO \
+  int tensor__scope __attribute__((cleanup(tensor__scope_cleanup), unused)) = tensor_scope_begin()
+
+/* ---- the tensor pool ----------------------------------------------------- */
+
+/* Storages are kept by dtype and shape and reused last in, first out.  A
+ * tensor from tensor_pool_acquire has a storage of tag "tensor.pool" (its
+ * contents are left as they were); when the last header on it is freed the
+ * storage goes back to its pool instead of the heap.  The pool holds each
+ * storage it keeps (declared holds), so the ledger never sees them as lost. */
+tensor_pool *tensor_pool_new(void);
+tensor_pool *tensor_pool_global(void);   /* made on first use, lives to exit */
+/* Frees what the pool keeps; storages out in tensors are freed when they come back. */
+void    tensor_pool_free(tensor_pool *p);
+tensor *tensor_pool_acquire(tensor_pool *p, tensor_dtype dtype, int ndim, const int64_t *shape);
+/* tensor_free(t), after checking that t's storage belongs to p. */
+tensor_status tensor_pool_release(tensor_pool *p, tensor *t);
+
+typedef struct {
+  size_t   storages;   /* kept now */
+  size_t   bytes;      /* their data bytes */
+  size_t   keys;       /* distinct dtype+shape keys with at least one kept */
+  size_t   out;        /* storages of this pool now in tensors */
+  uint64_t hits, misses;
+  double   hit_rate;   /* hits / (hits + misses); 0 before any acquire */
+} tensor_pool_stats;
+tensor_pool_stats tensor_pool_stats_get(tensor_pool *p);
+/* Storages kept for one key. */
+size_t tensor_pool_key_size(tensor_pool *p, tensor_dtype dtype, int ndim, const int64_t *shape);
+/* Calls fn for each key with storages kept: dtype, shape, count, bytes. */
+void   tensor_pool_visit(tensor_pool *p,
+                         void (*fn)(tensor_dtype dtype, int ndim, const int64_t *shape,
+                                    size_t count, size_t bytes, void *arg), void *arg);
+void   tensor_pool_clear(tensor_pool *p);
+void   tensor_pool_clear_key(tensor_pool *p, tensor_dtype dtype, int ndim, const int64_t *shape);
+/* Frees kept storages, those kept longest first, until bytes <= target. */
+void   tensor_pool_prune(tensor_pool *p, size_t target_bytes);
+void   tensor_pool_reset_stats(tensor_pool *p);
+/* Ops on this thread take their results' storages from p (NULL: the heap).
+ * Returns the previous one. */
+tensor_pool *tensor_pool_use(tensor_pool *p);
+
+/* ---- threads ------------------------------------------------------------- */
+
+/* Threads for OpenBLAS (sgemm); 0 leaves its default. */
+void tensor_set_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
