@@ -44,7 +44,7 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Big regions, touched at random (buckets) or written once in order
  * (chunks): transparent huge pages cut the page faults and TLB misses. */
 static void *map(size_t size) {
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+  void *p = _ta_sys_mmap(NULL, size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return NULL;
   madvise(p, size, MADV_HUGEPAGE);

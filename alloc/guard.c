@@ -152,12 +152,12 @@ static inline uint32_t slot_of(const g_pool *pl, uintptr_t a) { return (uint32_t
 static inline uintptr_t slot_lo(const g_pool *pl, uint32_t k) { return pl->base + (uintptr_t)k * pl->stride; }
 
 static void *map_none(size_t n) {
-  void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void *p = _ta_sys_mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
 static void *map_rw(size_t n) {
-  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void *p = _ta_sys_mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
@@ -180,9 +180,9 @@ static bool pool_init(g_pool *pl, size_t data, uint32_t nslots) {
   pl->meta = map_rw((size_t)nslots * sizeof *pl->meta);
   pl->fifo = map_rw((size_t)nslots * sizeof *pl->fifo);
   if (r == NULL || pl->meta == NULL || pl->fifo == NULL) {
-    if (r) munmap(r, (size_t)nslots * pl->stride);
-    if (pl->meta) munmap(pl->meta, (size_t)nslots * sizeof *pl->meta);
-    if (pl->fifo) munmap(pl->fifo, (size_t)nslots * sizeof *pl->fifo);
+    if (r) _ta_sys_munmap(r, (size_t)nslots * pl->stride);
+    if (pl->meta) _ta_sys_munmap(pl->meta, (size_t)nslots * sizeof *pl->meta);
+    if (pl->fifo) _ta_sys_munmap(pl->fifo, (size_t)nslots * sizeof *pl->fifo);
     memset(pl, 0, sizeof *pl);
     return false;
   }
@@ -239,7 +239,7 @@ static void alt_free(void *m) {
     stack_t off = { .ss_flags = SS_DISABLE };
     sigaltstack(&off, NULL);
   }
-  munmap(m, ALT_SIZE + PAGE);
+  _ta_sys_munmap(m, ALT_SIZE + PAGE);
 }
 
 /* The calling thread gets an alternate signal stack (below it a guard
@@ -255,7 +255,7 @@ static void alt_ensure(void) {
   if (sigaltstack(&ss, NULL) != 0 || pthread_setspecific(alt_key, m) != 0) {
     stack_t off = { .ss_flags = SS_DISABLE };
     sigaltstack(&off, NULL);
-    munmap(m, ALT_SIZE + PAGE);
+    _ta_sys_munmap(m, ALT_SIZE + PAGE);
   }
 }
 

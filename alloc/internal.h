@@ -339,11 +339,22 @@ void  _ta_map_each(const ta_map *m, void (*fn)(uintptr_t key, void *value, void 
 /* ---- extents.c: the ledger's own mappings ------------------------------------ */
 
 /* Mappings the ledger made for itself (the preload's raw arena records its
- * region here too); kept for tools that must tell them from the program's. */
+ * region here too): never scanned. */
+/* mmap and munmap as system calls: the ledger never calls the libc symbols,
+ * which the preload interposes to record the program's mappings. */
+void  *_ta_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, long off);
+int    _ta_sys_munmap(void *p, size_t len);
 void  *_ta_mmap(size_t len);            /* read-write, recorded as the ledger's */
 void   _ta_munmap(void *p, size_t len);
 void   _ta_own_range(uintptr_t lo, uintptr_t hi);   /* a mapping made elsewhere, ours */
 size_t _ta_own_ranges(uintptr_t *lo, uintptr_t *hi, size_t max);
+/* Mappings the program made (the preload records its mmap, munmap, mremap):
+ * roots of the scan, clipped to what is readable and resident. */
+void   _ta_program_map(uintptr_t lo, uintptr_t hi);
+void   _ta_program_unmap(uintptr_t lo, uintptr_t hi);
+size_t _ta_program_maps(uintptr_t *lo, uintptr_t *hi, size_t max);
+size_t _ta_program_maps_count(void);
+void   _ta_extents_fork(int phase);
 
 /* ---- internal memory ------------------------------------------------------ */
 

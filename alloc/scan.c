@@ -7,7 +7,9 @@
  *   direct         no pointer at all; of a lost cycle, the first block in address order
  *
  * Roots: the writable segments of loaded modules (not the ledger's own, nor
- * jemalloc's), every thread's stack from its stack pointer up, its registers,
+ * jemalloc's), the resident writable pages of the mappings the program made
+ * with mmap (recorded by the preload), every thread's stack from its stack
+ * pointer up, its registers,
  * and its static TLS (less the ledger's and jemalloc's blocks) and thread
  * descriptor.  Other threads are stopped with a
  * signal while the roots and blocks are read; every root range is clipped to
@@ -61,11 +63,11 @@ typedef struct { void *v; size_t n, cap, elem; } mvec;
 static void *mvec_push(mvec *m) {
   if (m->n == m->cap) {
     size_t cap = m->cap ? m->cap * 2 : 256;
-    void *v = mmap(NULL, cap * m->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *v = _ta_sys_mmap(NULL, cap * m->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (v == MAP_FAILED) return NULL;
     if (m->v) {
       memcpy(v, m->v, m->n * m->elem);
-      munmap(m->v, m->cap * m->elem);
+      _ta_sys_munmap(m->v, m->cap * m->elem);
     }
     m->v = v;
     m->cap = cap;
@@ -74,7 +76,7 @@ static void *mvec_push(mvec *m) {
 }
 
 static void mvec_free(mvec *m) {
-  if (m->v) munmap(m->v, m->cap * m->elem);
+  if (m->v) _ta_sys_munmap(m->v, m->cap * m->elem);
   m->v = NULL;
   m->n = m->cap = 0;
 }
@@ -119,7 +121,7 @@ static void on_scan_signal(int sig, siginfo_t *si, void *ctx) {
 static size_t tls_static_size, pthread_size;
 
 static void scan_setup(void) {
-  stops = mmap(NULL, MAX_STOPPED * sizeof *stops, PROT_READ | PROT_WRITE,
+  stops = _ta_sys_mmap(NULL, MAX_STOPPED * sizeof *stops, PROT_READ | PROT_WRITE,
                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (stops == MAP_FAILED) stops = NULL;
   scan_signal = SIGRTMIN + 5;
@@ -234,8 +236,9 @@ static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-/* Readable mappings, sorted (the kernel lists them in order). */
-static void read_maps(mvec *maps) {
+/* Readable mappings, and of those the writable ones, sorted (the kernel
+ * lists them in order). */
+static void read_maps(mvec *maps, mvec *wmaps) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   static char buf[1 << 16];
@@ -259,6 +262,7 @@ static void read_maps(mvec *maps) {
       if (strstr(p, "[vvar]") || strstr(p, "[vsyscall]")) continue;
       range *r = mvec_push(maps);
       if (r) { r->lo = lo; r->hi = hi; }
+      if (p[1] == 'w' && (r = mvec_push(wmaps)) != NULL) { r->lo = lo; r->hi = hi; }
     }
   }
   close(fd);
@@ -355,6 +359,41 @@ static void scan_tls(marker *m, uintptr_t tp) {
   }
 }
 
+/* A mapping the program made: its writable pages that are resident (a page
+ * never touched holds zeros: V8 reserves gigabytes it never uses). */
+static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t hi) {
+  static unsigned char vec[4096];       /* under scan_lock */
+  const size_t chunk = sizeof vec * 4096;
+  lo &= ~(uintptr_t)4095;
+  while (lo < hi) {
+    range r = map_of(wmaps, lo);
+    if (r.hi == 0) {                    /* not writable here: to the next writable mapping */
+      const range *v = wmaps->v;
+      uintptr_t next = hi;
+      for (size_t i = 0; i < wmaps->n; i++)
+        if (v[i].lo > lo) { next = v[i].lo; break; }
+      lo = next;
+      continue;
+    }
+    uintptr_t end = r.hi < hi ? r.hi : hi;
+    if (end - lo > chunk) end = lo + chunk;
+    if (mincore((void *)lo, end - lo, vec) != 0) {
+      scan_range(m, lo, end, true);
+    } else {
+      size_t npages = (end - lo + 4095) / 4096;
+      for (size_t i = 0; i < npages;) {
+        if (!(vec[i] & 1)) { i++; continue; }
+        size_t j = i;
+        while (j < npages && (vec[j] & 1)) j++;
+        uintptr_t a = lo + i * 4096, b = lo + j * 4096;
+        scan_range(m, a, b < end ? b : end, true);
+        i = j;
+      }
+    }
+    lo = end;
+  }
+}
+
 static void drain(marker *m) {
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
@@ -420,6 +459,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   self->guard++;
 
   mvec roots = { .elem = sizeof(range) }, maps = { .elem = sizeof(range) };
+  mvec wmaps = { .elem = sizeof(range) };
   mvec blocks = { .elem = sizeof(sblock) };
   ntls_holes = 0;
   dl_iterate_phdr(on_phdr, &roots);
@@ -429,12 +469,25 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   _ta_block_lock_all();
   _ta_block_each(true, collect, &blocks);
   if (blocks.n) qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);   /* may malloc: before the stop */
+  /* The program's mappings: copied under their lock before the stop (a
+   * stopped thread may hold it); one unmapped since is clipped by the maps. */
+  size_t pcap = _ta_program_maps_count(), np = 0;
+  uintptr_t *plo = NULL, *phi = NULL;
+  if (pcap) {
+    pcap += 64;
+    plo = _ta_sys_mmap(NULL, pcap * 2 * sizeof *plo, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (plo == MAP_FAILED) plo = NULL;
+    else {
+      phi = plo + pcap;
+      np = _ta_program_maps(plo, phi, pcap);
+    }
+  }
   int nstopped = stops ? stop_others() : 0;
-  read_maps(&maps);
+  read_maps(&maps, &wmaps);
 
   marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
   if (blocks.n) {
-    m.stack = mmap(NULL, (blocks.n + 1) * sizeof *m.stack * 2, PROT_READ | PROT_WRITE,
+    m.stack = _ta_sys_mmap(NULL, (blocks.n + 1) * sizeof *m.stack * 2, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m.stack == MAP_FAILED) m.stack = NULL;
   }
@@ -445,6 +498,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       if (m.b[i].arena) { m.b[i].state = S_REACHABLE; m.stack[m.top++] = (uint32_t)i; }
     const range *r = roots.v;
     for (size_t i = 0; i < roots.n; i++) scan_root(&m, r[i].lo, r[i].hi);
+    for (size_t i = 0; i < np; i++) scan_resident(&m, &wmaps, plo[i], phi[i]);
     /* our own thread: from the caller's frame up, registers, TLS */
     uintptr_t lo, hi;
     _ta_thread_stack(&lo, &hi);
@@ -512,9 +566,11 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   }
   if (at_exit) _ta_ref_exit();
   _ta_findings_leaks_end(&sum);
-  if (m.stack) munmap(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
+  if (m.stack) _ta_sys_munmap(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
   mvec_free(&roots);
   mvec_free(&maps);
+  mvec_free(&wmaps);
+  if (plo) _ta_sys_munmap(plo, pcap * 2 * sizeof *plo);
   mvec_free(&blocks);
   self->guard--;
   pthread_mutex_unlock(&scan_lock);

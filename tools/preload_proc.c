@@ -482,7 +482,7 @@ static void crash_exit_work(ucontext_t *uc) {
     _ta_exit_regs = uc ? (const void *)uc->uc_mcontext.gregs : NULL;
     _ta_exit_regs_size = uc ? sizeof uc->uc_mcontext.gregs : 0;
   }
-  void *stk = mmap(NULL, CRASH_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+  void *stk = _ta_sys_mmap(NULL, CRASH_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
   if (stk == MAP_FAILED || getcontext(&crash_ctx) != 0) {
     _pl_exit_work();

@@ -222,7 +222,7 @@ static bool raw_setup(void) {
   size_t len = 0;
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes && base == MAP_FAILED; i++) {
     len = sizes[i];
-    base = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    base = _ta_sys_mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   }
   uintptr_t lo = (uintptr_t)base, mid = lo + len / 2;
   bool ok = base != MAP_FAILED && mprotect(base, len / 2, PROT_READ | PROT_WRITE) == 0;
@@ -235,7 +235,7 @@ static bool raw_setup(void) {
     ok = make_arena(&halves[0], &hooks_internal) && make_arena(&halves[1], &hooks_runtime);
   }
   if (!ok) {
-    if (base != MAP_FAILED) munmap(base, len);
+    if (base != MAP_FAILED) _ta_sys_munmap(base, len);
     atomic_store(&raw_state, 3);
     return false;
   }
