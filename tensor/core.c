@@ -77,9 +77,11 @@ char *tensor_shape_str(const tensor *t, char *buf, size_t size) {
   return buf;
 }
 
+/* A NULL input after an error is the chain of calls failing: the first
+ * error stays the one reported. */
 bool _tensor_arg(const char *op, const char *name, const tensor *t) {
   if (t) return true;
-  _tensor_err(TENSOR_EINVAL, "%s: %s is NULL", op, name);
+  if (last_status == TENSOR_OK) _tensor_err(TENSOR_EINVAL, "%s: %s is NULL", op, name);
   return false;
 }
 

@@ -62,6 +62,13 @@ void _tensor_scope_adopt(tensor *t);
 void _tensor_scope_forget(tensor *t);
 
 /* ---- copying (view.c) ---- */
+/* t itself when contiguous (borrowed, never freed), else a contiguous copy;
+ * _tensor_unborrow(t, c) frees c only when it is a copy.  Ops read their
+ * inputs through these, so a contiguous input costs the ledger nothing. */
+tensor *_tensor_borrow(const tensor *t);
+static inline void _tensor_unborrow(const tensor *t, tensor *c) {
+  if (c != t) tensor_free(c);
+}
 /* dst = src, elementwise, same shape (strides free), 4-byte elements. */
 void _tensor_copy_strided(tensor *dst, const tensor *src);
 

@@ -81,10 +81,10 @@ tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, flo
   int nd;
   int64_t shape[3], batch;
   if (!_tensor_arg_f32(op, "out", out) || !matmul_shapes(op, a, b, &nd, shape, &batch)) return tensor_last_status();
-  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR];
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR], b4[TENSOR_SHAPE_STR];
   if (out->ndim != nd || memcmp(out->shape, shape, (size_t)nd * sizeof *shape) != 0)
     return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, %s @ %s is %s", op, _tensor_desc(out, b3), _tensor_desc(a, b1),
-                       _tensor_desc(b, b2), _tensor_shape_desc(TENSOR_F32, nd, shape, b3));
+                       _tensor_desc(b, b2), _tensor_shape_desc(TENSOR_F32, nd, shape, b4));
   int64_t M = shape[nd - 2], N = shape[nd - 1], K = a->shape[a->ndim - 1];
   int64_t ldc = M == 1 ? (N > 1 ? N : 1) : out->strides[nd - 2];
   if ((N > 1 && out->strides[nd - 1] != 1) || ldc < N)
@@ -219,7 +219,7 @@ static tensor *contig_4d(const char *op, const char *name, const tensor *t) {
     _tensor_err(TENSOR_ESHAPE, "%s: %s is %s, want 4-D", op, name, _tensor_desc(t, b));
     return NULL;
   }
-  return tensor_contiguous(t);
+  return _tensor_borrow(t);
 }
 
 tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int stride, int pad) {
@@ -254,14 +254,14 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
         for (int64_t i = 0; i < P; i++) dst[i] = src[i] + bv;
       }
   }
-  tensor_free(xc);
-  tensor_free(wc);
+  _tensor_unborrow(x, xc);
+  _tensor_unborrow(w, wc);
   tensor_free(col);
   tensor_free(y);
   return out;
 fail:
-  tensor_free(xc);
-  tensor_free(wc);
+  _tensor_unborrow(x, xc);
+  _tensor_unborrow(w, wc);
   tensor_free(col);
   tensor_free(y);
   tensor_free(out);
@@ -310,14 +310,14 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
   else
     memset(dcol->data, 0, (size_t)dcol->numel * 4);
   col2im(&g, dcol->data, dx->data);
-  tensor_free(dyc);
-  tensor_free(wc);
+  _tensor_unborrow(dy, dyc);
+  _tensor_unborrow(w, wc);
   tensor_free(dyt);
   tensor_free(dcol);
   return dx;
 fail:
-  tensor_free(dyc);
-  tensor_free(wc);
+  _tensor_unborrow(dy, dyc);
+  _tensor_unborrow(w, wc);
   tensor_free(dyt);
   tensor_free(dcol);
   tensor_free(dx);
@@ -345,14 +345,14 @@ tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, c
                 col->data, (int)NP, 0.0f, dw->data, (int)CKK);
   else
     memset(dw->data, 0, (size_t)dw->numel * 4);
-  tensor_free(dyc);
-  tensor_free(xc);
+  _tensor_unborrow(dy, dyc);
+  _tensor_unborrow(x, xc);
   tensor_free(dyt);
   tensor_free(col);
   return dw;
 fail:
-  tensor_free(dyc);
-  tensor_free(xc);
+  _tensor_unborrow(dy, dyc);
+  _tensor_unborrow(x, xc);
   tensor_free(dyt);
   tensor_free(col);
   tensor_free(dw);
@@ -379,7 +379,7 @@ tensor *tensor_conv2d_grad_bias(const tensor *dy) {
       d[o] = (float)s;
     }
   }
-  tensor_free(dyc);
+  _tensor_unborrow(dy, dyc);
   return db;
 }
 
@@ -391,7 +391,7 @@ static tensor *pool_prepare(const char *op, const tensor *x, int k, int stride, 
   if (k < 1 || stride < 1 || x->shape[2] < k || x->shape[3] < k) {
     char b[TENSOR_SHAPE_STR];
     _tensor_err(TENSOR_ESHAPE, "%s: window %d, stride %d do not fit %s", op, k, stride, _tensor_desc(x, b));
-    tensor_free(xc);
+    _tensor_unborrow(x, xc);
     return NULL;
   }
   shape[0] = x->shape[0];
@@ -411,7 +411,7 @@ tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax) {
   tensor *am = argmax && out ? _tensor_out(op, TENSOR_I32, 4, shape) : NULL;
   if (out == NULL || (argmax && am == NULL)) {
     tensor_free(out);
-    tensor_free(xc);
+    _tensor_unborrow(x, xc);
     return NULL;
   }
   int64_t H = x->shape[2], W = x->shape[3], OH = shape[2], OW = shape[3];
@@ -433,7 +433,7 @@ tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax) {
         if (ai) *ai++ = (int32_t)best;
       }
   }
-  tensor_free(xc);
+  _tensor_unborrow(x, xc);
   if (argmax) *argmax = am;
   return out;
 }
@@ -460,7 +460,7 @@ tensor *tensor_avg_pool2d(const tensor *x, int k, int stride) {
         }
     }
   }
-  tensor_free(xc);
+  _tensor_unborrow(x, xc);
   return out;
 }
 
@@ -474,7 +474,7 @@ tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim,
                 _tensor_desc(argmax, b2));
     return NULL;
   }
-  tensor *dyc = tensor_contiguous(dy), *amc = tensor_contiguous(argmax);
+  tensor *dyc = _tensor_borrow(dy), *amc = _tensor_borrow(argmax);
   tensor *dx = dyc && amc ? tensor_zeros(TENSOR_F32, 4, x_shape) : NULL;
   if (dx) {
     int64_t HW = x_shape[2] * x_shape[3], P = dy->shape[2] * dy->shape[3];
@@ -487,8 +487,8 @@ tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim,
         if (at >= 0 && at < HW) d[pl * HW + at] += g[pl * P + i];
       }
   }
-  tensor_free(dyc);
-  tensor_free(amc);
+  _tensor_unborrow(dy, dyc);
+  _tensor_unborrow(argmax, amc);
   return dx;
 }
 
@@ -503,7 +503,7 @@ tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, co
                 _tensor_desc(dy, b1), _tensor_shape_desc(TENSOR_F32, ndim, x_shape, b2), k, stride);
     return NULL;
   }
-  tensor *dyc = tensor_contiguous(dy);
+  tensor *dyc = _tensor_borrow(dy);
   tensor *dx = dyc ? tensor_zeros(TENSOR_F32, 4, x_shape) : NULL;
   if (dx) {
     int64_t H = x_shape[2], W = x_shape[3], OH = dy->shape[2], OW = dy->shape[3];
@@ -518,6 +518,6 @@ tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, co
             for (int j = 0; j < k; j++) w0[i * W + j] += v;
         }
   }
-  tensor_free(dyc);
+  _tensor_unborrow(dy, dyc);
   return dx;
 }

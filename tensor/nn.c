@@ -53,7 +53,7 @@ static tensor *softmax_any(const char *op, const tensor *x, int axis, bool log_f
   if (!_tensor_arg_f32(op, "x", x)) return NULL;
   int64_t outer, n, inner;
   if (!split_axis(op, x, &axis, &outer, &n, &inner)) return NULL;
-  tensor *xc = tensor_contiguous(x);
+  tensor *xc = _tensor_borrow(x);
   tensor *y = xc ? _tensor_out(op, TENSOR_F32, x->ndim, x->shape) : NULL;
   if (y && n > 0) {
     const float *in = xc->data;
@@ -62,7 +62,7 @@ static tensor *softmax_any(const char *op, const tensor *x, int axis, bool log_f
       for (int64_t j = 0; j < inner; j++)
         softmax_row(in + p * n * inner + j, out + p * n * inner + j, n, inner, log_form);
   }
-  tensor_free(xc);
+  _tensor_unborrow(x, xc);
   return y;
 }
 
@@ -84,8 +84,8 @@ static bool ce_prepare(const char *op, const tensor *logits, const tensor *label
                 _tensor_desc(logits, b1), _tensor_desc(labels, b2));
     return false;
   }
-  *lc = tensor_contiguous(logits);
-  *yc = tensor_contiguous(labels);
+  *lc = _tensor_borrow(logits);
+  *yc = _tensor_borrow(labels);
   if (*lc == NULL || *yc == NULL) return false;
   const int32_t *y = (*yc)->data;
   int64_t C = logits->shape[1];
@@ -116,8 +116,8 @@ tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels) {
     }
     *(float *)out->data = N ? (float)(total / (double)N) : 0.0f;
   }
-  tensor_free(lc);
-  tensor_free(yc);
+  _tensor_unborrow(logits, lc);
+  _tensor_unborrow(labels, yc);
   return out;
 }
 
@@ -134,8 +134,8 @@ tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels) {
       for (int64_t k = 0; k < C; k++) g[i * C + k] *= inv;
     }
   }
-  tensor_free(lc);
-  tensor_free(yc);
+  _tensor_unborrow(logits, lc);
+  _tensor_unborrow(labels, yc);
   return out;
 }
 
@@ -155,7 +155,7 @@ tensor *tensor_embedding(const tensor *weight, const tensor *indices) {
   int64_t V = weight->shape[0], D = weight->shape[1], shape[TENSOR_MAX_DIMS];
   memcpy(shape, indices->shape, (size_t)indices->ndim * sizeof *shape);
   shape[indices->ndim] = D;
-  tensor *ic = tensor_contiguous(indices), *wc = ic ? tensor_contiguous(weight) : NULL;
+  tensor *ic = _tensor_borrow(indices), *wc = ic ? _tensor_borrow(weight) : NULL;
   tensor *out = NULL;
   if (wc) {
     const int32_t *idx = ic->data;
@@ -169,7 +169,7 @@ tensor *tensor_embedding(const tensor *weight, const tensor *indices) {
       for (i = 0; i < n; i++)
         memcpy((float *)out->data + i * D, (const float *)wc->data + idx[i] * D, (size_t)D * 4);
   }
-  tensor_free(ic);
-  tensor_free(wc);
+  _tensor_unborrow(indices, ic);
+  _tensor_unborrow(weight, wc);
   return out;
 }

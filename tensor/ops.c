@@ -127,13 +127,13 @@ static tensor_status binary_out(const char *op, tensor *out, const tensor *a, co
     return tensor_last_status();
   int nd;
   int64_t shape[TENSOR_MAX_DIMS];
-  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR];
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR], b4[TENSOR_SHAPE_STR];
   if (!_tensor_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape))
     return _tensor_err(TENSOR_ESHAPE, "%s: shapes %s and %s do not broadcast", op, _tensor_desc(a, b1),
                        _tensor_desc(b, b2));
   if (nd != out->ndim || memcmp(shape, out->shape, (size_t)nd * sizeof *shape) != 0)
     return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, the result of %s and %s is %s", op, _tensor_desc(out, b3),
-                       _tensor_desc(a, b1), _tensor_desc(b, b2), _tensor_shape_desc(TENSOR_F32, nd, shape, b3));
+                       _tensor_desc(a, b1), _tensor_desc(b, b2), _tensor_shape_desc(TENSOR_F32, nd, shape, b4));
   int64_t sa[TENSOR_MAX_DIMS], sb[TENSOR_MAX_DIMS];
   _tensor_broadcast_strides(a, nd, shape, sa);
   _tensor_broadcast_strides(b, nd, shape, sb);
@@ -346,13 +346,13 @@ static tensor *reduce(const char *op, int kind, const tensor *a, int axis, int k
     if (kind == R_MEAN) tensor_fill_(out, NAN);
     return out;
   }
-  tensor *c = tensor_contiguous(a);
+  tensor *c = _tensor_borrow(a);
   if (c == NULL) {
     tensor_free(out);
     return NULL;
   }
   reduce_rows(kind, c->data, outer, n, inner, out->data);
-  tensor_free(c);
+  _tensor_unborrow(a, c);
   return out;
 }
 

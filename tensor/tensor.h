@@ -32,7 +32,9 @@
  * tensor_status), keeps a one-line message naming the op and the shapes
  * (tensor_error()), and passes it to the error handler (default: print
  * "tensor: <message>" on stderr).  An op given a NULL input returns NULL, so
- * a chain of calls fails at the first error. */
+ * a chain of calls fails at the first error, and that error stays the one
+ * reported until tensor_error_clear() (a NULL input with no error pending is
+ * itself an error, TENSOR_EINVAL). */
 #ifndef TAGALLOC_TENSOR_H
 #define TAGALLOC_TENSOR_H
 

@@ -338,6 +338,10 @@ tensor *tensor_contiguous(const tensor *t) {
   return tensor_is_contiguous(t) ? tensor_alias(t) : tensor_clone(t);
 }
 
+tensor *_tensor_borrow(const tensor *t) {
+  return tensor_is_contiguous(t) ? (tensor *)t : tensor_clone(t);
+}
+
 tensor_status tensor_copy_(tensor *dst, const tensor *src) {
   if (!_tensor_arg("tensor_copy_", "dst", dst) || !_tensor_arg("tensor_copy_", "src", src))
     return TENSOR_EINVAL;

@@ -14,11 +14,16 @@ rng = np.random.RandomState(5)
 out = []
 
 
+def cfloat(v):
+    t = "%.9g" % float(np.float32(v))
+    return t + (".0f" if "." not in t and "e" not in t and "inf" not in t else "f")
+
+
 def arr(name, a, ctype="float"):
     a = np.asarray(a)
     flat = a.reshape(-1)
     if ctype == "float":
-        body = ", ".join("%.9gf" % float(np.float32(v)) for v in flat)
+        body = ", ".join(cfloat(v) for v in flat)
     else:
         body = ", ".join("%d" % int(v) for v in flat)
     shape = "x".join(str(s) for s in a.shape) or "scalar"
