@@ -184,7 +184,7 @@ def clean_env():
 
 
 def strip_heaptrack(out):
-    """The program's stdout from heaptrack's (which adds its own lines)."""
+    """The program's stdout without heaptrack's (which adds its own lines)."""
     start = "starting application, this might take some time...\n"
     i = out.find(start)
     if i >= 0:
@@ -199,6 +199,13 @@ def run_once(cfg, w, build, tmp, seq, base_env, timeout):
     argv, extra = command(cfg, w, build, tmp, seq)
     env = dict(base_env, **extra)
     outp, errp = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+    # Through /usr/bin/time for the peak RSS: a child forked from this
+    # (large) Python process and exec'ing would count the Python image it
+    # was forked from in its ru_maxrss; time(1)'s child is forked from time.
+    rssf = os.path.join(tmp, "rss")
+    if os.path.exists(rssf):
+        os.unlink(rssf)
+    argv = ["/usr/bin/time", "-f", "%M", "-o", rssf] + argv
     if w.outfile and os.path.exists(w.outfile):
         os.unlink(w.outfile)
     with open(outp, "wb") as fo, open(errp, "wb") as fe:
@@ -218,7 +225,11 @@ def run_once(cfg, w, build, tmp, seq, base_env, timeout):
         p.returncode = os.waitstatus_to_exitcode(status)
     out = open(outp, "rb").read().decode(errors="replace")
     err = open(errp, "rb").read().decode(errors="replace")
-    r = {"wall": t1 - t0, "cpu": ru.ru_utime + ru.ru_stime, "rss_kb": ru.ru_maxrss, "rc": p.returncode,
+    try:
+        rss_kb = int(open(rssf).read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        rss_kb = ru.ru_maxrss
+    r = {"wall": t1 - t0, "cpu": ru.ru_utime + ru.ru_stime, "rss_kb": rss_kb, "rc": p.returncode,
          "timed_out": t1 > deadline}
     if cfg == "heaptrack":
         out = strip_heaptrack(out)
@@ -335,8 +346,8 @@ def render(results, wls, configs, meta, rss_check):
         if meta["busy"] else ""))
     L.append("- Versions: %s." % "; ".join(meta["versions"]))
     L.append("- tagalloc: commit %s%s." % (meta["commit"], meta["dirty"]))
-    L.append("- Rounds: %s (a round runs every configuration once, in a shuffled order); valgrind and heaptrack on "
-             "the workloads marked * ran only the first %s round(s) (too slow for more). Cells are medians." %
+    L.append("- Rounds: %s (a round runs every configuration once, in a shuffled order); valgrind, heaptrack and LSan with exact "
+             "stacks on the workloads marked * ran only the first %s round(s) (too slow for more). Cells are medians." %
              (meta["runs"], meta["slow_runs"]))
     L.append("")
     L.append("Targets (issue 3): exact stacks at most 2x the bare program on the own workloads (churn), fast stacks "
@@ -402,8 +413,9 @@ def render(results, wls, configs, meta, rss_check):
     L.append("- Wall time: fork to wait4 of the tool's process (the whole tree: `tagalloc run` waits for every "
              "process of the program, writes the reports and exits). cpu s: user + sys of the whole tree (wait4 "
              "rusage). spread: (p75 - p25) / median of the wall times.")
-    L.append("- Peak RSS: wait4's `ru_maxrss` of the tool's process, which is the largest of the process and every "
-             "descendant it waited for (the largest single process, not a sum). For `tagalloc run` that is the "
+    L.append("- Peak RSS: `/usr/bin/time -f %M` around the tool's process: its child's wait4 `ru_maxrss`, the largest "
+             "of the process and every descendant it waited for (the largest single process, not a sum; not "
+             "measured from the runner's own fork, whose pre-exec Python image would count). For `tagalloc run` that is the "
              "program (or the largest of its processes), not the tagalloc parent, whose own peak is small; "
              "checked once per workload by running the program under `/usr/bin/time -f %M` inside "
              "`tagalloc run` (the parent left out):")
@@ -526,7 +538,8 @@ def main():
             sys.exit("run.py: %s fails bare (exit %s): %s" % (w.name, ref["rc"], ref["stderr"][-400:]))
     for rnd in range(runs):
         for w in wls:
-            order = [c for c in configs if not (w.slow and c in ("memcheck", "heaptrack") and rnd >= slow_runs)]
+            order = [c for c in configs
+                     if not (w.slow and c in ("memcheck", "heaptrack", "lsan-exact") and rnd >= slow_runs)]
             if args.quick and w.kind == "real" and w.name != "git":
                 # quick: valgrind and heaptrack on churn, tree and git only
                 order = [c for c in order if c not in ("memcheck", "heaptrack")]
