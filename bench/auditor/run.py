@@ -29,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -497,8 +498,9 @@ def main():
     configs = [c for c in CONFIGS if not args.configs or c in args.configs.split(",")]
     if "bare" not in configs:
         configs.insert(0, "bare")
-    tmp = os.path.join(build, "bench", "tmp")
-    os.makedirs(tmp, exist_ok=True)
+    # this run's own scratch directory: two runs at once must not share files
+    os.makedirs(os.path.join(build, "bench", "tmp"), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="run.", dir=os.path.join(build, "bench", "tmp"))
     for f in ["tagalloc", "libtagalloc-preload.so", "bench/churn", "bench/tree", "bench/churn-lsan",
               "bench/tree-lsan"]:
         if not os.path.exists(os.path.join(build, f)):
@@ -579,6 +581,7 @@ def main():
     with open(args.out, "w") as f:
         f.write(text)
     sys.stdout.write(text)
+    shutil.rmtree(tmp, ignore_errors=True)
     print("run.py: wrote %s (%.0f s)" % (args.out, time.time() - t_start), file=sys.stderr)
     return 1 if meta["invalid"] else 0
 
