@@ -160,54 +160,52 @@ static void col_range(const conv_geom *g, int64_t kw, int64_t *lo, int64_t *hi) 
   if (*lo > *hi) *lo = *hi;
 }
 
-/* col [C*KH*KW, N*OH*OW] from x [N,C,H,W] (contiguous). */
+/* col [C*KH*KW, OH*OW] from one image x [C,H,W].  Rows are short (OW
+ * floats): plain loops, not memcpy calls (gcc would make the loops calls). */
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
 static void im2col(const conv_geom *g, const float *x, float *col) {
-  int64_t P = g->OH * g->OW, NP = g->N * P;
+  int64_t P = g->OH * g->OW;
   for (int64_t c = 0; c < g->C; c++)
     for (int64_t kh = 0; kh < g->KH; kh++)
       for (int64_t kw = 0; kw < g->KW; kw++) {
-        float *row = col + ((c * g->KH + kh) * g->KW + kw) * NP;
+        float *row = col + ((c * g->KH + kh) * g->KW + kw) * P;
+        const float *plane = x + c * g->H * g->W;
         int64_t lo, hi;
         col_range(g, kw, &lo, &hi);
-        for (int64_t n = 0; n < g->N; n++) {
-          const float *plane = x + (n * g->C + c) * g->H * g->W;
-          for (int64_t oh = 0; oh < g->OH; oh++) {
-            float *o = row + n * P + oh * g->OW;
-            int64_t ih = oh * g->s - g->p + kh;
-            if (ih < 0 || ih >= g->H) {
-              memset(o, 0, (size_t)g->OW * 4);
-              continue;
-            }
-            const float *in = plane + ih * g->W - g->p + kw;
-            for (int64_t ow = 0; ow < lo; ow++) o[ow] = 0.0f;
-            if (g->s == 1) memcpy(o + lo, in + lo, (size_t)(hi - lo) * 4);
-            else for (int64_t ow = lo; ow < hi; ow++) o[ow] = in[ow * g->s];
-            for (int64_t ow = hi; ow < g->OW; ow++) o[ow] = 0.0f;
+        for (int64_t oh = 0; oh < g->OH; oh++) {
+          float *o = row + oh * g->OW;
+          int64_t ih = oh * g->s - g->p + kh;
+          if (ih < 0 || ih >= g->H) {
+            for (int64_t ow = 0; ow < g->OW; ow++) o[ow] = 0.0f;
+            continue;
           }
+          const float *in = plane + ih * g->W - g->p + kw;
+          for (int64_t ow = 0; ow < lo; ow++) o[ow] = 0.0f;
+          if (g->s == 1) for (int64_t ow = lo; ow < hi; ow++) o[ow] = in[ow];
+          else for (int64_t ow = lo; ow < hi; ow++) o[ow] = in[ow * g->s];
+          for (int64_t ow = hi; ow < g->OW; ow++) o[ow] = 0.0f;
         }
       }
 }
 
-/* dx [N,C,H,W] += col [C*KH*KW, N*OH*OW] scattered back (dx zeroed first). */
+/* One image dx [C,H,W] = col [C*KH*KW, OH*OW] scattered back. */
 static void col2im(const conv_geom *g, const float *col, float *dx) {
-  int64_t P = g->OH * g->OW, NP = g->N * P;
-  memset(dx, 0, (size_t)(g->N * g->C * g->H * g->W) * 4);
+  int64_t P = g->OH * g->OW;
+  memset(dx, 0, (size_t)(g->C * g->H * g->W) * 4);
   for (int64_t c = 0; c < g->C; c++)
     for (int64_t kh = 0; kh < g->KH; kh++)
       for (int64_t kw = 0; kw < g->KW; kw++) {
-        const float *row = col + ((c * g->KH + kh) * g->KW + kw) * NP;
+        const float *row = col + ((c * g->KH + kh) * g->KW + kw) * P;
+        float *plane = dx + c * g->H * g->W;
         int64_t lo, hi;
         col_range(g, kw, &lo, &hi);
-        for (int64_t n = 0; n < g->N; n++) {
-          float *plane = dx + (n * g->C + c) * g->H * g->W;
-          for (int64_t oh = 0; oh < g->OH; oh++) {
-            int64_t ih = oh * g->s - g->p + kh;
-            if (ih < 0 || ih >= g->H) continue;
-            const float *o = row + n * P + oh * g->OW;
-            float *in = plane + ih * g->W - g->p + kw;
-            if (g->s == 1) for (int64_t ow = lo; ow < hi; ow++) in[ow] += o[ow];
-            else for (int64_t ow = lo; ow < hi; ow++) in[ow * g->s] += o[ow];
-          }
+        for (int64_t oh = 0; oh < g->OH; oh++) {
+          int64_t ih = oh * g->s - g->p + kh;
+          if (ih < 0 || ih >= g->H) continue;
+          const float *o = row + oh * g->OW;
+          float *in = plane + ih * g->W - g->p + kw;
+          if (g->s == 1) for (int64_t ow = lo; ow < hi; ow++) in[ow] += o[ow];
+          else for (int64_t ow = lo; ow < hi; ow++) in[ow * g->s] += o[ow];
         }
       }
 }
@@ -222,9 +220,12 @@ static tensor *contig_4d(const char *op, const char *name, const tensor *t) {
   return _tensor_borrow(t);
 }
 
+/* Image by image: col = im2col(x_n) [CKK, P], out_n [O, P] = w [O, CKK] @ col
+ * (+ bias).  The column matrix of one image stays in cache, and out_n is
+ * written in place in NCHW order. */
 tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int stride, int pad) {
   const char *op = "tensor_conv2d";
-  tensor *xc = NULL, *wc = NULL, *col = NULL, *y = NULL, *out = NULL;
+  tensor *xc = NULL, *wc = NULL, *col = NULL, *out = NULL;
   conv_geom g;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (!(xc = contig_4d(op, "x", x)) || !(wc = contig_4d(op, "w", w))) goto fail;
@@ -235,49 +236,29 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
                 (long long)g.O, _tensor_desc(w, b2));
     goto fail;
   }
-  int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, NP = g.N * P;
-  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, NP }))) goto fail;
-  if (!(y = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ g.O, NP }))) goto fail;
+  int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
+  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, P }))) goto fail;
   if (!(out = _tensor_out(op, TENSOR_F32, 4, (int64_t[]){ g.N, g.O, g.OH, g.OW }))) goto fail;
-  if (NP && g.O) {
-    im2col(&g, xc->data, col->data);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.O, (int)NP, (int)CKK, 1.0f, wc->data, (int)CKK,
-                col->data, (int)NP, 0.0f, y->data, (int)NP);
-    /* y [O, N, P] -> out [N, O, P], plus the bias */
-    const float *yp = y->data;
-    float *dst0 = out->data;
-    for (int64_t n = 0; n < g.N; n++)
-      for (int64_t o = 0; o < g.O; o++) {
-        const float *src = yp + o * NP + n * P;
-        float *dst = dst0 + (n * g.O + o) * P;
-        float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
-        for (int64_t i = 0; i < P; i++) dst[i] = src[i] + bv;
-      }
+  for (int64_t n = 0; n < g.N && P && g.O; n++) {
+    float *on = (float *)out->data + n * g.O * P;
+    for (int64_t o = 0; o < g.O; o++) {
+      float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
+      for (int64_t i = 0; i < P; i++) on[o * P + i] = bv;
+    }
+    im2col(&g, (const float *)xc->data + n * g.C * g.H * g.W, col->data);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.O, (int)P, (int)CKK, 1.0f, wc->data, (int)CKK,
+                col->data, (int)P, 1.0f, on, (int)P);
   }
   _tensor_unborrow(x, xc);
   _tensor_unborrow(w, wc);
   tensor_free(col);
-  tensor_free(y);
   return out;
 fail:
   _tensor_unborrow(x, xc);
   _tensor_unborrow(w, wc);
   tensor_free(col);
-  tensor_free(y);
   tensor_free(out);
   return NULL;
-}
-
-/* dy [N,O,OH,OW] -> [O, N*P] (contiguous). */
-static tensor *dy_by_channel(const char *op, const tensor *dyc, const conv_geom *g) {
-  int64_t P = g->OH * g->OW, NP = g->N * P;
-  tensor *t = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ g->O, NP });
-  if (t == NULL) return NULL;
-  const float *src = dyc->data;
-  float *dst = t->data;
-  for (int64_t n = 0; n < g->N; n++)
-    for (int64_t o = 0; o < g->O; o++) memcpy(dst + o * NP + n * P, src + (n * g->O + o) * P, (size_t)P * 4);
-  return t;
 }
 
 static bool check_dy(const char *op, const tensor *dy, const conv_geom *g) {
@@ -289,10 +270,11 @@ static bool check_dy(const char *op, const tensor *dy, const conv_geom *g) {
   return false;
 }
 
+/* Image by image: dcol [CKK, P] = w^T @ dy_n [O, P], dx_n = col2im(dcol). */
 tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, const int64_t *x_shape, int stride,
                                  int pad) {
   const char *op = "tensor_conv2d_grad_input";
-  tensor *dyc = NULL, *wc = NULL, *dyt = NULL, *dcol = NULL, *dx = NULL;
+  tensor *dyc = NULL, *wc = NULL, *dcol = NULL, *dx = NULL;
   conv_geom g;
   if (!(dyc = contig_4d(op, "dy", dy)) || !(wc = contig_4d(op, "w", w))) goto fail;
   if (ndim != 4 || _tensor_check_shape(op, ndim, x_shape) < 0) {
@@ -300,34 +282,34 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
     goto fail;
   }
   if (!conv_geometry(op, x_shape, w->shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
-  int64_t CKK = g.C * g.KH * g.KW, NP = g.N * g.OH * g.OW;
-  if (!(dyt = dy_by_channel(op, dyc, &g))) goto fail;
-  if (!(dcol = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, NP }))) goto fail;
+  int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
+  if (!(dcol = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, P }))) goto fail;
   if (!(dx = _tensor_out(op, TENSOR_F32, 4, x_shape))) goto fail;
-  if (NP && CKK && g.O)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CKK, (int)NP, (int)g.O, 1.0f, wc->data, (int)CKK,
-                dyt->data, (int)NP, 0.0f, dcol->data, (int)NP);
-  else
-    memset(dcol->data, 0, (size_t)dcol->numel * 4);
-  col2im(&g, dcol->data, dx->data);
+  for (int64_t n = 0; n < g.N; n++) {
+    if (P && CKK && g.O)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CKK, (int)P, (int)g.O, 1.0f, wc->data, (int)CKK,
+                  (const float *)dyc->data + n * g.O * P, (int)P, 0.0f, dcol->data, (int)P);
+    else
+      memset(dcol->data, 0, (size_t)dcol->numel * 4);
+    col2im(&g, dcol->data, (float *)dx->data + n * g.C * g.H * g.W);
+  }
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(w, wc);
-  tensor_free(dyt);
   tensor_free(dcol);
   return dx;
 fail:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(w, wc);
-  tensor_free(dyt);
   tensor_free(dcol);
   tensor_free(dx);
   return NULL;
 }
 
+/* Image by image: dw [O, CKK] += dy_n [O, P] @ im2col(x_n)^T. */
 tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, const int64_t *w_shape, int stride,
                                   int pad) {
   const char *op = "tensor_conv2d_grad_weight";
-  tensor *dyc = NULL, *xc = NULL, *dyt = NULL, *col = NULL, *dw = NULL;
+  tensor *dyc = NULL, *xc = NULL, *col = NULL, *dw = NULL;
   conv_geom g;
   if (!(dyc = contig_4d(op, "dy", dy)) || !(xc = contig_4d(op, "x", x))) goto fail;
   if (ndim != 4 || _tensor_check_shape(op, ndim, w_shape) < 0) {
@@ -335,25 +317,22 @@ tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, c
     goto fail;
   }
   if (!conv_geometry(op, x->shape, w_shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
-  int64_t CKK = g.C * g.KH * g.KW, NP = g.N * g.OH * g.OW;
-  if (!(dyt = dy_by_channel(op, dyc, &g))) goto fail;
-  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, NP }))) goto fail;
+  int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
+  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, P }))) goto fail;
   if (!(dw = _tensor_out(op, TENSOR_F32, 4, w_shape))) goto fail;
-  im2col(&g, xc->data, col->data);
-  if (NP && CKK && g.O)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.O, (int)CKK, (int)NP, 1.0f, dyt->data, (int)NP,
-                col->data, (int)NP, 0.0f, dw->data, (int)CKK);
-  else
-    memset(dw->data, 0, (size_t)dw->numel * 4);
+  memset(dw->data, 0, (size_t)dw->numel * 4);
+  for (int64_t n = 0; n < g.N && P && CKK && g.O; n++) {
+    im2col(&g, (const float *)xc->data + n * g.C * g.H * g.W, col->data);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.O, (int)CKK, (int)P, 1.0f,
+                (const float *)dyc->data + n * g.O * P, (int)P, col->data, (int)P, 1.0f, dw->data, (int)CKK);
+  }
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(x, xc);
-  tensor_free(dyt);
   tensor_free(col);
   return dw;
 fail:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(x, xc);
-  tensor_free(dyt);
   tensor_free(col);
   tensor_free(dw);
   return NULL;
