@@ -158,14 +158,77 @@ static int read_tids(int *tids, int max) {
 }
 
 /* Stops every other thread; returns how many answered. */
+/* Reads /proc/self/task/TID/FILE into buf (NUL-terminated); its length or -1. */
+static long read_task_file(int tid, const char *file, char *buf, size_t size) {
+  char path[64];
+  int n = 0;
+  const char *pre = "/proc/self/task/";
+  for (const char *c = pre; *c; c++) path[n++] = *c;
+  char digits[16];
+  int nd = 0;
+  for (unsigned v = (unsigned)tid; v || nd == 0; v /= 10) digits[nd++] = (char)('0' + v % 10);
+  while (nd) path[n++] = digits[--nd];
+  path[n++] = '/';
+  for (const char *c = file; *c && n < (int)sizeof path - 1; c++) path[n++] = *c;
+  path[n] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  long len = read(fd, buf, size - 1);
+  close(fd);
+  if (len < 0) return -1;
+  buf[len] = '\0';
+  return len;
+}
+
+/* Does thread tid block the scan's signal?  (Node's signal thread blocks
+ * every signal and waits in a futex: it would never answer.) */
+static bool blocks_scan_signal(int tid) {
+  char buf[2048];
+  if (read_task_file(tid, "status", buf, sizeof buf) < 0) return false;
+  const char *p = strstr(buf, "\nSigBlk:");
+  if (p == NULL) return false;
+  uint64_t mask = strtoull(p + 8, NULL, 16);
+  return (mask >> (scan_signal - 1)) & 1;
+}
+
+/* The stack pointer of a thread blocked in a system call (the next-to-last
+ * field of /proc/self/task/TID/syscall), or 0 when it runs. */
+static uintptr_t blocked_sp(int tid) {
+  char buf[256];
+  if (read_task_file(tid, "syscall", buf, sizeof buf) <= 0) return 0;
+  if (buf[0] < '0' || buf[0] > '9') return 0;       /* "running" */
+  char *fields[10];
+  int nf = 0;
+  for (char *c = buf; *c && nf < 10;) {
+    while (*c == ' ') c++;
+    if (!*c || *c == '\n') break;
+    fields[nf++] = c;
+    while (*c && *c != ' ' && *c != '\n') c++;
+  }
+  return nf == 9 ? (uintptr_t)strtoull(fields[7], NULL, 16) : 0;
+}
+
+/* Threads that block the signal: not stopped, but read from their stack
+ * pointer to the end of their stack's mapping, which for a thread of
+ * pthread_create holds its static TLS and descriptor too. */
+static uintptr_t unstoppable_sp[MAX_STOPPED];
+static int nunstoppable;
+
 static int stop_others(void) {
   static int tids[MAX_STOPPED];
   int self = (int)syscall(SYS_gettid), pid = getpid();
   int n = read_tids(tids, MAX_STOPPED), sent = 0;
   atomic_store(&slot_next, 0);
   atomic_store(&nstopped_acks, 0);
+  nunstoppable = 0;
   for (int i = 0; i < n; i++) {
     if (tids[i] == self) continue;
+    if (blocks_scan_signal(tids[i])) {
+      uintptr_t sp = 0;                 /* it may be on its way into the call: */
+      for (int k = 0; k < 1000 && (sp = blocked_sp(tids[i])) == 0; k++) syscall(SYS_sched_yield);
+      if (sp) unstoppable_sp[nunstoppable++] = sp;
+      continue;
+    }
     if (syscall(SYS_tgkill, pid, tids[i], scan_signal) == 0) sent++;
   }
   struct timespec start, now;
@@ -359,11 +422,55 @@ static void scan_tls(marker *m, uintptr_t tp) {
   }
 }
 
-/* A mapping the program made: its writable pages that are resident (a page
- * never touched holds zeros: V8 reserves gigabytes it never uses). */
+/* Pages never touched hold zeros: a 1 GiB block malloc'd and left alone,
+ * or the gigabytes V8 reserves, need not be read (reading them would also
+ * make the kernel map them).  /proc/self/pagemap tells, per page, present
+ * (bit 63) or swapped (bit 62); neither means never touched.  Open during
+ * a scan; -1 when it cannot be read, and then every page is read. */
+static int pagemap_fd = -1;
+
+/* The next run of touched pages in [*lo, hi): *lo and *end set to it;
+ * false when there is none.  A range under 64 KiB is one run. */
+static bool touched_run(uintptr_t *lo, uintptr_t hi, uintptr_t *end) {
+  if (*lo >= hi) return false;
+  if (hi - *lo < ((uintptr_t)64 << 10) || pagemap_fd < 0) { *end = hi; return true; }
+  uint64_t ent[512];
+  uintptr_t page = *lo & ~(uintptr_t)4095, run = 0;
+  bool in = false;
+  while (page < hi) {
+    size_t n = (hi - page + 4095) / 4096;
+    if (n > 512) n = 512;
+    if (pread(pagemap_fd, ent, n * 8, (off_t)(page / 4096 * 8)) != (ssize_t)(n * 8)) {
+      if (!in) run = page > *lo ? page : *lo;         /* unreadable: the rest is one run */
+      *lo = run;
+      *end = hi;
+      return true;
+    }
+    for (size_t i = 0; i < n; i++) {
+      bool touched = (ent[i] >> 62) != 0;
+      uintptr_t a = page + i * 4096;
+      if (touched && !in) { in = true; run = a > *lo ? a : *lo; }
+      else if (!touched && in) { *lo = run; *end = a; return true; }
+    }
+    page += n * 4096;
+  }
+  if (in) { *lo = run; *end = hi; return true; }
+  *lo = hi;
+  return false;
+}
+
+/* scan_range over the touched pages only. */
+static void scan_touched(marker *m, uintptr_t lo, uintptr_t hi, bool definite) {
+  uintptr_t end;
+  while (touched_run(&lo, hi, &end)) {
+    scan_range(m, lo, end, definite);
+    lo = end;
+  }
+}
+
+/* A mapping the program made: its writable pages that were touched. */
 static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t hi) {
-  static unsigned char vec[4096];       /* under scan_lock */
-  const size_t chunk = sizeof vec * 4096;
+  const size_t chunk = (size_t)64 << 20;
   lo &= ~(uintptr_t)4095;
   while (lo < hi) {
     range r = map_of(wmaps, lo);
@@ -377,19 +484,7 @@ static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t 
     }
     uintptr_t end = r.hi < hi ? r.hi : hi;
     if (end - lo > chunk) end = lo + chunk;
-    if (mincore((void *)lo, end - lo, vec) != 0) {
-      scan_range(m, lo, end, true);
-    } else {
-      size_t npages = (end - lo + 4095) / 4096;
-      for (size_t i = 0; i < npages;) {
-        if (!(vec[i] & 1)) { i++; continue; }
-        size_t j = i;
-        while (j < npages && (vec[j] & 1)) j++;
-        uintptr_t a = lo + i * 4096, b = lo + j * 4096;
-        scan_range(m, a, b < end ? b : end, true);
-        i = j;
-      }
-    }
+    scan_touched(m, lo, end, true);
     lo = end;
   }
 }
@@ -397,7 +492,7 @@ static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t 
 static void drain(marker *m) {
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
-    scan_range(m, b->addr, b->addr + b->size, b->state == S_REACHABLE);
+    scan_touched(m, b->addr, b->addr + b->size, b->state == S_REACHABLE);
   }
 }
 
@@ -410,8 +505,9 @@ static void clique(marker *m, uint32_t leader) {
   m->stack[m->top++] = leader;
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
-    uintptr_t lo = (b->addr + 7) & ~(uintptr_t)7, hi = b->addr + b->size;
-    for (uintptr_t p = lo; p + 8 <= hi; p += 8) {
+    uintptr_t lo = (b->addr + 7) & ~(uintptr_t)7, hi = b->addr + b->size, end;
+    for (; touched_run(&lo, hi, &end); lo = end)
+    for (uintptr_t p = lo; p + 8 <= end; p += 8) {
       uintptr_t v = *(const uintptr_t *)p;
       bool start;
       long i = block_of(m, v, &start);
@@ -484,6 +580,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   }
   int nstopped = stops ? stop_others() : 0;
   read_maps(&maps, &wmaps);
+  pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 
   marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
   if (blocks.n) {
@@ -515,6 +612,10 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       if (st.hi) scan_root(&m, s->sp - 128 > st.lo ? s->sp - 128 : st.lo, st.hi);
       scan_tls(&m, s->tp);
       s->valid = false;
+    }
+    for (int i = 0; i < nunstoppable; i++) {
+      range st = map_of(&maps, unstoppable_sp[i]);
+      if (st.hi) scan_root(&m, unstoppable_sp[i] - 128 > st.lo ? unstoppable_sp[i] - 128 : st.lo, st.hi);
     }
     drain(&m);
     for (size_t i = 0; i < m.n; i++)
@@ -569,6 +670,8 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   if (m.stack) _ta_sys_munmap(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
   mvec_free(&roots);
   mvec_free(&maps);
+  if (pagemap_fd >= 0) close(pagemap_fd);
+  pagemap_fd = -1;
   mvec_free(&wmaps);
   if (plo) _ta_sys_munmap(plo, pcap * 2 * sizeof *plo);
   mvec_free(&blocks);

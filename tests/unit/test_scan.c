@@ -17,6 +17,7 @@
 #include "support.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,7 +306,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int ready, done;
 
-typedef struct { int xor_it; } holder_arg;
+typedef struct { int xor_it, block_signals; } holder_arg;
 
 NOIPA static uintptr_t alloc_88(int xor_it) {
   uintptr_t p = (uintptr_t)ta_alloc(T, 88);
@@ -314,6 +315,11 @@ NOIPA static uintptr_t alloc_88(int xor_it) {
 
 static void *stack_holder(void *arg) {
   holder_arg *h = arg;
+  if (h->block_signals) {               /* as node's signal thread does */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+  }
   /* the only copy: a local of this thread (or its XOR, for the control) */
   volatile uintptr_t local = alloc_88(h->xor_it);
   scribble_stack();
@@ -327,9 +333,9 @@ static void *stack_holder(void *arg) {
   return NULL;
 }
 
-static void scan_with_thread_holding(int xor_it, ta_summary *s, size_t *direct) {
+static void scan_with_thread_holding(int xor_it, int block_signals, ta_summary *s, size_t *direct) {
   pthread_t th;
-  holder_arg arg = { xor_it };
+  holder_arg arg = { xor_it, block_signals };
   ready = done = 0;
   assert_int_equal(pthread_create(&th, NULL, stack_holder, &arg), 0);
   pthread_mutex_lock(&mu);
@@ -349,17 +355,36 @@ static void test_other_thread_stack_is_reachable(void **state) {
   (void)state;
   ta_summary s;
   size_t direct;
-  scan_with_thread_holding(0, &s, &direct);
+  scan_with_thread_holding(0, 0, &s, &direct);
   assert_int_equal(direct, 0);
   assert_int_equal(s.direct_blocks, 0);
   assert_int_equal(s.reachable_blocks, 1);
   assert_int_equal(s.reachable_bytes, 88);
 
   /* the control: the same thread holding only the XOR of the address */
-  scan_with_thread_holding(1, &s, &direct);
+  scan_with_thread_holding(1, 0, &s, &direct);
   assert_int_equal(direct, 1);
   assert_int_equal(s.direct_blocks, 1);
   assert_int_equal(s.direct_bytes, 88);
+  assert_int_equal(s.reachable_blocks, 0);
+}
+
+/* A thread that blocks every signal cannot be stopped: the scan reads its
+ * stack from the stack pointer of its blocking system call up to the end
+ * of the stack's mapping (its TLS and descriptor included). */
+static void test_thread_blocking_signals_is_scanned(void **state) {
+  (void)state;
+  ta_summary s;
+  size_t direct;
+  scan_with_thread_holding(0, 1, &s, &direct);
+  assert_int_equal(direct, 0);
+  assert_int_equal(s.direct_blocks, 0);
+  assert_int_equal(s.reachable_blocks, 1);
+  assert_int_equal(s.reachable_bytes, 88);
+
+  scan_with_thread_holding(1, 1, &s, &direct);          /* the control, XOR'd */
+  assert_int_equal(direct, 1);
+  assert_int_equal(s.direct_blocks, 1);
   assert_int_equal(s.reachable_blocks, 0);
 }
 
@@ -416,6 +441,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_interior_is_possible, setup, teardown),
     cmocka_unit_test_setup_teardown(test_xor_is_direct, setup, teardown),
     cmocka_unit_test_setup_teardown(test_other_thread_stack_is_reachable, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_thread_blocking_signals_is_scanned, setup, teardown),
     cmocka_unit_test_setup_teardown(test_exit_report, setup, teardown),
     cmocka_unit_test_setup_teardown(test_big_blocks_are_direct, setup, teardown),
   };
