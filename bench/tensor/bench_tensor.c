@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int reps = 7, rounds = 7;
+static int reps = 9, rounds = 9;
 static const char *ref_script = "bench/tensor/ref.py";
 
 static double now(void) {

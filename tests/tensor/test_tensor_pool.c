@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "tensor_test.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #define SHAPE23 TS(2, 3)
@@ -182,12 +183,45 @@ static void test_global_and_errors(void **state) {
   assert_int_equal(n_errors, 3);
 }
 
+/* Two threads share one pool: every acquire is a hit or a miss, and the
+ * storages made are at most the ones out at a time. */
+static void *churn(void *arg) {
+  tensor_pool *p = arg;
+  for (int i = 0; i < 2000; i++) {
+    tensor *a = tensor_pool_acquire(p, TENSOR_F32, TS(32));
+    tensor *b = tensor_pool_acquire(p, TENSOR_F32, TS(32));
+    tensor_f32(a)[31] = tensor_f32(b)[0] = (float)i;
+    tensor_free(b);
+    tensor_free(a);
+  }
+  return NULL;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  ta_mark m = ta_mark_now();
+  tensor_pool *p = tensor_pool_new();
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn, p);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  tensor_pool_stats st = tensor_pool_stats_get(p);
+  assert_int_equal(st.hits + st.misses, 8000);
+  assert_int_equal(st.out, 0);
+  assert_true(st.misses >= 2 && st.misses <= 4);
+  assert_int_equal(st.storages, st.misses);
+  assert_int_equal(ta_since(m, T_POOL).allocs, st.misses);
+  tensor_pool_free(p);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_scripted_sequence, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_views_ops_and_scan, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_global_and_errors, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_threads, errors_setup, errors_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
