@@ -2,6 +2,8 @@
  * any report_source: the running ledger or a trace read offline.  The text
  * is built in memory and written with write(2).  Strings are escaped; bytes
  * that are not UTF-8 become U+FFFD, so the output is always valid JSON. */
+#include "jbuf.h"
+#include "model.h"
 #include "report.h"
 
 #include <errno.h>
@@ -11,190 +13,51 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
-  char  *s;
-  size_t len, cap;
-  bool   oom;
-} jbuf;
-
-static void j_put(jbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (b->len + n + 1 > cap) cap *= 2;
-    char *p = realloc(b->s, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->s = p;
-    b->cap = cap;
-  }
-  memcpy(b->s + b->len, s, n);
-  b->len += n;
-  b->s[b->len] = '\0';
-}
-
-static void j_lit(jbuf *b, const char *s) { j_put(b, s, strlen(s)); }
-
-__attribute__((format(printf, 2, 3)))
-static void j_printf(jbuf *b, const char *fmt, ...) {
-  char tmp[256];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  j_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* The length of the UTF-8 sequence at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t k;
-  unsigned min;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) k = 2, min = 0x80;
-  else if (c >= 0xE0 && c <= 0xEF) k = 3, min = 0x800;
-  else if (c >= 0xF0 && c <= 0xF4) k = 4, min = 0x10000;
-  else return 0;
-  if (k > n) return 0;
-  unsigned v = c & (0xFF >> (k + 1));
-  for (size_t i = 1; i < k; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (s[i] & 0x3F);
-  }
-  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  return k;
-}
-
-static void j_str(jbuf *b, const char *s) {
-  if (!s) {
-    j_lit(b, "null");
-    return;
-  }
-  j_put(b, "\"", 1);
-  const unsigned char *p = (const unsigned char *)s;
-  size_t n = strlen(s);
-  while (n) {
-    unsigned c = *p;
-    if (c == '"' || c == '\\') {
-      char e[2] = { '\\', (char)c };
-      j_put(b, e, 2);
-      p++, n--;
-    } else if (c == '<' || c == '>' || c == '&') {
-      /* escaped, so the JSON can sit inside an HTML <script> (C++ names
-       * have < and >): the same string to a JSON reader */
-      j_printf(b, "\\u%04x", c);
-      p++, n--;
-    } else if (c < 0x20) {
-      const char *e = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
-      if (e) j_lit(b, e);
-      else j_printf(b, "\\u%04x", c);
-      p++, n--;
-    } else {
-      size_t k = utf8_len(p, n);
-      if (k == 0) {
-        j_lit(b, "\\ufffd");
-        k = 1;
-      } else {
-        j_put(b, (const char *)p, k);
-      }
-      p += k, n -= k;
-    }
-  }
-  j_put(b, "\"", 1);
-}
-
-static void j_addr(jbuf *b, uint64_t a) { j_printf(b, "\"0x%llx\"", (unsigned long long)a); }
-
 /* ---- stacks and findings ------------------------------------------------------- */
 
-static void j_stack(jbuf *b, const report_source *src, uint32_t stack) {
-  const uintptr_t *pcs = NULL;
-  size_t n = stack ? src->stack_frames(src->arg, stack, &pcs) : 0;
+static void j_stack(jbuf *b, report_process *p, uint32_t stack) {
+  const report_mstack *st = report_process_stack(p, stack);
   j_put(b, "[", 1);
-  report_ctx *ctx = n && pcs ? report_source_ctx(src) : NULL;
-  bool first = true;
-  for (size_t i = 0; pcs && i < n; i++) {
-    report_frame fr[REPORT_MAX_INLINE];
-    int k = ctx ? report_symbolize(ctx, pcs[i], fr, REPORT_MAX_INLINE) : 0;
-    if (k <= 0) {
-      memset(fr, 0, sizeof fr[0]);
-      fr[0].address = pcs[i];
-      k = 1;
-    }
-    for (int j = 0; j < k; j++) {
-      if (!first) j_put(b, ",", 1);
-      first = false;
-      j_lit(b, "{\"function\":");
-      j_str(b, fr[j].function);
-      j_lit(b, ",\"file\":");
-      j_str(b, fr[j].file);
-      if (fr[j].line > 0) j_printf(b, ",\"line\":%d", fr[j].line);
-      else j_lit(b, ",\"line\":null");
-      j_lit(b, ",\"module\":");
-      j_str(b, fr[j].module);
-      j_lit(b, ",\"address\":");
-      j_addr(b, fr[j].address);
-      if (fr[j].module) j_printf(b, ",\"module_offset\":\"0x%llx\"", (unsigned long long)fr[j].module_offset);
-      if (fr[j].inlined) j_lit(b, ",\"inlined\":true");
-      j_put(b, "}", 1);
-    }
+  for (size_t i = 0; st && i < st->nframes; i++) {
+    const report_mframe *f = &st->frames[i];
+    if (i) j_put(b, ",", 1);
+    j_lit(b, "{\"function\":");
+    j_str(b, f->function);
+    j_lit(b, ",\"file\":");
+    j_str(b, f->file);
+    if (f->line > 0) j_printf(b, ",\"line\":%d", f->line);
+    else j_lit(b, ",\"line\":null");
+    j_lit(b, ",\"module\":");
+    j_str(b, f->module);
+    j_lit(b, ",\"address\":");
+    j_addr(b, f->address);
+    if (f->module) j_printf(b, ",\"module_offset\":\"0x%llx\"", (unsigned long long)f->module_offset);
+    if (f->inlined) j_lit(b, ",\"inlined\":true");
+    j_put(b, "}", 1);
   }
   j_put(b, "]", 1);
 }
 
-typedef struct {
-  jbuf                *b;
-  const report_source *src;
-  report_suppressions *supp;
-  size_t               count, findings;   /* written; leaks and errors among them */
-  ta_summary           cut;               /* suppressed leak bytes/blocks, by category */
-  uint64_t             cut_unclassified_bytes, cut_unclassified_blocks;
-  uint64_t             sup_bytes, sup_blocks;
-} jvisit;
-
-static int j_finding(const ta_finding *f, void *arg) {
-  jvisit *v = arg;
-  jbuf *b = v->b;
-  if (!f || !f->kind) return 0;
-  if (v->supp && report_suppressed(f, v->src, v->supp)) {
-    uint64_t *bytes = NULL, *blocks = NULL;
-    if (strcmp(f->kind, "leak.direct") == 0) bytes = &v->cut.direct_bytes, blocks = &v->cut.direct_blocks;
-    else if (strcmp(f->kind, "leak.indirect") == 0) bytes = &v->cut.indirect_bytes, blocks = &v->cut.indirect_blocks;
-    else if (strcmp(f->kind, "leak.possible") == 0) bytes = &v->cut.possible_bytes, blocks = &v->cut.possible_blocks;
-    else if (strcmp(f->kind, "leak.orphan") == 0) bytes = &v->cut.orphan_bytes, blocks = &v->cut.orphan_blocks;
-    else if (strcmp(f->kind, "unclassified") == 0) bytes = &v->cut_unclassified_bytes, blocks = &v->cut_unclassified_blocks;
-    if (bytes) {
-      *bytes += f->bytes;
-      *blocks += f->blocks;
-      v->sup_bytes += f->bytes;
-      v->sup_blocks += f->blocks;
-    }
-    return 0;
-  }
+static void j_finding(jbuf *b, report_process *p, const report_group *f) {
   bool error = !report_kind_is_leak(f->kind);
-  if (v->count++) j_put(b, ",", 1);
-  if (strcmp(f->kind, "unclassified") != 0) v->findings++;
   j_lit(b, "\n    {\"kind\":");
   j_str(b, f->kind);
   j_printf(b, ",\"bytes\":%llu,\"blocks\":%llu,\"tag\":", (unsigned long long)f->bytes,
            (unsigned long long)f->blocks);
-  j_str(b, f->tag != TA_ANY ? report_source_tag(v->src, f->tag) : NULL);
+  j_str(b, f->tag_name);
   j_lit(b, ",\"address\":");
   j_addr(b, f->addr);
   j_lit(b, ",\"stack\":");
-  j_stack(b, v->src, f->stack);
+  j_stack(b, p, f->stack);
   if (error || (f->alloc_stack && f->alloc_stack != f->stack)) {
     j_lit(b, ",\"alloc_stack\":");
-    j_stack(b, v->src, f->alloc_stack);
+    j_stack(b, p, f->alloc_stack);
   }
   j_lit(b, ",\"free_stack\":");
-  j_stack(b, v->src, f->free_stack);
+  j_stack(b, p, f->free_stack);
   if (f->aux_stack) {
     j_lit(b, ",\"aux_stack\":");
-    j_stack(b, v->src, f->aux_stack);
+    j_stack(b, p, f->aux_stack);
   }
   if (f->holder) {
     j_lit(b, ",\"holder\":");
@@ -204,104 +67,111 @@ static int j_finding(const ta_finding *f, void *arg) {
     j_lit(b, ",\"slot\":");
     j_str(b, f->slot);
   }
+  if (strcmp(f->kind, "leak.growth") == 0)
+    j_printf(b, ",\"slope\":%.3f,\"iterations\":%zu,\"first\":%llu,\"last\":%llu", f->slope, f->iterations,
+             (unsigned long long)f->growth_first, (unsigned long long)f->growth_last);
   if (f->detail[0]) {
-    char d[sizeof f->detail + 1];
-    memcpy(d, f->detail, sizeof f->detail);
-    d[sizeof f->detail] = '\0';
     j_lit(b, ",\"detail\":");
-    j_str(b, d);
+    j_str(b, f->detail);
   }
   j_put(b, "}", 1);
-  return 0;
 }
-
-static uint64_t minus(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 static void j_pair(jbuf *b, const char *name, uint64_t bytes, uint64_t blocks) {
   j_printf(b, "\"%s\":{\"bytes\":%llu,\"blocks\":%llu}", name, (unsigned long long)bytes,
            (unsigned long long)blocks);
 }
 
-int report_source_json(int fd, const report_source *src, const report_process_info *info) {
-  jbuf fb = { 0 }, b = { 0 };
-  jvisit v = { .b = &fb, .src = src,
-               .supp = src->suppressions ? src->suppressions : report_suppressions_default() };
-  if (v.supp) report_suppressions_reset_used(v.supp);
-  src->visit(src->arg, j_finding, &v);
-  ta_summary s = src->summary(src->arg);
+/* "callsites": what a trace says of each allocation site (tagalloc diff). */
+static void j_callsites(jbuf *b, const report_process *p) {
+  j_lit(b, ",\n  \"callsites\":[");
+  for (size_t i = 0; i < p->ncallsites; i++) {
+    const report_callsite *c = &p->callsites[i];
+    j_lit(b, i ? ",\n    {\"key\":" : "\n    {\"key\":");
+    j_str(b, c->key);
+    j_lit(b, ",\"function\":");
+    j_str(b, c->function);
+    j_lit(b, ",\"file\":");
+    j_str(b, c->file);
+    if (c->line > 0) j_printf(b, ",\"line\":%d", c->line);
+    else j_lit(b, ",\"line\":null");
+    j_printf(b, ",\"allocs\":%llu,\"bytes\":%llu,\"leaked_bytes\":%llu,\"leaked_blocks\":%llu,\"peak_bytes\":%llu}",
+             (unsigned long long)c->allocs, (unsigned long long)c->bytes, (unsigned long long)c->leaked_bytes,
+             (unsigned long long)c->leaked_blocks, (unsigned long long)c->peak_bytes);
+  }
+  j_lit(b, p->ncallsites ? "\n  ]" : "]");
+}
 
-  j_printf(&b, "{\"pid\":%ld,\"findings_count\":%zu,\"errors\":%llu", src->pid, v.findings,
+int report_json_process(int fd, report_process *p) {
+  jbuf b = { 0 };
+  const ta_summary s = p->summary;
+
+  j_printf(&b, "{\"pid\":%ld,\"findings_count\":%zu,\"errors\":%llu", p->pid, p->findings_count,
            (unsigned long long)s.errors);
-  if (info && info->ppid >= 0) j_printf(&b, ",\"ppid\":%ld", info->ppid);
+  if (p->ppid >= 0) j_printf(&b, ",\"ppid\":%ld", p->ppid);
   else j_lit(&b, ",\"ppid\":null");
   j_lit(&b, ",\"argv\":");
-  if (info && info->argv) {
+  if (p->argv) {
     j_put(&b, "[", 1);
-    for (int i = 0; i < info->argc; i++) {
+    for (int i = 0; i < p->argc; i++) {
       if (i) j_put(&b, ",", 1);
-      j_str(&b, info->argv[i]);
+      j_str(&b, p->argv[i]);
     }
     j_put(&b, "]", 1);
   } else {
     j_lit(&b, "null");
   }
-  if (info && info->exit_code >= 0) j_printf(&b, ",\"exit_code\":%d", info->exit_code);
+  if (p->exit_code >= 0) j_printf(&b, ",\"exit_code\":%d", p->exit_code);
   else j_lit(&b, ",\"exit_code\":null");
-  if (info && info->signal > 0) j_printf(&b, ",\"signal\":%d", info->signal);
+  if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);
   else j_lit(&b, ",\"signal\":null");
-  int clean = info && info->clean_exit >= 0 ? info->clean_exit : -1;
-  if (clean < 0 && src->unclassified) clean = 0;
-  j_lit(&b, clean < 0 ? ",\"clean_exit\":null" : clean ? ",\"clean_exit\":true" : ",\"clean_exit\":false");
+  j_lit(&b, p->clean_exit < 0 ? ",\"clean_exit\":null" : p->clean_exit ? ",\"clean_exit\":true" : ",\"clean_exit\":false");
   j_lit(&b, ",\"trace\":");
-  j_str(&b, info ? info->trace : NULL);
+  j_str(&b, p->trace);
 
   j_lit(&b, ",\n  \"summary\":{");
-  j_pair(&b, "direct", minus(s.direct_bytes, v.cut.direct_bytes), minus(s.direct_blocks, v.cut.direct_blocks));
+  j_pair(&b, "direct", s.direct_bytes, s.direct_blocks);
   j_put(&b, ",", 1);
-  j_pair(&b, "indirect", minus(s.indirect_bytes, v.cut.indirect_bytes),
-         minus(s.indirect_blocks, v.cut.indirect_blocks));
+  j_pair(&b, "indirect", s.indirect_bytes, s.indirect_blocks);
   j_put(&b, ",", 1);
-  j_pair(&b, "possible", minus(s.possible_bytes, v.cut.possible_bytes),
-         minus(s.possible_blocks, v.cut.possible_blocks));
+  j_pair(&b, "possible", s.possible_bytes, s.possible_blocks);
   j_put(&b, ",", 1);
   j_pair(&b, "reachable", s.reachable_bytes, s.reachable_blocks);
   j_put(&b, ",", 1);
-  j_pair(&b, "orphan", minus(s.orphan_bytes, v.cut.orphan_bytes), minus(s.orphan_blocks, v.cut.orphan_blocks));
-  if (src->unclassified) {
+  j_pair(&b, "orphan", s.orphan_bytes, s.orphan_blocks);
+  if (p->unclassified) {
     j_put(&b, ",", 1);
-    j_pair(&b, "unclassified", minus(src->unclassified_bytes, v.cut_unclassified_bytes),
-           minus(src->unclassified_blocks, v.cut_unclassified_blocks));
+    j_pair(&b, "unclassified", p->unclassified_bytes, p->unclassified_blocks);
   }
   j_put(&b, ",", 1);
-  j_pair(&b, "suppressed", v.sup_bytes, v.sup_blocks);
+  j_pair(&b, "suppressed", p->suppressed_bytes, p->suppressed_blocks);
   j_printf(&b, ",\"allocs\":%llu,\"frees\":%llu,\"peak_bytes\":%llu,\"errors\":%llu}",
            (unsigned long long)s.allocs, (unsigned long long)s.frees, (unsigned long long)s.peak_bytes,
            (unsigned long long)s.errors);
 
   j_lit(&b, ",\n  \"findings\":[");
-  if (fb.s) j_put(&b, fb.s, fb.len);
-  j_lit(&b, v.count ? "\n  ]" : "]");
+  for (size_t i = 0; i < p->ngroups; i++) {
+    if (i) j_put(&b, ",", 1);
+    j_finding(&b, p, &p->groups[i]);
+  }
+  j_lit(&b, p->ngroups ? "\n  ]" : "]");
 
   j_lit(&b, ",\n  \"suppressions\":[");
-  size_t nu = v.supp ? report_suppressions_used(v.supp, NULL, 0) : 0;
-  report_suppression_use *u = nu ? malloc(nu * sizeof *u) : NULL;
-  if (u) {
-    nu = report_suppressions_used(v.supp, u, nu);
-    for (size_t i = 0; i < nu; i++) {
-      j_lit(&b, i ? "," : "");
-      j_lit(&b, "{\"type\":");
-      j_str(&b, u[i].type);
-      j_lit(&b, ",\"pattern\":");
-      j_str(&b, u[i].pattern);
-      j_printf(&b, ",\"count\":%llu,\"bytes\":%llu}", (unsigned long long)u[i].hits,
-               (unsigned long long)u[i].bytes);
-    }
-    free(u);
+  for (size_t i = 0; i < p->nsuppressions_used; i++) {
+    const report_suppression_use *u = &p->suppressions_used[i];
+    j_lit(&b, i ? "," : "");
+    j_lit(&b, "{\"type\":");
+    j_str(&b, u->type);
+    j_lit(&b, ",\"pattern\":");
+    j_str(&b, u->pattern);
+    j_printf(&b, ",\"count\":%llu,\"bytes\":%llu}", (unsigned long long)u->hits, (unsigned long long)u->bytes);
   }
-  j_lit(&b, "]}");
+  j_lit(&b, "]");
+  if (p->tm) j_callsites(&b, p);
+  j_lit(&b, "}");
 
   int rc = 0;
-  if (b.oom || fb.oom) {
+  if (b.oom) {
     rc = -1;
   } else {
     size_t off = 0;
@@ -316,6 +186,13 @@ int report_source_json(int fd, const report_source *src, const report_process_in
     }
   }
   free(b.s);
-  free(fb.s);
+  return rc;
+}
+
+int report_source_json(int fd, const report_source *src, const report_process_info *info) {
+  report_process *p = report_process_new(src, info);
+  if (!p) return -1;
+  int rc = report_json_process(fd, p);
+  report_process_free(p);
   return rc;
 }

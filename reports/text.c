@@ -5,6 +5,7 @@
  * through a small buffered writer over write(2) (no stdio, no locks of
  * libc's), so it works from atexit handlers and after fork.  Symbolization
  * and all memory happen at report time only. */
+#include "model.h"
 #include "report.h"
 #include "tagalloc.h"
 
@@ -133,6 +134,18 @@ static ta_summary ledger_summary(void *arg) {
   return ta_summary_get();
 }
 
+static size_t no_groups(void *arg, ta_finding_fn *fn, void *fn_arg) {
+  (void)arg;
+  (void)fn;
+  (void)fn_arg;
+  return 0;
+}
+
+static ta_summary no_summary(void *arg) {
+  (void)arg;
+  return (ta_summary){ 0 };
+}
+
 void report_source_ledger(report_source *out) {
   memset(out, 0, sizeof *out);
   out->pid = (long)getpid();
@@ -161,7 +174,7 @@ bool report_kind_is_leak(const char *kind) {
 
 /* ---- frames and stacks ---------------------------------------------------- */
 
-static void write_frame(wbuf *w, const char *indent, size_t index, const report_frame *f) {
+static void write_frame(wbuf *w, const char *indent, size_t index, const report_mframe *f) {
   w_printf(w, "%s#%zu 0x%lx in %s", indent, index, (unsigned long)f->address,
            f->function ? f->function : "??");
   if (f->file) {
@@ -176,31 +189,19 @@ static void write_frame(wbuf *w, const char *indent, size_t index, const report_
 }
 
 /* Writes the frames of stack, at most max_frames lines; returns the lines. */
-static size_t write_stack(wbuf *w, const report_source *src, uint32_t stack, long max_frames,
-                          const char *indent) {
-  const uintptr_t *pcs = NULL;
-  size_t n = stack ? src->stack_frames(src->arg, stack, &pcs) : 0;
-  if (n == 0 || !pcs) {
+static size_t write_stack(wbuf *w, report_process *p, uint32_t stack, long max_frames, const char *indent) {
+  const report_mstack *st = report_process_stack(p, stack);
+  if (!st || st->npcs == 0) {
     w_printf(w, "%s<no stack recorded>\n", indent);
     return 0;
   }
-  report_ctx *ctx = report_source_ctx(src);
   size_t lines = 0;
-  for (size_t i = 0; i < n; i++) {
-    report_frame fr[REPORT_MAX_INLINE];
-    int k = report_symbolize(ctx, pcs[i], fr, REPORT_MAX_INLINE);
-    if (k <= 0) {   /* no symbolizer at all */
-      memset(fr, 0, sizeof fr[0]);
-      fr[0].address = pcs[i];
-      k = 1;
+  for (size_t i = 0; i < st->nframes; i++) {
+    if ((long)lines >= max_frames) {
+      w_printf(w, "%s... %zu more frame(s)\n", indent, (size_t)(st->npcs - st->frames[i].pc));
+      return lines;
     }
-    for (int j = 0; j < k; j++) {
-      if ((long)lines >= max_frames) {
-        w_printf(w, "%s... %zu more frame(s)\n", indent, n - i);
-        return lines;
-      }
-      write_frame(w, indent, lines++, &fr[j]);
-    }
+    write_frame(w, indent, lines++, &st->frames[i]);
   }
   return lines;
 }
@@ -210,7 +211,12 @@ size_t report_text_write_stack(int fd, uint32_t stack, long max_frames) {
   report_source src;
   report_source_ledger(&src);
   if (max_frames <= 0) max_frames = option_or("report_frames", DEFAULT_FRAMES);
-  size_t lines = write_stack(&w, &src, stack, max_frames, "    ");
+  /* one stack: no findings to visit */
+  report_process *p = report_process_new(&(report_source){ .pid = src.pid, .stack_frames = src.stack_frames,
+                                                           .tag_name = src.tag_name, .visit = no_groups,
+                                                           .summary = no_summary }, NULL);
+  size_t lines = p ? write_stack(&w, p, stack, max_frames, "    ") : 0;
+  report_process_free(p);
   w_flush(&w);
   return lines;
 }
@@ -218,37 +224,18 @@ size_t report_text_write_stack(int fd, uint32_t stack, long max_frames) {
 /* ---- one finding group ----------------------------------------------------- */
 
 typedef struct {
-  const char *kind;
-  uint64_t    groups, omitted, omitted_bytes, omitted_blocks;
-} kind_stat;
-
-typedef struct {
-  wbuf      *w;
-  const report_source *src;
-  const bool *hidden;        /* by visit index: suppressed groups (NULL: none) */
-  size_t     nhidden, index;
-  long       max_frames, max_groups;
-  size_t     shown;
-  kind_stat  kinds[MAX_KINDS];
-  size_t     nkinds;
-  kind_stat  other;   /* when more kinds than MAX_KINDS show up */
+  wbuf           *w;
+  report_process *p;
+  long            max_frames, max_groups;
 } render;
 
-static kind_stat *kind_of(render *r, const char *kind) {
-  for (size_t i = 0; i < r->nkinds; i++)
-    if (strcmp(r->kinds[i].kind, kind) == 0) return &r->kinds[i];
-  if (r->nkinds == MAX_KINDS) return &r->other;
-  r->kinds[r->nkinds].kind = kind;
-  return &r->kinds[r->nkinds++];
+static int kind_is(const report_group *f, const char *k) { return strcmp(f->kind, k) == 0; }
+
+static void write_tag(render *r, const report_group *f) {
+  if (f->tag_name) w_printf(r->w, "   [tag: %s]", f->tag_name);
 }
 
-static int kind_is(const ta_finding *f, const char *k) { return strcmp(f->kind, k) == 0; }
-
-static void write_tag(render *r, ta_tag tag) {
-  if (tag != TA_ANY) w_printf(r->w, "   [tag: %s]", report_source_tag(r->src, tag));
-}
-
-static void write_times(wbuf *w, const ta_finding *f) {
+static void write_times(wbuf *w, const report_group *f) {
   if (f->blocks > 1) w_printf(w, " (%llu times)", (unsigned long long)f->blocks);
 }
 
@@ -258,20 +245,20 @@ static void write_block(wbuf *w, uint64_t bytes) {
 }
 
 /* A further stack of the finding, labelled, unless 0 or already shown. */
-static void write_section(render *r, const ta_finding *f, uint32_t stack, const char *label) {
+static void write_section(render *r, const report_group *f, uint32_t stack, const char *label) {
   if (!stack || stack == f->stack) return;
   w_printf(r->w, "%s\n", label);
-  write_stack(r->w, r->src, stack, r->max_frames, "    ");
+  write_stack(r->w, r->p, stack, r->max_frames, "    ");
 }
 
 static void write_event(render *r, const ta_ref_event *e) {
   if (e->delta == 0) w_printf(r->w, "  init -> %ld", e->count);
   else w_printf(r->w, "  %+d -> %ld", e->delta, e->count);
   w_printf(r->w, " by thread T%u:\n", (unsigned)e->thread);
-  write_stack(r->w, r->src, e->stack, r->max_frames, "      ");
+  write_stack(r->w, r->p, e->stack, r->max_frames, "      ");
 }
 
-static void write_history(render *r, const ta_finding *f, const char *what) {
+static void write_history(render *r, const report_group *f, const char *what) {
   if (!f->history || f->history_len == 0) return;
   size_t n = f->history_len;
   w_printf(r->w, "%s (%zu, oldest first):\n", what, n);
@@ -296,9 +283,9 @@ static const char *leak_title(const char *kind) {
   return NULL;
 }
 
-
-static void write_finding(render *r, const ta_finding *f) {
+static void write_finding(render *r, const report_group *f) {
   wbuf *w = r->w;
+  report_process *p = r->p;
   unsigned long addr = (unsigned long)f->addr, holder = (unsigned long)f->holder;
   const char *slot = f->slot ? f->slot : "?";
   const char *title = leak_title(f->kind);
@@ -306,28 +293,36 @@ static void write_finding(render *r, const ta_finding *f) {
   if (kind_is(f, "unclassified")) {
     w_printf(w, "Unclassified: %llu byte(s) in %llu object(s) live at the end, allocated from:",
              (unsigned long long)f->bytes, (unsigned long long)f->blocks);
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
+  } else if (kind_is(f, "leak.growth")) {
+    w_printf(w, "Growing memory: %.1f byte(s) per iteration over %zu iteration(s), %llu -> %llu byte(s) "
+             "live at the marks, allocated from:",
+             f->slope, f->iterations, (unsigned long long)f->growth_first, (unsigned long long)f->growth_last);
+    write_tag(r, f);
+    w_put(w, "\n", 1);
+    write_stack(w, p, f->stack, r->max_frames, "    ");
+    return;   /* the detail says the same */
   } else if (title) {
     w_printf(w, "%s of %llu byte(s) in %llu object(s) allocated from:", title,
              (unsigned long long)f->bytes, (unsigned long long)f->blocks);
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     if (kind_is(f, "leak.orphan")) {
       if (f->holder) w_printf(w, "last held by 0x%lx in slot \"%s\"; ", holder, slot);
       w_printf(w, "orphaned at:\n");
-      write_stack(w, r->src, f->aux_stack, r->max_frames, "    ");
+      write_stack(w, p, f->aux_stack, r->max_frames, "    ");
     }
   } else if (kind_is(f, "ref.leak")) {
     w_printf(w, "ref.leak: %llu object(s) with references left at exit, such as 0x%lx",
              (unsigned long long)f->blocks, addr);
     write_block(w, f->bytes);
     w_printf(w, ", last acquired at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->alloc_stack, "allocated at:");
     write_history(r, f, "unmatched acquisitions");
   } else if (kind_is(f, "free.double")) {
@@ -335,18 +330,18 @@ static void write_finding(render *r, const ta_finding *f) {
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, " at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "previously allocated at:");
   } else if (kind_is(f, "free.invalid")) {
     w_printf(w, "free.invalid: attempting free on address 0x%lx which was not allocated by tagalloc", addr);
     write_times(w, f);
     w_printf(w, ", at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->alloc_stack, "the block around it was allocated at:");
     write_section(r, f, f->free_stack, "freed at:");
   } else if (kind_is(f, "use.after-free")) {
@@ -355,9 +350,9 @@ static void write_finding(render *r, const ta_finding *f) {
     w_printf(w, " used after free");
     write_times(w, f);
     w_printf(w, ", detected at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "previously allocated at:");
   } else if (kind_is(f, "arena.after-reset")) {
@@ -365,9 +360,9 @@ static void write_finding(render *r, const ta_finding *f) {
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, ", used at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->aux_stack, "hold declared at:");
     write_section(r, f, f->free_stack, "arena reset at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
@@ -377,9 +372,9 @@ static void write_finding(render *r, const ta_finding *f) {
     w_printf(w, " released below zero or after free");
     write_times(w, f);
     w_printf(w, " at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_history(r, f, "refcount transitions");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
@@ -388,9 +383,9 @@ static void write_finding(render *r, const ta_finding *f) {
              holder, addr, slot);
     write_times(w, f);
     w_printf(w, ", declared at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack ? f->stack : f->aux_stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack ? f->stack : f->aux_stack, r->max_frames, "    ");
     if (f->stack) write_section(r, f, f->aux_stack, "hold declared at:");
   } else if (kind_is(f, "hold.dangling")) {
     w_printf(w, "hold.dangling: holder 0x%lx keeps in slot \"%s\" a pointer to dead memory 0x%lx",
@@ -398,9 +393,9 @@ static void write_finding(render *r, const ta_finding *f) {
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, ", found at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->aux_stack, "hold declared at:");
     write_section(r, f, f->free_stack, "target freed or reset at:");
     write_section(r, f, f->alloc_stack, "target allocated at:");
@@ -410,147 +405,48 @@ static void write_finding(render *r, const ta_finding *f) {
     write_times(w, f);
     if (f->holder) w_printf(w, ", holder 0x%lx slot \"%s\"", holder, slot);
     w_printf(w, " at:");
-    write_tag(r, f->tag);
+    write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, r->src, f->stack, r->max_frames, "    ");
+    write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->aux_stack, "declared at:");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
     write_history(r, f, "transitions");
   }
   if (f->detail[0])
-    w_printf(w, "  detail: %.*s\n", (int)sizeof f->detail, f->detail);
-}
-
-static int visit(const ta_finding *f, void *arg) {
-  render *r = arg;
-  size_t index = r->index++;
-  if (!f || !f->kind) return 0;
-  if (r->hidden && index < r->nhidden && r->hidden[index]) return 0;
-  kind_stat *ks = kind_of(r, f->kind);
-  if (++ks->groups > (uint64_t)r->max_groups) {
-    ks->omitted++;
-    ks->omitted_bytes += f->bytes;
-    ks->omitted_blocks += f->blocks;
-    return 0;
-  }
-  w_put(r->w, "\n", 1);
-  write_finding(r, f);
-  r->shown++;
-  return 0;
-}
-
-static int any_group(const ta_finding *f, void *arg) {
-  (void)f;
-  (void)arg;
-  return 1;
+    w_printf(w, "  detail: %.*s\n", (int)sizeof ((ta_finding *)0)->detail, f->detail);
 }
 
 /* ---- suppressions ------------------------------------------------------------ */
 
-typedef struct {
-  const report_source *src;
-  report_suppressions *supp;
-  bool       *hidden;            /* by visit index */
-  size_t      n, cap;
-  size_t      shown;             /* groups not suppressed */
-  ta_summary  cut;               /* what the suppressed leak groups held, by category */
-  uint64_t    cut_unclassified_bytes, cut_unclassified_blocks;
-  uint64_t    bytes, blocks;     /* all suppressed leak blocks (valgrind's "suppressed:") */
-} supp_pass;
-
-static int supp_visit(const ta_finding *f, void *arg) {
-  supp_pass *p = arg;
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 64;
-    bool *h = realloc(p->hidden, cap * sizeof *h);
-    if (!h) return 1;
-    p->hidden = h;
-    p->cap = cap;
-  }
-  bool hide = f && f->kind && report_suppressed(f, p->src, p->supp);
-  p->hidden[p->n++] = hide;
-  if (!hide) {
-    p->shown += f && f->kind;
-    return 0;
-  }
-  uint64_t *bytes = NULL, *blocks = NULL;
-  if (strcmp(f->kind, "leak.direct") == 0) bytes = &p->cut.direct_bytes, blocks = &p->cut.direct_blocks;
-  else if (strcmp(f->kind, "leak.indirect") == 0) bytes = &p->cut.indirect_bytes, blocks = &p->cut.indirect_blocks;
-  else if (strcmp(f->kind, "leak.possible") == 0) bytes = &p->cut.possible_bytes, blocks = &p->cut.possible_blocks;
-  else if (strcmp(f->kind, "leak.orphan") == 0) bytes = &p->cut.orphan_bytes, blocks = &p->cut.orphan_blocks;
-  else if (strcmp(f->kind, "unclassified") == 0) bytes = &p->cut_unclassified_bytes, blocks = &p->cut_unclassified_blocks;
-  if (bytes) {
-    *bytes += f->bytes;
-    *blocks += f->blocks;
-    p->bytes += f->bytes;
-    p->blocks += f->blocks;
-  }
-  return 0;
-}
-
-static uint64_t minus(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
-
 /* LeakSanitizer's section, after the groups. */
-static void write_suppressions_used(wbuf *w, const report_suppressions *supp) {
-  size_t n = report_suppressions_used(supp, NULL, 0);
-  if (n == 0) return;
-  report_suppression_use *u = malloc(n * sizeof *u);
-  if (!u) return;
-  n = report_suppressions_used(supp, u, n);
+static void write_suppressions_used(wbuf *w, const report_process *p) {
+  if (p->nsuppressions_used == 0) return;
   w_printf(w, "-----------------------------------------------------\n"
               "Suppressions used:\n"
               "  count      bytes template\n");
-  for (size_t i = 0; i < n; i++)
-    w_printf(w, "%7llu %10llu %s%s\n", (unsigned long long)u[i].hits, (unsigned long long)u[i].bytes,
-             strcmp(u[i].type, "leak") == 0 ? "" : "tag:", u[i].pattern);
+  for (size_t i = 0; i < p->nsuppressions_used; i++) {
+    const report_suppression_use *u = &p->suppressions_used[i];
+    w_printf(w, "%7llu %10llu %s%s\n", (unsigned long long)u->hits, (unsigned long long)u->bytes,
+             strcmp(u->type, "leak") == 0 ? "" : "tag:", u->pattern);
+  }
   w_printf(w, "-----------------------------------------------------\n");
-  free(u);
 }
 
 /* ---- the report ------------------------------------------------------------ */
 
-static void write_omitted(wbuf *w, const kind_stat *k, const char *kind) {
-  if (!k->omitted) return;
-  w_printf(w, "... %llu more group(s) of %s not shown (%llu byte(s), %llu object(s)); "
-           "TAGALLOC_REPORT_GROUPS raises the limit\n",
-           (unsigned long long)k->omitted, kind, (unsigned long long)k->omitted_bytes,
-           (unsigned long long)k->omitted_blocks);
-}
-
-void report_text_render(int fd, const report_source *src) {
+void report_text_process(int fd, report_process *p) {
   wbuf w = { .fd = fd };
-  long pid = src->pid;
-  ta_summary s = src->summary(src->arg);
-  uint64_t live_bytes = src->unclassified_bytes, live_blocks = src->unclassified_blocks;
+  long pid = p->pid;
+  ta_summary s = p->summary;
+  uint64_t live_bytes = p->unclassified_bytes, live_blocks = p->unclassified_blocks;
 
-  /* Suppressions first: which groups are shown, and what the summary keeps. */
-  supp_pass sp = { .src = src, .supp = src->suppressions ? src->suppressions : report_suppressions_default() };
-  size_t any;
-  if (sp.supp) {
-    report_suppressions_reset_used(sp.supp);
-    src->visit(src->arg, supp_visit, &sp);
-    any = sp.shown;
-    s.direct_bytes = minus(s.direct_bytes, sp.cut.direct_bytes);
-    s.direct_blocks = minus(s.direct_blocks, sp.cut.direct_blocks);
-    s.indirect_bytes = minus(s.indirect_bytes, sp.cut.indirect_bytes);
-    s.indirect_blocks = minus(s.indirect_blocks, sp.cut.indirect_blocks);
-    s.possible_bytes = minus(s.possible_bytes, sp.cut.possible_bytes);
-    s.possible_blocks = minus(s.possible_blocks, sp.cut.possible_blocks);
-    s.orphan_bytes = minus(s.orphan_bytes, sp.cut.orphan_bytes);
-    s.orphan_blocks = minus(s.orphan_blocks, sp.cut.orphan_blocks);
-    live_bytes = minus(live_bytes, sp.cut_unclassified_bytes);
-    live_blocks = minus(live_blocks, sp.cut_unclassified_blocks);
-  } else {
-    any = src->visit(src->arg, any_group, NULL);
-  }
-
-  if (any == 0 && s.errors == 0 && s.direct_blocks == 0 && s.indirect_blocks == 0 &&
+  if (p->ngroups == 0 && s.errors == 0 && s.direct_blocks == 0 && s.indirect_blocks == 0 &&
       s.possible_blocks == 0 && s.orphan_blocks == 0 && live_blocks == 0) {
-    if (src->unclassified && s.allocs == 0)
+    if (p->unclassified && s.allocs == 0)
       w_printf(&w, "==%ld== tagalloc: the trace holds no allocation (the process ended before a trace "
                "buffer was written out)\n", pid);
-    else if (src->unclassified)
+    else if (p->unclassified)
       w_printf(&w, "==%ld== tagalloc: no errors, nothing live at the end (%llu allocations, %llu frees, "
                "peak %llu bytes; no exit scan)\n",
                pid, (unsigned long long)s.allocs, (unsigned long long)s.frees,
@@ -559,13 +455,12 @@ void report_text_render(int fd, const report_source *src) {
       w_printf(&w, "==%ld== tagalloc: no leaks, no errors (%llu allocations, %llu frees, peak %llu bytes)\n",
                pid, (unsigned long long)s.allocs, (unsigned long long)s.frees,
                (unsigned long long)s.peak_bytes);
-    if (sp.blocks) write_suppressions_used(&w, sp.supp);
+    if (p->suppressed_blocks) write_suppressions_used(&w, p);
     w_flush(&w);
-    free(sp.hidden);
     return;
   }
 
-  if (src->unclassified)
+  if (p->unclassified)
     w_printf(&w, "=================================================================\n"
                  "==%ld==WARNING: tagalloc: no exit scan (the process was killed, crashed or ended "
                  "without exit): the blocks still live are unclassified, not leaks\n", pid);
@@ -574,39 +469,57 @@ void report_text_render(int fd, const report_source *src) {
                  "==%ld==ERROR: tagalloc: detected memory problems\n", pid);
   render r = {
     .w = &w,
-    .src = src,
-    .hidden = sp.supp ? sp.hidden : NULL,
-    .nhidden = sp.n,
+    .p = p,
     .max_frames = option_or("report_frames", DEFAULT_FRAMES),
     .max_groups = option_or("report_groups", DEFAULT_GROUPS),
   };
-  r.other.kind = "other kinds";
-  src->visit(src->arg, visit, &r);
-
-  int omitted = 0;
-  for (size_t i = 0; i < r.nkinds; i++) omitted |= r.kinds[i].omitted != 0;
-  if (omitted || r.other.omitted) {
+  /* Groups per kind beyond max_groups are left out: the kind's totals
+   * (from the model) less what was shown say how much. */
+  report_kind_total shown[MAX_KINDS + 1];
+  size_t order[MAX_KINDS], norder = 0;   /* kinds in order of first appearance */
+  memset(shown, 0, sizeof shown);
+  for (size_t i = 0; i < p->ngroups; i++) {
+    const report_group *g = &p->groups[i];
+    size_t k = 0;
+    while (k < p->nkinds && k < MAX_KINDS && strcmp(p->kinds[k].kind, g->kind) != 0) k++;
+    if (k >= MAX_KINDS) k = MAX_KINDS;   /* more kinds than MAX_KINDS: shown as they come */
+    if (k < MAX_KINDS && shown[k].groups == 0) order[norder++] = k;
+    if (++shown[k].groups > (uint64_t)r.max_groups) continue;
+    shown[k].bytes += g->bytes;
+    shown[k].blocks += g->blocks;
     w_put(&w, "\n", 1);
-    for (size_t i = 0; i < r.nkinds; i++) write_omitted(&w, &r.kinds[i], r.kinds[i].kind);
-    write_omitted(&w, &r.other, r.other.kind);
+    write_finding(&r, g);
   }
-  if (sp.blocks) {
+  bool omitted = false;
+  for (size_t k = 0; k < p->nkinds && k < MAX_KINDS; k++) omitted |= shown[k].groups > (uint64_t)r.max_groups;
+  if (omitted) {
     w_put(&w, "\n", 1);
-    write_suppressions_used(&w, sp.supp);
+    for (size_t o = 0; o < norder; o++) {
+      size_t k = order[o];
+      const report_kind_total *t = &p->kinds[k];
+      if (shown[k].groups <= (uint64_t)r.max_groups) continue;
+      w_printf(&w, "... %llu more group(s) of %s not shown (%llu byte(s), %llu object(s)); "
+               "TAGALLOC_REPORT_GROUPS raises the limit\n",
+               (unsigned long long)(t->groups - (uint64_t)r.max_groups), t->kind,
+               (unsigned long long)(t->bytes - shown[k].bytes), (unsigned long long)(t->blocks - shown[k].blocks));
+    }
+  }
+  if (p->suppressed_blocks) {
+    w_put(&w, "\n", 1);
+    write_suppressions_used(&w, p);
   }
 
-  if (src->unclassified) {
+  if (p->unclassified) {
     w_printf(&w, "\nLIVE AT THE END (unclassified: no exit scan):\n"
                  "   %llu bytes in %llu blocks\n",
              (unsigned long long)live_bytes, (unsigned long long)live_blocks);
-    if (sp.blocks)
-      w_printf(&w, "   suppressed: %llu bytes in %llu blocks\n", (unsigned long long)sp.bytes,
-               (unsigned long long)sp.blocks);
+    if (p->suppressed_blocks)
+      w_printf(&w, "   suppressed: %llu bytes in %llu blocks\n", (unsigned long long)p->suppressed_bytes,
+               (unsigned long long)p->suppressed_blocks);
     w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) unclassified in %llu allocation(s); %llu error(s).\n",
              (unsigned long long)live_bytes, (unsigned long long)live_blocks,
              (unsigned long long)s.errors);
     w_flush(&w);
-    free(sp.hidden);
     return;
   }
 
@@ -623,13 +536,24 @@ void report_text_render(int fd, const report_source *src) {
            (unsigned long long)s.possible_bytes, (unsigned long long)s.possible_blocks,
            (unsigned long long)s.reachable_bytes, (unsigned long long)s.reachable_blocks,
            (unsigned long long)s.orphan_bytes, (unsigned long long)s.orphan_blocks);
-  if (sp.blocks)
-    w_printf(&w, "        suppressed: %llu bytes in %llu blocks\n", (unsigned long long)sp.bytes,
-             (unsigned long long)sp.blocks);
+  if (p->suppressed_blocks)
+    w_printf(&w, "        suppressed: %llu bytes in %llu blocks\n", (unsigned long long)p->suppressed_bytes,
+             (unsigned long long)p->suppressed_blocks);
   w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s).\n",
            leaked_bytes, leaked_blocks, (unsigned long long)s.errors);
   w_flush(&w);
-  free(sp.hidden);
+}
+
+void report_text_render(int fd, const report_source *src) {
+  report_process *p = report_process_new(src, NULL);
+  if (!p) {
+    static const char msg[] = "tagalloc: out of memory building the report\n";
+    ssize_t r = write(fd, msg, sizeof msg - 1);
+    (void)r;
+    return;
+  }
+  report_text_process(fd, p);
+  report_process_free(p);
 }
 
 void report_text_write(int fd) {

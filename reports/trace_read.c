@@ -424,6 +424,7 @@ static void map_free(u64map *m) {
 struct report_trace_index {
   u64map stacks;     /* id -> index in m->stacks */
   u64map blocks;     /* addr -> index in m->blocks */
+  u64map sites;      /* stack id -> index in m->sites */
 };
 
 /* ---- the model: building -------------------------------------------------------- */
@@ -463,9 +464,16 @@ typedef struct {
   report_trace_model *m;
   ev *evs;
   size_t nevs, capevs;
-  size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings;
+  size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors;
   bool oom;
 } builder;
+
+static void add_anchor(builder *b, uint64_t seq, uint64_t ns) {
+  report_trace_model *m = b->m;
+  report_trace_anchor *a = PUSH(m->anchors, m->nanchors, b->cap_anchors);
+  if (a == NULL) b->oom = true;
+  else *a = (report_trace_anchor){ seq, ns };
+}
 
 static char *dupstr(builder *b, const char *s) {
   char *d = strdup(s ? s : "");
@@ -567,11 +575,18 @@ static int on_record(const report_trace_rec *r, void *arg) {
     report_trace_mark *e = PUSH(m->marks, m->nmarks, b->cap_marks);
     if (e == NULL) break;
     *e = (report_trace_mark){ x.seq, x.mark, x.ns, x.thread };
-    return 0;
+    add_anchor(b, x.seq, x.ns);
+    return b->oom;
   }
   case TR_THREAD_START: m->thread_starts++; return 0;
   case TR_THREAD_END:   m->thread_ends++; return 0;
-  case TR_TIME:         m->times++; return 0;
+  case TR_TIME: {
+    tr_time x;
+    memcpy(&x, p, sizeof x);
+    m->times++;
+    add_anchor(b, x.seq, x.ns);
+    return b->oom;
+  }
   case TR_FINDING_EVENT: {
     tr_finding_event x;
     memcpy(&x, p, sizeof x);
@@ -606,7 +621,8 @@ static int on_record(const report_trace_rec *r, void *arg) {
     m->clean_exit = true;
     m->end_seq = x.seq;
     m->end_ns = x.ns;
-    return 0;
+    add_anchor(b, x.seq, x.ns);
+    return b->oom;
   }
   default:
     return 0;
@@ -615,34 +631,198 @@ static int on_record(const report_trace_rec *r, void *arg) {
   return 1;
 }
 
-/* Replays the allocation events in sequence order: live blocks and peak. */
-typedef struct { report_trace_block b; bool alive; } slot;
+/* Replays the allocation events in sequence order: live blocks and peak,
+ * and for reports the sites (per allocation stack), the timeline and the
+ * growth of each site across the marks. */
+typedef struct {
+  report_trace_block b;
+  uint64_t free_seq;             /* UINT64_MAX while alive */
+  uint32_t site;
+  bool     alive;
+} slot;
+
+typedef struct {                 /* a site's live bytes sampled at the marks, summed lazily */
+  uint64_t v;                    /* live bytes now */
+  size_t   from;                 /* v holds for the marks from this index on */
+  uint64_t last_sampled;
+  bool     sampled;
+  double   sy, sxy, syy;
+} growth;
+
+/* The marks in [from, to) saw the value v. */
+static void growth_span(report_trace_site *s, growth *g, size_t from, size_t to, size_t nmarks) {
+  if (to <= from) return;
+  double c = (double)(to - from), v = (double)g->v;
+  g->sy += v * c;
+  g->sxy += v * ((double)from + (double)to - 1.0) * c / 2.0;
+  g->syy += v * v * c;
+  if (from == 0) s->mark_first = g->v;
+  if (to == nmarks) s->mark_last = g->v;
+  if (g->sampled && g->v > g->last_sampled) s->ups++;
+  if (g->sampled && g->v < g->last_sampled) s->downs++;
+  g->last_sampled = g->v;
+  g->sampled = true;
+}
+
+static void growth_set(report_trace_site *s, growth *g, uint64_t v, size_t passed, size_t nmarks) {
+  if (nmarks < 2) {
+    g->v = v;
+    return;
+  }
+  growth_span(s, g, g->from, passed, nmarks);
+  g->from = passed;
+  g->v = v;
+}
+
+static int mark_cmp(const void *a, const void *b) {
+  const report_trace_mark *x = a, *y = b;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int anchor_cmp(const void *a, const void *b) {
+  const report_trace_anchor *x = a, *y = b;
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  return x->ns < y->ns ? -1 : x->ns > y->ns;
+}
+
+typedef struct {                 /* the timeline being filled */
+  report_trace_timeline *t;
+  uint16_t *col_of;              /* tag -> column (0: none yet) */
+  uint64_t *live;                /* live bytes per column, now */
+  size_t    cols;                /* ntags + 1 */
+  size_t    bucket;              /* the current bucket, SIZE_MAX before the first event */
+  uint64_t  first, span;
+} timeline_fill;
+
+static size_t tl_column(timeline_fill *f, uint16_t tag) {
+  if (f->col_of[tag]) return f->col_of[tag];
+  report_trace_timeline *t = f->t;
+  if (t->ntags < REPORT_TRACE_TAGS) {
+    t->tags[t->ntags++] = tag;
+    f->col_of[tag] = (uint16_t)t->ntags;
+  } else {
+    t->other_tags = true;
+    f->col_of[tag] = REPORT_TRACE_TAGS;
+  }
+  return f->col_of[tag];
+}
+
+/* Moves to the bucket of seq, carrying the values into skipped buckets. */
+static void tl_advance(timeline_fill *f, uint64_t seq) {
+  report_trace_timeline *t = f->t;
+  size_t b = (size_t)((unsigned __int128)(seq - f->first) * t->nbuckets / f->span);
+  if (b >= t->nbuckets) b = t->nbuckets - 1;
+  if (f->bucket != SIZE_MAX && b == f->bucket) return;
+  size_t from = f->bucket == SIZE_MAX ? 0 : f->bucket + 1;
+  for (size_t i = from; i <= b; i++) {
+    memcpy(&t->values[i * f->cols], f->live, f->cols * sizeof *f->live);
+    t->seq[i] = f->first + (uint64_t)((unsigned __int128)(i + 1) * f->span / t->nbuckets) - 1;
+  }
+  f->bucket = b;
+}
+
+static void tl_change(timeline_fill *f, uint16_t tag, uint64_t size, bool add) {
+  size_t c = tl_column(f, tag);
+  uint64_t *row = &f->t->values[f->bucket * f->cols];
+  if (add) {
+    f->live[0] += size;
+    f->live[c] += size;
+    if (f->live[0] > row[0]) row[0] = f->live[0];
+    if (f->live[c] > row[c]) row[c] = f->live[c];
+  } else {
+    f->live[0] -= size;
+    f->live[c] -= size;
+  }
+}
+
+static bool events_sorted(const ev *v, size_t n) {
+  for (size_t i = 1; i < n; i++)
+    if (v[i].seq < v[i - 1].seq) return false;
+  return true;
+}
 
 static bool replay(builder *b) {
   report_trace_model *m = b->m;
-  if (b->nevs > 1) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
+  if (b->nevs > 1 && !events_sorted(b->evs, b->nevs)) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
+  if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
+  if (b->nevs) {
+    m->first_seq = b->evs[0].seq;
+    m->last_seq = b->evs[b->nevs - 1].seq;
+    add_anchor(b, m->first_seq, m->start_ns);
+    if (b->oom) return false;
+  }
+  if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
+  for (size_t i = 1; i < m->nanchors; i++)
+    if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
+
   slot *pool = NULL;
-  size_t npool = 0, cap = 0;
+  size_t npool = 0, cap = 0, cap_sites = 0, nmarks = m->nmarks, passed = 0;
   u64map live = { 0 };           /* addr -> index in pool */
+  growth *gr = NULL;
+  size_t cap_gr = 0;
+  timeline_fill tf = { .t = &m->timeline, .bucket = SIZE_MAX };
   bool ok = true;
+  if (b->nevs) {
+    report_trace_timeline *t = &m->timeline;
+    tf.first = m->first_seq;
+    tf.span = m->last_seq - m->first_seq + 1;
+    t->nbuckets = tf.span < REPORT_TRACE_BUCKETS ? (size_t)tf.span : REPORT_TRACE_BUCKETS;
+    tf.cols = REPORT_TRACE_TAGS + 1;
+    t->tags = calloc(REPORT_TRACE_TAGS, sizeof *t->tags);
+    t->seq = calloc(t->nbuckets, sizeof *t->seq);
+    t->values = calloc(t->nbuckets * tf.cols, sizeof *t->values);
+    tf.col_of = calloc((size_t)UINT16_MAX + 1, sizeof *tf.col_of);
+    tf.live = calloc(tf.cols, sizeof *tf.live);
+    ok = t->tags && t->seq && t->values && tf.col_of && tf.live;
+  }
   for (size_t i = 0; i < b->nevs && ok; i++) {
     const ev *e = &b->evs[i];
+    while (passed < nmarks && m->marks[passed].seq < e->seq) passed++;
+    tl_advance(&tf, e->seq);
     size_t at;
     bool found = map_get(&live, e->addr, &at);
-    if (e->is_free) {
-      if (!found) {
-        m->unmatched_frees++;
+    if (found) {                 /* a free, or the previous block there died unseen */
+      slot *d = &pool[at];
+      report_trace_site *s = &m->sites[d->site];
+      d->alive = false;
+      d->free_seq = e->seq;
+      m->live_bytes -= d->b.size;
+      s->frees++;
+      s->freed_bytes += d->b.size;
+      s->live_bytes -= d->b.size;
+      s->live_blocks--;
+      growth_set(s, &gr[d->site], s->live_bytes, passed, nmarks);
+      tl_change(&tf, d->b.tag, d->b.size, false);
+      if (e->is_free) {
+        map_del(&live, e->addr);
         continue;
       }
-      pool[at].alive = false;
-      m->live_bytes -= pool[at].b.size;
-      map_del(&live, e->addr);
+      m->realloc_overlaps++;
+    } else if (e->is_free) {
+      m->unmatched_frees++;
       continue;
     }
-    if (found) {                 /* the previous block there died unseen */
-      m->realloc_overlaps++;
-      pool[at].alive = false;
-      m->live_bytes -= pool[at].b.size;
+    size_t si;
+    if (!map_get(&m->index->sites, e->stack, &si)) {
+      report_trace_site *ns = PUSH(m->sites, m->nsites, cap_sites);
+      if (ns == NULL || !map_put(&m->index->sites, e->stack, m->nsites - 1)) {
+        ok = false;
+        break;
+      }
+      if (m->nsites > cap_gr) {
+        size_t nc = cap_gr ? cap_gr * 2 : 64;
+        growth *ng = realloc(gr, nc * sizeof *ng);
+        if (ng == NULL) {
+          ok = false;
+          break;
+        }
+        memset(ng + cap_gr, 0, (nc - cap_gr) * sizeof *ng);
+        gr = ng;
+        cap_gr = nc;
+      }
+      si = m->nsites - 1;
+      ns->stack = e->stack;
+      ns->tag = e->tag;
     }
     slot *s = PUSH(pool, npool, cap);
     if (s == NULL || !map_put(&live, e->addr, npool - 1)) {
@@ -650,12 +830,46 @@ static bool replay(builder *b) {
       break;
     }
     s->b = (report_trace_block){ e->addr, e->size, e->seq, e->stack, e->thread, e->tag, e->arena != 0 };
+    s->free_seq = UINT64_MAX;
+    s->site = (uint32_t)si;
     s->alive = true;
+    report_trace_site *site = &m->sites[si];
+    site->allocs++;
+    site->alloc_bytes += e->size;
+    site->live_bytes += e->size;
+    site->live_blocks++;
     m->live_bytes += e->size;
-    if (m->live_bytes > m->peak_live_bytes) m->peak_live_bytes = m->live_bytes;
+    tl_change(&tf, e->tag, e->size, true);
+    if (m->live_bytes > m->peak_live_bytes) {
+      m->peak_live_bytes = m->live_bytes;
+      m->peak_seq = e->seq;
+    }
+    growth_set(site, &gr[si], site->live_bytes, passed, nmarks);
   }
   map_free(&live);
+  free(tf.col_of);
+  free(tf.live);
   if (ok) {
+    /* The live set at the peak, and the growth fits. */
+    for (size_t i = 0; i < npool; i++) {
+      const slot *p = &pool[i];
+      if (p->b.seq <= m->peak_seq && p->free_seq > m->peak_seq && m->peak_live_bytes) {
+        m->sites[p->site].peak_bytes += p->b.size;
+        m->sites[p->site].peak_blocks++;
+      }
+    }
+    if (nmarks >= 2) {
+      double n = (double)nmarks, sx = n * (n - 1) / 2, sxx = (n - 1) * n * (2 * n - 1) / 6;
+      double dx = n * sxx - sx * sx;
+      for (size_t i = 0; i < m->nsites; i++) {
+        report_trace_site *s = &m->sites[i];
+        growth *g = &gr[i];
+        growth_span(s, g, g->from, nmarks, nmarks);
+        double dxy = n * g->sxy - sx * g->sy, dy = n * g->syy - g->sy * g->sy;
+        s->slope = dx > 0 ? dxy / dx : 0;
+        s->r2 = dx > 0 && dy > 0 ? dxy * dxy / (dx * dy) : 0;
+      }
+    }
     size_t n = 0;
     for (size_t i = 0; i < npool; i++) n += pool[i].alive;
     m->blocks = malloc((n ? n : 1) * sizeof *m->blocks);
@@ -667,8 +881,34 @@ static bool replay(builder *b) {
       m->nblocks++;
     }
   }
+  free(gr);
   free(pool);
   return ok;
+}
+
+uint64_t report_trace_model_ns(const report_trace_model *m, uint64_t seq) {
+  const report_trace_anchor *a = m->anchors;
+  size_t n = m->nanchors;
+  if (n == 0) return m->start_ns;
+  if (seq <= a[0].seq) return a[0].ns;
+  size_t lo = 0, hi = n - 1;
+  if (seq >= a[hi].seq) {
+    if (n < 2 || a[hi].seq == a[0].seq) return a[hi].ns;
+    double rate = (double)(a[hi].ns - a[0].ns) / (double)(a[hi].seq - a[0].seq);
+    return a[hi].ns + (uint64_t)(rate * (double)(seq - a[hi].seq));
+  }
+  while (hi - lo > 1) {          /* a[lo].seq <= seq < a[hi].seq */
+    size_t mid = lo + (hi - lo) / 2;
+    if (a[mid].seq <= seq) lo = mid;
+    else hi = mid;
+  }
+  uint64_t ds = a[hi].seq - a[lo].seq;
+  return a[lo].ns + (uint64_t)((unsigned __int128)(a[hi].ns - a[lo].ns) * (seq - a[lo].seq) / ds);
+}
+
+const report_trace_site *report_trace_model_site(const report_trace_model *m, uint32_t stack) {
+  size_t i;
+  return map_get(&m->index->sites, stack, &i) ? &m->sites[i] : NULL;
 }
 
 report_trace_model *report_trace_model_build(const report_trace *t) {
@@ -719,6 +959,11 @@ void report_trace_model_free(report_trace_model *m) {
   free(m->modules);
   free(m->blocks);
   free(m->marks);
+  free(m->sites);
+  free(m->anchors);
+  free(m->timeline.tags);
+  free(m->timeline.seq);
+  free(m->timeline.values);
   for (size_t i = 0; i < m->nfinding_events; i++) free((void *)m->finding_events[i].kind);
   free(m->finding_events);
   for (size_t i = 0; i < m->nfindings; i++) {
@@ -730,6 +975,7 @@ void report_trace_model_free(report_trace_model *m) {
   if (m->index) {
     map_free(&m->index->stacks);
     map_free(&m->index->blocks);
+    map_free(&m->index->sites);
     free(m->index);
   }
   free(m);

@@ -139,6 +139,44 @@ typedef struct {             /* a FINDING_EVENT record: an error as it happened 
 
 typedef struct report_trace_index report_trace_index;   /* private hash maps */
 
+/* One allocation stack (a callsite), over the whole replay. */
+typedef struct {
+  uint32_t stack;
+  uint16_t tag;                        /* the tag of its first allocation */
+  uint64_t allocs, alloc_bytes;        /* ALLOC records (a realloc's new block included) */
+  uint64_t frees, freed_bytes;         /* its blocks freed (FREE, or an address reused unseen) */
+  uint64_t live_bytes, live_blocks;    /* live at the end of the trace */
+  uint64_t peak_bytes, peak_blocks;    /* live at the moment of the process's peak (peak_seq) */
+  /* growth across the marks (m->nmarks >= 2): its live bytes at each mark,
+   * fitted by least squares against the mark's index (one iteration = the
+   * interval between two marks) */
+  uint64_t mark_first, mark_last;      /* live bytes at the first and at the last mark */
+  double   slope;                      /* bytes per iteration */
+  double   r2;                         /* the fit's coefficient of determination (0..1) */
+  uint32_t ups, downs;                 /* iterations in which it grew, shrank */
+} report_trace_site;
+
+/* (seq, ns) pairs that date the event counter: TIME, MARK and END records
+ * and the file header's start_ns at the first event; sorted by seq, ns
+ * never decreasing. */
+typedef struct { uint64_t seq, ns; } report_trace_anchor;
+
+/* Live bytes over the replay, downsampled into at most
+ * REPORT_TRACE_BUCKETS buckets of equal seq ranges: for each bucket, the
+ * highest live bytes in it of all tags together (column 0) and of each tag
+ * (columns 1..ntags; the tags beyond REPORT_TRACE_TAGS share the last
+ * column when other_tags). */
+#define REPORT_TRACE_BUCKETS 600
+#define REPORT_TRACE_TAGS    24
+typedef struct {
+  size_t    nbuckets;
+  size_t    ntags;
+  uint16_t *tags;                      /* the tag of each column 1..ntags */
+  bool      other_tags;                /* the last column holds the remaining tags */
+  uint64_t *seq;                       /* the last seq of each bucket */
+  uint64_t *values;                    /* [bucket * (REPORT_TRACE_TAGS + 1) + column] */
+} report_trace_timeline;
+
 typedef struct {
   /* the file */
   uint32_t pid, ppid;
@@ -172,6 +210,14 @@ typedef struct {
   /* the end */
   bool     clean_exit;                 /* an END record was read */
   uint64_t end_seq, end_ns;
+  /* the replay, for reports */
+  uint64_t first_seq, last_seq;        /* of the first and the last ALLOC/FREE */
+  uint64_t peak_seq;                   /* the ALLOC that reached peak_live_bytes */
+  report_trace_site *sites;            /* by allocation stack, in order of first use */
+  size_t   nsites;
+  report_trace_anchor *anchors;
+  size_t   nanchors;
+  report_trace_timeline timeline;
   report_trace_index *index;
 } report_trace_model;
 
@@ -185,6 +231,12 @@ void                report_trace_model_free(report_trace_model *m);
 const char               *report_trace_model_tag(const report_trace_model *m, uint32_t tag);   /* NULL: unnamed */
 const report_trace_stack *report_trace_model_stack(const report_trace_model *m, uint32_t id);  /* NULL: unknown */
 const report_trace_block *report_trace_model_block(const report_trace_model *m, uint64_t addr);/* NULL: not live */
+/* The time of event counter value seq, CLOCK_MONOTONIC ns, interpolated
+ * between the anchors (extrapolated at the average rate past the last). */
+uint64_t report_trace_model_ns(const report_trace_model *m, uint64_t seq);
+/* The site of an allocation stack; NULL when no ALLOC named it. */
+const report_trace_site *report_trace_model_site(const report_trace_model *m, uint32_t stack);
+
 /* The first exit finding group of kind, NULL if none; with *count the number of groups. */
 const report_trace_finding *report_trace_model_finding(const report_trace_model *m, const char *kind,
                                                        size_t *count);

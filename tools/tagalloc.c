@@ -422,13 +422,17 @@ bool cli_json_end(int fd) { return cli_write_all(fd, "\n]}\n", 4); }
 static void usage(FILE *f) {
   fprintf(f,
           "usage: tagalloc run [OPTIONS] -- PROGRAM [ARGS...]\n"
-          "       tagalloc report TRACE... [--json FILE] [--suppressions FILE]\n"
+          "       tagalloc report TRACE... [--json FILE] [--html FILE] [--folded FILE]\n"
+          "                       [--folded-peak FILE] [--suppressions FILE]\n"
+          "       tagalloc diff BASE NEW [--fail-on-increase]\n"
           "       tagalloc --version | --help\n"
           "\n"
           "run: runs PROGRAM (found on PATH) with libtagalloc-preload.so preloaded; every\n"
           "process it starts prints its leak and error report on stderr at exit.\n"
           "  --json FILE            one JSON document with every process's findings\n"
-          "  --html FILE            the HTML report (not built yet)\n"
+          "  --html FILE            one self-contained HTML page: findings, timeline, flame graphs\n"
+          "  --folded FILE          leaked bytes by stack, folded (frame;frame;frame bytes)\n"
+          "  --folded-peak FILE     live bytes at the peak by stack, folded\n"
           "  --trace FILE|DIR       keep the traces: DIR/PID.trace for each process, or the\n"
           "                         first process's in FILE (the others in FILE.PID)\n"
           "  --unwind exact|fast    stacks by DWARF unwinding (default) or frame pointers\n"
@@ -443,7 +447,11 @@ static void usage(FILE *f) {
           "symbolized offline; a directory stands for the *.trace files in it.\n"
           "  --json FILE            the same JSON document as run's\n"
           "  --suppressions FILE    as for run\n"
-          "  --html FILE            the HTML report (not built yet)\n");
+          "  --html, --folded, --folded-peak FILE   as for run\n"
+          "\n"
+          "diff: per-callsite change in allocations, bytes and leaks from BASE to NEW\n"
+          "(each a trace, or a JSON document of run --json or report --json).\n"
+          "  --fail-on-increase     exit 1 when any callsite allocates or leaks more\n");
 }
 
 int main(int argc, char **argv) {
@@ -454,6 +462,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
   if (strcmp(cmd, "report") == 0) return cmd_report(argc - 2, argv + 2);
+  if (strcmp(cmd, "diff") == 0) return cmd_diff(argc - 2, argv + 2);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return 0;
@@ -462,6 +471,6 @@ int main(int argc, char **argv) {
     printf("tagalloc %s\n", TA_VERSION);
     return 0;
   }
-  cli_error("unknown command \"%s\" (expected run or report; see tagalloc --help)", cmd);
+  cli_error("unknown command \"%s\" (expected run, report or diff; see tagalloc --help)", cmd);
   return CLI_EXIT_USAGE;
 }

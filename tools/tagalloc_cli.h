@@ -69,8 +69,18 @@ bool cli_json_begin(int fd);
 bool cli_json_sep(int fd, size_t index);   /* before each object */
 bool cli_json_end(int fd);
 
-/* The subcommands: tools/tagalloc_run.c, tools/tagalloc_report.c. */
+/* The renderings of a report model (tagalloc_report.c): the joined JSON
+ * document into FILE; the HTML page and the folded stacks into the files
+ * that are not NULL.  false (after a "tagalloc: OPT FILE: reason" line) when
+ * a file could not be written. */
+struct report_model;
+bool cli_write_json(const char *path, struct report_model *m);
+bool cli_write_renderings(struct report_model *m, const char *html, const char *folded, const char *folded_peak);
+
+/* The subcommands: tools/tagalloc_run.c, tools/tagalloc_report.c,
+ * tools/tagalloc_diff.c. */
 int cmd_run(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 
 #endif

@@ -1,8 +1,10 @@
 /* tagalloc_report.c - `tagalloc report TRACE... [--json FILE] [--html FILE]
- * [--suppressions FILE]`: the report of each traced process, symbolized
- * offline from the trace's module records, on stdout; a damaged or
- * truncated trace is read up to the damage, with a warning on stderr. */
+ * [--folded FILE] [--folded-peak FILE] [--suppressions FILE]`: the report of
+ * each traced process, symbolized offline from the trace's module records,
+ * on stdout, and the other renderings of the same report model; a damaged
+ * or truncated trace is read up to the damage, with a warning on stderr. */
 #include "tagalloc_cli.h"
+#include "model.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -56,8 +58,40 @@ static bool add_dir(cli_proc **v, size_t *n, size_t *cap, const char *dir) {
   return true;
 }
 
+bool cli_write_json(const char *path, report_model *m) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && cli_json_begin(fd);
+  for (size_t i = 0; ok && i < m->nprocs; i++)
+    ok = cli_json_sep(fd, i) && report_json_process(fd, m->procs[i]) == 0;
+  ok = ok && cli_json_end(fd);
+  if (fd >= 0 && close(fd) != 0) ok = false;
+  if (!ok) cli_error("--json %s: %s", path, strerror(errno));
+  return ok;
+}
+
+/* One rendering into path. */
+static bool write_one(const char *opt, const char *path, report_model *m, int what) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  if (ok) {
+    if (what < 0) ok = report_html_write(fd, m) == 0;
+    else ok = report_folded_write(fd, m, (report_folded_what)what) == 0;
+  }
+  if (fd >= 0 && close(fd) != 0) ok = false;
+  if (!ok) cli_error("%s %s: %s", opt, path, strerror(errno ? errno : EIO));
+  return ok;
+}
+
+bool cli_write_renderings(report_model *m, const char *html, const char *folded, const char *folded_peak) {
+  bool ok = true;
+  if (html) ok &= write_one("--html", html, m, -1);
+  if (folded) ok &= write_one("--folded", folded, m, REPORT_FOLDED_LEAKED);
+  if (folded_peak) ok &= write_one("--folded-peak", folded_peak, m, REPORT_FOLDED_PEAK);
+  return ok;
+}
+
 int cmd_report(int argc, char **argv) {
-  const char *json = NULL, *html = NULL, *supp_path = NULL;
+  const char *json = NULL, *html = NULL, *folded = NULL, *folded_peak = NULL, *supp_path = NULL;
   cli_proc *procs = NULL;
   size_t nprocs = 0, cap = 0;
   bool options_done = false;
@@ -80,6 +114,8 @@ int cmd_report(int argc, char **argv) {
       if (len == 6 && strncmp(a, "--json", len) == 0) dst = &json, name = "--json";
       else if (len == 6 && strncmp(a, "--html", len) == 0) dst = &html, name = "--html";
       else if (len == 14 && strncmp(a, "--suppressions", len) == 0) dst = &supp_path, name = "--suppressions";
+      else if (len == 8 && strncmp(a, "--folded", len) == 0) dst = &folded, name = "--folded";
+      else if (len == 13 && strncmp(a, "--folded-peak", len) == 0) dst = &folded_peak, name = "--folded-peak";
       else {
         cli_error("report: unknown option %s (see tagalloc --help)", a);
         free(inputs);
@@ -98,17 +134,14 @@ int cmd_report(int argc, char **argv) {
     }
     inputs[ninputs++] = a;
   }
-  if (html) {
-    cli_error("--html: the HTML report is not built yet (issue 4)");
-    free(inputs);
-    return CLI_EXIT_USAGE;
-  }
   if (ninputs == 0) {
     cli_error("report: no trace given (usage: tagalloc report TRACE... [--json FILE])");
     free(inputs);
     return CLI_EXIT_USAGE;
   }
-  if (json && !cli_check_output_file("--json", json)) {
+  if ((json && !cli_check_output_file("--json", json)) || (html && !cli_check_output_file("--html", html)) ||
+      (folded && !cli_check_output_file("--folded", folded)) ||
+      (folded_peak && !cli_check_output_file("--folded-peak", folded_peak))) {
     free(inputs);
     return CLI_EXIT_USAGE;
   }
@@ -135,18 +168,14 @@ int cmd_report(int argc, char **argv) {
   }
   free(inputs);
 
-  int jfd = -1;
-  if (json) {
-    jfd = open(json, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (jfd < 0 || !cli_json_begin(jfd)) {
-      cli_error("--json %s: %s", json, strerror(errno));
-      rc = 1;
-      if (jfd >= 0) close(jfd);
-      jfd = -1;
-    }
+  report_model *rm = report_model_new();
+  if (!rm) {
+    cli_error("out of memory");
+    cli_procs_free(procs, nprocs);
+    report_suppressions_free(supp);
+    return 1;
   }
-
-  size_t written = 0, shown = 0;
+  size_t shown = 0;
   for (size_t i = 0; i < nprocs; i++) {
     char err[600];
     report_offline *o = report_offline_open(procs[i].trace, err, sizeof err);
@@ -158,36 +187,25 @@ int cmd_report(int argc, char **argv) {
     const report_trace_model *m = report_offline_model(o);
     if (m->damaged)
       cli_warn("%s; the records before it are reported", m->damage);
-    report_source *src = report_offline_source(o);
-    src->suppressions = supp;
-
+    report_process_info info = { .ppid = (long)m->ppid, .exit_code = -1,
+                                 .clean_exit = m->clean_exit, .trace = procs[i].trace };
+    report_process *p = report_model_add_offline(rm, o, supp, &info);
+    if (!p) {
+      cli_error("%s: out of memory building the report", procs[i].trace);
+      rc = 1;
+      continue;
+    }
     fflush(stdout);
     printf("%s==%" PRIu32 "== tagalloc: process %" PRIu32 " (parent %" PRIu32 "), trace %s: %s\n",
            shown++ ? "\n" : "", m->pid, m->pid, m->ppid, procs[i].trace,
            m->clean_exit ? "exited cleanly"
                          : "no clean exit (no END record: killed, crashed, _exit or cut short)");
     fflush(stdout);
-    report_text_render(STDOUT_FILENO, src);
-
-    if (jfd >= 0) {
-      report_process_info info = { .ppid = (long)m->ppid, .exit_code = -1,
-                                   .clean_exit = m->clean_exit, .trace = procs[i].trace };
-      if (!cli_json_sep(jfd, written) || report_source_json(jfd, src, &info) != 0) {
-        cli_error("--json %s: %s", json, strerror(errno));
-        close(jfd);
-        jfd = -1;
-        rc = 1;
-      }
-      written++;
-    }
-    report_offline_free(o);
+    report_text_process(STDOUT_FILENO, p);
   }
-  if (jfd >= 0) {
-    if (!cli_json_end(jfd) || close(jfd) != 0) {
-      cli_error("--json %s: %s", json, strerror(errno));
-      rc = 1;
-    }
-  }
+  if (json && !cli_write_json(json, rm)) rc = 1;
+  if (!cli_write_renderings(rm, html, folded, folded_peak)) rc = 1;
+  report_model_free(rm);
   cli_procs_free(procs, nprocs);
   report_suppressions_free(supp);
   return rc;

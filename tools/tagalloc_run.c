@@ -9,6 +9,7 @@
  * process that ended without its exit report (SIGKILL), joins the JSON
  * objects, keeps the traces if asked, and exits as the program did. */
 #include "tagalloc_cli.h"
+#include "model.h"
 
 #include <dirent.h>
 #include <elf.h>
@@ -32,7 +33,7 @@
 extern char **environ;
 
 typedef struct {
-  const char *json, *html, *trace, *unwind, *supp;
+  const char *json, *html, *folded, *folded_peak, *trace, *unwind, *supp;
   bool        guard, no_follow, has_error_exitcode;
   int         error_exitcode;
   char      **prog_argv;
@@ -67,6 +68,8 @@ static int parse(int argc, char **argv, run_opts *o) {
     const char *value = NULL;
     if (IS("--json")) dst = &o->json;
     else if (IS("--html")) dst = &o->html;
+    else if (IS("--folded")) dst = &o->folded;
+    else if (IS("--folded-peak")) dst = &o->folded_peak;
     else if (IS("--trace")) dst = &o->trace;
     else if (IS("--unwind")) dst = &o->unwind;
     else if (IS("--suppressions")) dst = &o->supp;
@@ -564,6 +567,45 @@ static void report_from_trace(cli_proc *p, size_t index, const char *dir, const 
   report_offline_free(off);
 }
 
+/* The report model of the run's traces, rendered as --html, --folded and
+ * --folded-peak ask. */
+static void render_model(const run_opts *o, cli_proc *procs, size_t nprocs, char **kept, const reaped_list *rl,
+                         pid_t child, report_suppressions *supp) {
+  report_model *rm = report_model_new();
+  if (!rm) {
+    cli_error("out of memory building the report");
+    return;
+  }
+  report_model_set_argv(rm, o->prog_argv, o->prog_argc);
+  for (size_t i = 0; i < nprocs; i++) {
+    cli_proc *p = &procs[i];
+    if (!p->trace) continue;
+    char err[600];
+    report_offline *off = report_offline_open(p->trace, err, sizeof err);
+    if (!off) {
+      cli_warn("--html/--folded: process %" PRIu32 " left out: %s", p->pid, err);
+      continue;
+    }
+    const report_trace_model *m = report_offline_model(off);
+    const reaped *r = reaped_find(rl, (pid_t)p->pid);
+    bool last = true;
+    for (size_t j = i + 1; j < nprocs; j++) last &= procs[j].pid != p->pid;
+    report_process_info info = {
+      .ppid = (long)m->ppid,
+      .argv = (pid_t)p->pid == child ? (const char *const *)o->prog_argv : NULL,
+      .argc = (pid_t)p->pid == child ? o->prog_argc : 0,
+      .exit_code = r && last && WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1,
+      .signal = r && last && WIFSIGNALED(r->status) ? WTERMSIG(r->status) : 0,
+      .clean_exit = m->clean_exit,
+      .trace = kept ? kept[i] : NULL,
+    };
+    if (!report_model_add_offline(rm, off, supp, &info))
+      cli_warn("--html/--folded: process %" PRIu32 " left out: out of memory", p->pid);
+  }
+  cli_write_renderings(rm, o->html, o->folded, o->folded_peak);
+  report_model_free(rm);
+}
+
 /* Moves (or copies) from to to. */
 static bool move_file(const char *from, const char *to) {
   if (rename(from, to) == 0) return true;
@@ -629,10 +671,6 @@ static char *trace_destination(const run_opts *o, bool to_dir, const cli_proc *p
 int cmd_run(int argc, char **argv) {
   run_opts o;
   if (parse(argc, argv, &o) != 0) return CLI_EXIT_USAGE;
-  if (o.html) {
-    cli_error("--html: the HTML report is not built yet (issue 4)");
-    return CLI_EXIT_USAGE;
-  }
 
   /* The program. */
   const char *name = o.prog_argv[0], *why = NULL;
@@ -669,6 +707,9 @@ int cmd_run(int argc, char **argv) {
   char *tmp_base = NULL;
   bool ok = true;
   if (o.json && !cli_check_output_file("--json", o.json)) ok = false;
+  if (ok && o.html && !cli_check_output_file("--html", o.html)) ok = false;
+  if (ok && o.folded && !cli_check_output_file("--folded", o.folded)) ok = false;
+  if (ok && o.folded_peak && !cli_check_output_file("--folded-peak", o.folded_peak)) ok = false;
   if (ok && o.trace) {
     struct stat st;
     size_t tl = strlen(o.trace);
@@ -835,6 +876,10 @@ int cmd_run(int argc, char **argv) {
     if (fd >= 0 && close(fd) != 0) wok = false;
     if (!wok) cli_error("--json %s: %s", o.json, strerror(errno));
   }
+
+  /* The page and the folded stacks: the report model of the traces. */
+  if (o.html || o.folded || o.folded_peak)
+    render_model(&o, procs, nprocs, kept, &rl, child, supp);
 
   /* The traces: kept, or gone with the directory. */
   size_t others = 0;

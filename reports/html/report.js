@@ -1,0 +1,362 @@
+/* report.js - draws the tagalloc report page from the JSON in
+ * #tagalloc-data (written by reports/html.c).  Every string from the
+ * audited program goes into the page as text (textContent, SVG text nodes,
+ * title attributes set through the DOM), never as markup. */
+(function () {
+  'use strict';
+  var D = JSON.parse(document.getElementById('tagalloc-data').textContent);
+  var S = D.strings;
+  var SVGNS = 'http://www.w3.org/2000/svg';
+
+  function $(id) { return document.getElementById(id); }
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function svg(tag, attrs) {
+    var e = document.createElementNS(SVGNS, tag);
+    for (var k in attrs) if (Object.prototype.hasOwnProperty.call(attrs, k)) e.setAttribute(k, String(attrs[k]));
+    return e;
+  }
+  function str(i) { return i >= 0 ? S[i] : null; }
+  function bytes(n) {
+    var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0, v = n;
+    while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+    return (i ? v.toFixed(v < 10 ? 2 : 1) : String(v)) + ' ' + u[i];
+  }
+  function count(n) { return Number(n).toLocaleString('en-US'); }
+  function dur(ns) {
+    if (ns < 1e3) return ns + ' ns';
+    if (ns < 1e6) return (ns / 1e3).toFixed(1) + ' µs';
+    if (ns < 1e9) return (ns / 1e6).toFixed(1) + ' ms';
+    return (ns / 1e9).toFixed(2) + ' s';
+  }
+  function kindClass(k, leak) {
+    if (k === 'leak.growth') return 'kind grow';
+    return leak ? 'kind leak' : 'kind err';
+  }
+  function isLeak(k) {
+    return k.indexOf('leak.') === 0 || /\.leak$/.test(k) || k === 'gpu.pool-retained' || k === 'unclassified';
+  }
+
+  /* ---- header ---------------------------------------------------------- */
+  var cmd = D.argv ? D.argv.join(' ') : D.processes.map(function (p) { return p.trace || ('pid ' + p.pid); }).join(' ');
+  $('cmd').textContent = cmd;
+  document.title = 'tagalloc: ' + cmd;
+  var nfind = 0;
+  D.kinds.forEach(function (k) { if (k.kind !== 'unclassified') nfind += k.groups; });
+  [['program', D.argv ? D.argv[0] : '(from traces)'], ['processes', count(D.processes.length)],
+   ['duration', dur(D.duration)], ['allocations', count(D.allocs)], ['frees', count(D.frees)],
+   ['peak live', bytes(D.peak)], ['findings', count(nfind)], ['errors', count(D.errors)]].forEach(function (f) {
+    var d = el('div');
+    d.appendChild(el('dt', null, f[0]));
+    d.appendChild(el('dd', null, f[1]));
+    $('facts').appendChild(d);
+  });
+  D.kinds.forEach(function (k) {
+    var s = el('span', kindClass(k.kind, k.leak), k.kind + ': ' + count(k.groups) + (k.leak ? ' (' + bytes(k.bytes) + ')' : ''));
+    s.setAttribute('data-kind', k.kind);
+    $('kinds').appendChild(s);
+  });
+  D.notes.forEach(function (n) { $('notes').appendChild(el('li', null, n)); });
+  $('foot').textContent = 'tagalloc ' + D.version + ' · ' + D.processes.length + ' process(es): ' +
+    D.processes.map(function (p) {
+      return p.pid + (p.clean_exit === 1 ? ' (exited cleanly)' : p.clean_exit === 0 ? ' (no clean exit)' : '') +
+        (p.trace ? ' ' + p.trace : '');
+    }).join(', ');
+
+  /* ---- findings --------------------------------------------------------- */
+  function frameText(f) {
+    var fn = str(f[0]), file = str(f[1]), mod = str(f[3]);
+    if (fn) return fn;
+    if (mod) return mod.replace(/^.*\//, '') + ' ' + f[4];
+    return f[4];
+  }
+  function topFrame(g) {
+    var st = g.stack >= 0 ? D.stacks[g.stack] : null;
+    if (!st || !st.length) return '<no stack recorded>';
+    var f = st[0], file = str(f[1]);
+    return frameText(f) + (file ? ' ' + file.replace(/^.*\//, '') + (f[2] ? ':' + f[2] : '') : '');
+  }
+  var rows = D.findings.map(function (g, i) {
+    var st = g.stack >= 0 ? D.stacks[g.stack] : [];
+    var hay = [g.kind, g.tag || '', g.slot || '', g.detail || ''];
+    (st || []).forEach(function (f) { hay.push(str(f[0]) || '', str(f[1]) || '', str(f[3]) || ''); });
+    return { g: g, i: i, top: topFrame(g), hay: hay.join('\n').toLowerCase() };
+  });
+  var kinds = {}, tags = {};
+  rows.forEach(function (r) { kinds[r.g.kind] = 1; if (r.g.tag) tags[r.g.tag] = 1; });
+  D.kinds.forEach(function (k) {
+    if (!kinds[k.kind]) return;
+    var o = el('option', null, k.kind); o.value = k.kind; $('f-kind').appendChild(o);
+  });
+  Object.keys(tags).sort().forEach(function (t) { var o = el('option', null, t); o.value = t; $('f-tag').appendChild(o); });
+
+  var sortKey = null, sortDir = 1, open = {};
+  var rank = {};
+  D.kinds.forEach(function (k, i) { rank[k.kind] = i; });
+
+  function stackList(idx, title, box) {
+    box.appendChild(el('div', 'sect', title));
+    var st = idx >= 0 ? D.stacks[idx] : null;
+    var ul = el('ol', 'stack');
+    if (!st || !st.length) ul.appendChild(el('li', 'mod', '<no stack recorded>'));
+    (st || []).forEach(function (f, n) {
+      var li = el('li');
+      li.appendChild(el('span', 'mod', '#' + n + ' ' + f[4] + ' '));
+      li.appendChild(el('span', 'fn', frameText(f)));
+      var file = str(f[1]);
+      if (file) li.appendChild(el('span', 'loc', ' ' + file + (f[2] ? ':' + f[2] : '')));
+      var mod = str(f[3]);
+      li.appendChild(el('span', 'mod', ' (' + (mod || '<unknown module>') + ')'));
+      if (f[5]) li.appendChild(el('span', 'inl', ' (inlined)'));
+      ul.appendChild(li);
+    });
+    box.appendChild(ul);
+  }
+  function details(g) {
+    var box = el('div', 'details');
+    var facts = [];
+    facts.push('address ' + g.addr);
+    if (g.holder) facts.push('holder ' + g.holder + (g.slot ? ' slot "' + g.slot + '"' : ''));
+    else if (g.slot) facts.push('slot "' + g.slot + '"');
+    if (g.detail) facts.push(g.detail);
+    box.appendChild(el('div', 'muted', facts.join(' · ')));
+    var what = g.kind === 'leak.growth' || isLeak(g.kind) ? 'allocated at' : 'at';
+    if (g.kind === 'ref.leak') what = 'last acquired at';
+    if (g.kind.indexOf('hold.') === 0) what = 'found at';
+    stackList(g.stack, what, box);
+    if (g.aux_stack >= 0) stackList(g.aux_stack, g.kind === 'leak.orphan' ? 'orphaned at (the hold replaced or dropped)' : 'hold declared at', box);
+    if (g.free_stack >= 0) stackList(g.free_stack, 'freed at', box);
+    if (g.alloc_stack >= 0) stackList(g.alloc_stack, 'allocated at', box);
+    if (g.history) {
+      box.appendChild(el('div', 'sect', 'refcount history (' + g.history.length + ', oldest first)'));
+      g.history.forEach(function (h) {
+        var t = (h[0] === 0 ? 'init' : (h[0] > 0 ? '+' : '') + h[0]) + ' -> ' + h[1] + ' by thread T' + h[2];
+        stackList(h[3], t, box);
+      });
+    }
+    return box;
+  }
+  function drawTable() {
+    var fk = $('f-kind').value, ft = $('f-tag').value, fx = $('f-text').value.toLowerCase();
+    var list = rows.filter(function (r) {
+      return (!fk || r.g.kind === fk) && (!ft || r.g.tag === ft) && (!fx || r.hay.indexOf(fx) >= 0);
+    });
+    if (sortKey) {
+      list.sort(function (a, b) {
+        var x, y;
+        if (sortKey === 'kind') { x = rank[a.g.kind]; y = rank[b.g.kind]; }
+        else if (sortKey === 'top') { x = a.top; y = b.top; }
+        else if (sortKey === 'tag') { x = a.g.tag || ''; y = b.g.tag || ''; }
+        else { x = a.g[sortKey]; y = b.g[sortKey]; }
+        if (x < y) return -sortDir;
+        if (x > y) return sortDir;
+        return a.i - b.i;
+      });
+    }
+    var tb = $('findings').tBodies[0];
+    while (tb.firstChild) tb.removeChild(tb.firstChild);
+    list.forEach(function (r) {
+      var tr = el('tr', 'row');
+      tr.setAttribute('data-index', r.i);
+      var kc = el('td');
+      kc.appendChild(el('span', kindClass(r.g.kind, isLeak(r.g.kind)), r.g.kind));
+      tr.appendChild(kc);
+      tr.appendChild(el('td', 'num', count(r.g.bytes)));
+      tr.appendChild(el('td', 'num', count(r.g.blocks)));
+      tr.appendChild(el('td', null, r.g.tag || ''));
+      tr.appendChild(el('td', 'top', r.top));
+      tr.appendChild(el('td', 'num', r.g.pid));
+      tr.addEventListener('click', function () { open[r.i] = !open[r.i]; drawTable(); });
+      tb.appendChild(tr);
+      if (open[r.i]) {
+        var more = el('tr', 'more'), td = el('td');
+        td.colSpan = 6;
+        td.appendChild(details(r.g));
+        more.appendChild(td);
+        tb.appendChild(more);
+      }
+    });
+    $('f-count').textContent = list.length + ' of ' + rows.length + ' group(s)';
+    $('f-none').hidden = rows.length > 0;
+    $('findings').hidden = rows.length === 0;
+  }
+  Array.prototype.forEach.call(document.querySelectorAll('#findings th'), function (th) {
+    th.addEventListener('click', function () {
+      var k = th.getAttribute('data-key');
+      if (sortKey === k) sortDir = -sortDir;
+      else { sortKey = k; sortDir = (k === 'bytes' || k === 'blocks') ? -1 : 1; }
+      Array.prototype.forEach.call(document.querySelectorAll('#findings th'), function (o) { o.className = o.className.replace(/ ?(asc|desc)/, ''); });
+      th.className += sortDir > 0 ? ' asc' : ' desc';
+      drawTable();
+    });
+  });
+  ['f-kind', 'f-tag'].forEach(function (id) { $(id).addEventListener('change', drawTable); });
+  $('f-text').addEventListener('input', drawTable);
+  drawTable();
+
+  /* ---- timeline ---------------------------------------------------------- */
+  var COLORS = ['#2f6fdb', '#d9534f', '#2a9d5c', '#e08a00', '#7b4fd6', '#0097a7', '#c2185b', '#6d8b00',
+                '#5d4037', '#455a64', '#f06292', '#00897b'];
+  var T = D.timeline, series = T.series, multi = D.processes.length > 1;
+  var shown = series.map(function () { return true; });
+  function label(s) { return s.name + (multi ? ' (pid ' + s.pid + ')' : ''); }
+  function drawTimeline() {
+    var box = $('timeline');
+    while (box.firstChild) box.removeChild(box.firstChild);
+    if (!series.length) { $('tl-none').hidden = false; return; }
+    var W = 1000, H = 320, L = 70, R = 16, TOP = 12, B = 28;
+    var xmax = Math.max(1, T.duration), ymax = 1;
+    series.forEach(function (s, i) {
+      if (!shown[i]) return;
+      s.x.forEach(function (x) { if (x > xmax) xmax = x; });
+      s.y.forEach(function (y) { if (y > ymax) ymax = y; });
+    });
+    function X(x) { return L + (W - L - R) * x / xmax; }
+    function Y(y) { return TOP + (H - TOP - B) * (1 - y / ymax); }
+    var g = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, preserveAspectRatio: 'none', role: 'img' });
+    for (var t = 0; t <= 4; t++) {
+      var yv = ymax * t / 4;
+      g.appendChild(svg('line', { x1: L, x2: W - R, y1: Y(yv), y2: Y(yv), 'class': 'grid' }));
+      var tx = svg('text', { x: L - 6, y: Y(yv) + 4, 'text-anchor': 'end' });
+      tx.textContent = bytes(Math.round(yv));
+      g.appendChild(tx);
+      var xv = xmax * t / 4, tt = svg('text', { x: X(xv), y: H - 8, 'text-anchor': t === 0 ? 'start' : t === 4 ? 'end' : 'middle' });
+      tt.textContent = dur(Math.round(xv));
+      g.appendChild(tt);
+    }
+    g.appendChild(svg('line', { x1: L, x2: L, y1: TOP, y2: H - B, 'class': 'axis' }));
+    g.appendChild(svg('line', { x1: L, x2: W - R, y1: H - B, y2: H - B, 'class': 'axis' }));
+    T.marks.forEach(function (m) {
+      var ln = svg('line', { x1: X(m[1]), x2: X(m[1]), y1: TOP, y2: H - B, 'class': 'mark' });
+      var ti = svg('title', {});
+      ti.textContent = 'mark ' + m[2] + (multi ? ' (pid ' + m[0] + ')' : '') + ' at ' + dur(m[1]);
+      ln.appendChild(ti);
+      g.appendChild(ln);
+    });
+    series.forEach(function (s, i) {
+      if (!shown[i]) return;
+      var pts = [];
+      for (var k = 0; k < s.x.length; k++) pts.push(X(s.x[k]).toFixed(1) + ',' + Y(s.y[k]).toFixed(1));
+      var pl = svg('polyline', { points: pts.join(' '), stroke: COLORS[i % COLORS.length] });
+      pl.setAttribute('data-series', i);
+      g.appendChild(pl);
+    });
+    if (T.peak) {
+      var c = svg('circle', { cx: X(T.peak.x), cy: Y(T.peak.y), r: 4, fill: '#d9534f', 'class': 'peak' });
+      g.appendChild(c);
+      var pt = svg('text', { x: Math.min(X(T.peak.x) + 6, W - R - 140), y: Math.max(Y(T.peak.y) + 4, TOP + 10), 'class': 'peak-label' });
+      pt.textContent = 'peak ' + bytes(T.peak.y) + (multi ? ' (pid ' + T.peak.pid + ')' : '');
+      g.appendChild(pt);
+    }
+    var cursor = svg('line', { x1: 0, x2: 0, y1: TOP, y2: H - B, 'class': 'cursor', visibility: 'hidden' });
+    g.appendChild(cursor);
+    var tip = $('tl-tip');
+    g.addEventListener('mousemove', function (ev) {
+      var r = g.getBoundingClientRect();
+      var vx = (ev.clientX - r.left) * W / r.width;
+      var x = (vx - L) / (W - L - R) * xmax;
+      if (x < 0 || x > xmax) { cursor.setAttribute('visibility', 'hidden'); tip.hidden = true; return; }
+      cursor.setAttribute('x1', vx); cursor.setAttribute('x2', vx); cursor.setAttribute('visibility', 'visible');
+      var lines = [dur(Math.round(x))];
+      series.forEach(function (s, i) {
+        if (!shown[i] || !s.x.length) return;
+        var lo = 0, hi = s.x.length - 1;
+        while (lo < hi) { var mid = (lo + hi) >> 1; if (s.x[mid] < x) lo = mid + 1; else hi = mid; }
+        lines.push(label(s) + ': ' + bytes(s.y[lo]));
+      });
+      tip.textContent = lines.join('\n');
+      tip.hidden = false;
+      tip.style.left = (ev.clientX + 14) + 'px';
+      tip.style.top = (ev.clientY + 10) + 'px';
+    });
+    g.addEventListener('mouseleave', function () { cursor.setAttribute('visibility', 'hidden'); tip.hidden = true; });
+    box.appendChild(g);
+  }
+  series.forEach(function (s, i) {
+    var lab = el('label'), cb = el('input');
+    cb.type = 'checkbox';
+    cb.checked = shown[i];
+    cb.addEventListener('change', function () { shown[i] = cb.checked; drawTimeline(); });
+    var sw = el('span', 'sw');
+    sw.style.background = COLORS[i % COLORS.length];
+    lab.appendChild(cb);
+    lab.appendChild(sw);
+    lab.appendChild(document.createTextNode(label(s)));
+    $('tl-legend').appendChild(lab);
+  });
+  drawTimeline();
+
+  /* ---- flame graphs (icicle: the root on top) ------------------------------ */
+  var which = 'leaked', zoom = null;
+  function hue(name) {
+    var h = 0;
+    for (var i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+    return 'hsl(' + (20 + h % 40) + ',' + (70 + h % 20) + '%,' + (62 + (h >> 8) % 14) + '%)';
+  }
+  function drawFlame() {
+    var root = D.flame[which], box = $('flame');
+    while (box.firstChild) box.removeChild(box.firstChild);
+    $('fl-leaked').className = which === 'leaked' ? 'on' : '';
+    $('fl-peak').className = which === 'peak' ? 'on' : '';
+    if (!root || !root[1]) {
+      box.style.height = '40px';
+      $('fl-info').textContent = which === 'leaked' ? 'Nothing leaked.' : 'No live bytes at the peak (no trace with allocations).';
+      return;
+    }
+    var path = zoom && zoom.which === which ? zoom.path : [root];
+    var top = path[path.length - 1], total = root[1], maxDepth = 0, ROW = 18;
+    var width = box.clientWidth || 1000;
+    function node(n, depth, x, w, anc) {
+      var name = S[n[0]];
+      var d = el('div', 'node' + (anc ? ' anc' : ''), name);
+      d.style.left = (x * 100) + '%';
+      d.style.width = (w * 100) + '%';
+      d.style.top = (depth * ROW) + 'px';
+      d.style.background = hue(name);
+      d.title = name + '\n' + bytes(n[1]) + ' (' + (100 * n[1] / total).toFixed(1) + '%)';
+      d.addEventListener('click', function (ev) {
+        ev.stopPropagation();
+        var np = anc ? path.slice(0, path.indexOf(n) + 1) : (n === top ? path : pathTo(n));
+        zoom = { which: which, path: np };
+        drawFlame();
+      });
+      d.addEventListener('mouseenter', function () { $('fl-info').textContent = d.title.replace('\n', ' · '); });
+      box.appendChild(d);
+      if (depth > maxDepth) maxDepth = depth;
+    }
+    function pathTo(target) {
+      var out = null;
+      (function walk(n, acc) {
+        if (out) return;
+        acc.push(n);
+        if (n === target) { out = acc.slice(); return; }
+        (n[2] || []).forEach(function (c) { walk(c, acc); });
+        acc.pop();
+      })(top, path.slice(0, -1));
+      return out || path;
+    }
+    for (var i = 0; i < path.length - 1; i++) node(path[i], i, 0, 1, true);
+    (function draw(n, depth, x, w) {
+      node(n, depth, x, w, false);
+      var cx = x;
+      (n[2] || []).forEach(function (c) {
+        var cw = w * c[1] / n[1];
+        if (cw * width >= 1) draw(c, depth + 1, cx, cw);
+        cx += cw;
+      });
+    })(top, path.length - 1, 0, 1);
+    box.style.height = ((maxDepth + 1) * ROW + 2) + 'px';
+    $('fl-info').textContent = S[top[0]] + ' · ' + bytes(top[1]) + ' (' + (100 * top[1] / total).toFixed(1) + '% of ' + bytes(total) + ')';
+  }
+  $('fl-leaked').addEventListener('click', function () { which = 'leaked'; drawFlame(); });
+  $('fl-peak').addEventListener('click', function () { which = 'peak'; drawFlame(); });
+  $('fl-reset').addEventListener('click', function () { zoom = null; drawFlame(); });
+  if (!D.flame.leaked[1] && D.flame.peak[1]) which = 'peak';
+  drawFlame();
+  window.addEventListener('resize', function () { drawFlame(); });
+  document.body.setAttribute('data-ready', '1');
+})();
