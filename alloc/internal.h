@@ -109,7 +109,8 @@ struct ta_thread {
   ta_thread   *next, *prev;    /* the registry, under its lock */
   void        *trace;          /* trace.c's buffer, NULL when not tracing */
   ta_block    *q;              /* the blocks this thread freed, oldest first (ledger.c) */
-  uint32_t     qcap, qhead, qlen;
+  uint32_t     qcap, qhead, qlen;  /* qcap: the ring in use, a power of 2 */
+  uint32_t     qmax;           /* the ring reserved (mmap'd, touched up to qcap) */
   int64_t      qbytes;         /* bytes in this thread's quarantine */
   uint64_t     seq_next, seq_end, seq_epoch;   /* a block of sequence numbers */
   bool         batching;       /* live-byte deltas are published in batches */

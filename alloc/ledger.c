@@ -469,38 +469,76 @@ static void quarantine_evict(ta_thread *t) {
   if (at >= 0) report_write_after_free(&b, at, value);
 }
 
+/* The ring: address space for enough entries for the whole budget in
+ * 16-byte blocks (within [64K, 4M] entries), of which the first 4096 are
+ * used; it grows in place while the blocks in it weigh less than the
+ * thread's share.  (A ring cycling through 4M entries touched all 192 MiB
+ * of them, whatever the budget.) */
+#define Q_FIRST 4096u
+
 static bool quarantine_ring(ta_thread *t) {
-  /* enough entries for the budget in 16-byte blocks, within [64K, 4M] */
   uint64_t cap = 1u << 16;
   while (cap < (uint64_t)_ta_opt.quarantine / 16 && cap < (1u << 22)) cap <<= 1;
   void *q = _ta_mmap(cap * sizeof(ta_block));
   if (q == NULL) return false;
   t->q = q;
-  t->qcap = (uint32_t)cap;
+  t->qmax = (uint32_t)cap;
+  t->qcap = Q_FIRST < cap ? Q_FIRST : (uint32_t)cap;
   t->qhead = t->qlen = 0;
   return true;
 }
 
+static int64_t quarantine_share(void);
+
+/* Doubles a full ring in place: the entries that wrapped to the front
+ * move to just past the old end, so every entry keeps its position from
+ * the head.  Other threads reading the ring verify what they read. */
+static void quarantine_grow(ta_thread *t) {
+  uint32_t cap = t->qcap;
+  memcpy(&t->q[cap], &t->q[0], (size_t)t->qhead * sizeof(ta_block));
+  atomic_thread_fence(memory_order_release);
+  t->qcap = cap * 2;
+}
+
 static bool quarantine_push(ta_thread *t, const ta_block *b) {
   if (t->q == NULL && !quarantine_ring(t)) return false;
-  if (t->qlen == t->qcap) quarantine_evict(t);        /* full: the oldest leaves */
+  if (t->qlen == t->qcap) {                            /* full: grow, or the oldest leaves */
+    if (t->qcap < t->qmax && t->qbytes < quarantine_share()) quarantine_grow(t);
+    else quarantine_evict(t);
+  }
   t->q[(t->qhead + t->qlen) & (t->qcap - 1)] = *b;
   t->qlen++;
   return true;
 }
 
-/* Each thread's share of the budget: the budget over the live threads. */
-static void quarantine_trim(ta_thread *t) {
+/* The quarantine's budget follows the live heap: a quarter of the live
+ * bytes, at least 1 MiB, at most TAGALLOC_QUARANTINE.  A small quarantine
+ * stays in cache, where filling and checking the poison is cheap; a 64 MiB
+ * one behind a program whose heap is 2 MiB made every check a cache miss
+ * (80% of the cost of a malloc churn) and multiplied its RSS by 50. */
+#define Q_FLOOR ((int64_t)1 << 20)
+
+static inline int64_t quarantine_budget(void) {
+  int64_t live = atomic_load_explicit(&live_bytes[0], memory_order_relaxed) / 4;
+  int64_t b = live > Q_FLOOR ? live : Q_FLOOR;
+  return b < _ta_opt.quarantine ? b : _ta_opt.quarantine;
+}
+
+static int64_t quarantine_share(void) {
   int n = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed);
-  int64_t share = _ta_opt.quarantine / (n > 1 ? n : 1);
+  return quarantine_budget() / (n > 1 ? n : 1);
+}
+
+static void quarantine_trim(ta_thread *t) {
+  int64_t share = quarantine_share();
   for (int k = 0; k < 8 && t->qlen > 0 && t->qbytes > share; k++) quarantine_evict(t);
 }
 
 void _ta_quarantine_drain(ta_thread *t) {
   while (t->qlen > 0) quarantine_evict(t);
-  if (t->q) _ta_munmap(t->q, (size_t)t->qcap * sizeof(ta_block));
+  if (t->q) _ta_munmap(t->q, (size_t)t->qmax * sizeof(ta_block));
   t->q = NULL;
-  t->qcap = t->qhead = 0;
+  t->qcap = t->qmax = t->qhead = 0;
 }
 
 typedef struct { uintptr_t p; bool interior; ta_block *out; bool found; } q_search;
