@@ -306,8 +306,9 @@ static void flame(jbuf *b, report_model *m, strtab *st, report_folded_what what,
 /* ---- the document ---------------------------------------------------------------- */
 
 static void frame_json(jbuf *b, strtab *st, const report_mframe *f) {
-  j_printf(b, "[%ld,%ld,%d,%ld,\"0x%llx\",%d]", str_id(st, f->function), str_id(st, f->file), f->line,
-           str_id(st, f->module), (unsigned long long)f->address, f->inlined ? 1 : 0);
+  j_printf(b, "[%ld,%ld,%d,%ld,\"0x%llx\",%d,\"0x%llx\"]", str_id(st, f->function), str_id(st, f->file), f->line,
+           str_id(st, f->module), (unsigned long long)f->address, f->inlined ? 1 : 0,
+           (unsigned long long)f->module_offset);
 }
 
 static int by_group_rank(const void *a, const void *b) {
@@ -340,7 +341,8 @@ static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
         snprintf(name, sizeof name, "other tags");
       } else {
         tag = report_trace_model_tag(tm, tl->tags[col - 1]);
-        if (!tag) snprintf(name, sizeof name, "tag %u", (unsigned)tl->tags[col - 1]);
+        if (tl->tags[col - 1] == TA_ANY) snprintf(name, sizeof name, "(no tag)");
+        else if (!tag) snprintf(name, sizeof name, "tag %u", (unsigned)tl->tags[col - 1]);
       }
       j_lit(b, first ? "\n{\"name\":" : ",\n{\"name\":");
       first = false;
@@ -487,8 +489,9 @@ int report_html_write(int fd, report_model *m) {
     j_printf(&b, ",\"addr\":\"0x%llx\"", (unsigned long long)g->addr);
     j_printf(&b, ",\"stack\":%ld", stack_id(&stk, pi, p, g->stack));
     j_printf(&b, ",\"alloc_stack\":%ld", g->alloc_stack != g->stack ? stack_id(&stk, pi, p, g->alloc_stack) : -1);
-    j_printf(&b, ",\"free_stack\":%ld", stack_id(&stk, pi, p, g->free_stack));
-    j_printf(&b, ",\"aux_stack\":%ld", stack_id(&stk, pi, p, g->aux_stack));
+    /* the further stacks, unless the same as the first (as the text report) */
+    j_printf(&b, ",\"free_stack\":%ld", g->free_stack != g->stack ? stack_id(&stk, pi, p, g->free_stack) : -1);
+    j_printf(&b, ",\"aux_stack\":%ld", g->aux_stack != g->stack ? stack_id(&stk, pi, p, g->aux_stack) : -1);
     if (g->holder) j_printf(&b, ",\"holder\":\"0x%llx\"", (unsigned long long)g->holder);
     if (g->slot) {
       j_lit(&b, ",\"slot\":");

@@ -71,7 +71,7 @@
   function frameText(f) {
     var fn = str(f[0]), file = str(f[1]), mod = str(f[3]);
     if (fn) return fn;
-    if (mod) return mod.replace(/^.*\//, '') + ' ' + f[4];
+    if (mod) return mod.replace(/^.*\//, '') + '+' + f[6];
     return f[4];
   }
   function topFrame(g) {
@@ -83,7 +83,7 @@
   var rows = D.findings.map(function (g, i) {
     var st = g.stack >= 0 ? D.stacks[g.stack] : [];
     var hay = [g.kind, g.tag || '', g.slot || '', g.detail || ''];
-    (st || []).forEach(function (f) { hay.push(str(f[0]) || '', str(f[1]) || '', str(f[3]) || ''); });
+    (st || []).forEach(function (f) { hay.push(frameText(f), str(f[1]) || '', str(f[3]) || ''); });
     return { g: g, i: i, top: topFrame(g), hay: hay.join('\n').toLowerCase() };
   });
   var kinds = {}, tags = {};

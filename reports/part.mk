@@ -1,0 +1,52 @@
+# reports/part.mk - the report model's renderers, their tests, fuzzing and
+# benchmark (issue 4).  Included by the top Makefile.
+#
+# reports/*.c are compiled into the library by the top Makefile; this file
+# adds: the HTML page's assets embedded into reports/html_assets.c (kept
+# in git, regenerated here when an asset changes), the golden-file and
+# browser tests (make test-reports), the trace reader's fuzzer (make fuzz)
+# and the rendering benchmark (make bench-reports).
+
+REPORTS_ASSETS := reports/html/report.css reports/html/body.html reports/html/report.js
+
+reports/html_assets.c: $(REPORTS_ASSETS) reports/html/embed.sh
+	sh reports/html/embed.sh
+
+$(BUILD)/obj/reports/html_assets.o: reports/html_assets.c
+
+# Synthetic traces for the golden tests (the stored ones are in git).
+$(BUILD)/tests/reports/mktrace: tests/reports/mktrace.c alloc/trace_format.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) -std=gnu11 -Ialloc $< -o $@
+
+PART_ALL  += $(BUILD)/tests/reports/mktrace
+PART_TEST += test-reports
+PART_BENCH += bench-reports
+
+# Golden files, escaping, diff, then the page in Chromium.
+test-reports: all
+	tests/reports/run.sh $(BUILD)
+	tests/browser/run.sh $(BUILD)
+
+# Rewrites the expected outputs from the stored traces (review the diff!).
+reports-golden: all
+	tests/reports/run.sh $(BUILD) --update
+
+# libFuzzer on the trace reader, FUZZ_SECONDS (default 600) seconds.
+FUZZ_SECONDS ?= 600
+$(BUILD)/fuzz/fuzz_trace: tests/reports/fuzz_trace.c reports/trace_read.c reports/trace_read.h alloc/trace_format.h
+	@mkdir -p $(dir $@)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE \
+	  -Ialloc -Ireports tests/reports/fuzz_trace.c reports/trace_read.c -o $@
+
+fuzz: $(BUILD)/fuzz/fuzz_trace
+	@mkdir -p $(BUILD)/fuzz/corpus
+	cp -n tests/reports/fuzz-corpus/* $(BUILD)/fuzz/corpus/ 2>/dev/null || true
+	$(BUILD)/fuzz/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -max_len=65536 $(BUILD)/fuzz/corpus tests/reports/fuzz-corpus
+
+# Rendering a 10-million-event trace, against heaptrack_print.
+bench-reports: all
+	bench/reports/run.sh $(BUILD)
+
+.PHONY: test-reports reports-golden fuzz bench-reports

@@ -1,0 +1,115 @@
+// check_report.js - opens a tagalloc HTML report in headless Chromium and
+// checks it (tests/browser/run.sh):
+//   node check_report.js PAGE SCREENSHOT ROWS FUNCTION [--xss]
+// ROWS: the findings rows expected (a number, or "data": as many as the
+// page's embedded findings); FUNCTION: text to filter the table by, which
+// the first remaining row's expanded stack must show.  --xss: nothing the program controlled may have become markup
+// or run (no <img> in the document, no dialog, no data-pwned), and the
+// strings must be on the page as text.  Exits 1 with one line per failure.
+'use strict';
+const path = require('path');
+const fs = require('fs');
+const os = require('os');
+const { chromium } = require('playwright-core');
+
+const [page_path, shot, rows_arg, fn, flag] = process.argv.slice(2);
+const xss = flag === '--xss';
+const failures = [];
+function check(ok, what) {
+  if (!ok) failures.push(what);
+  console.log((ok ? 'ok   ' : 'FAIL ') + what);
+}
+
+(async () => {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'tagalloc-chromium-'));
+  const ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1400, height: 1000 },
+  });
+  try {
+    const page = ctx.pages()[0] || await ctx.newPage();
+    const errors = [], dialogs = [], requests = [];
+    page.on('pageerror', e => errors.push(String(e)));
+    page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
+    page.on('dialog', d => { dialogs.push(d.message()); d.dismiss(); });
+    page.on('request', r => { if (!r.url().startsWith('file:') && !r.url().startsWith('data:')) requests.push(r.url()); });
+    const t0 = Date.now();
+    await page.goto('file://' + path.resolve(page_path));
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 10000 });
+    const ms = Date.now() - t0;
+    console.log(`     page ready in ${ms} ms`);
+    check(errors.length === 0, `no script errors (${errors.join(' | ')})`);
+    check(requests.length === 0, `no network requests (${requests.join(' ')})`);
+
+    const data = await page.evaluate(() => JSON.parse(document.getElementById('tagalloc-data').textContent));
+    const want = rows_arg === 'data' ? data.findings.length : Number(rows_arg);
+    const nrows = await page.locator('#findings tbody tr.row').count();
+    check(nrows === want && want > 0, `findings table has ${want} rows (got ${nrows})`);
+
+    // sort by bytes, then filter by kind, then back
+    await page.click('#findings th[data-key="bytes"]');
+    const first_bytes = await page.locator('#findings tbody tr.row td.num').first().textContent();
+    const max_bytes = Math.max(...data.findings.map(f => f.bytes));
+    check(first_bytes.replace(/,/g, '') === String(max_bytes), `sorted by bytes: first row ${first_bytes}, largest ${max_bytes}`);
+    const kind = data.findings[0].kind;
+    await page.selectOption('#f-kind', kind);
+    const nkind = await page.locator('#findings tbody tr.row').count();
+    check(nkind === data.findings.filter(f => f.kind === kind).length, `filter by kind ${kind}: ${nkind} rows`);
+    await page.selectOption('#f-kind', '');
+
+    // filter by text, then expand the first row: its stack
+    await page.click('#findings th[data-key="kind"]');
+    await page.fill('#f-text', fn);
+    const nfn = await page.locator('#findings tbody tr.row').count();
+    check(nfn > 0 && nfn <= nrows, `filter by text ${fn}: ${nfn} rows`);
+    await page.locator('#findings tbody tr.row').first().click();
+    const frames = await page.locator('#findings tr.more .stack li').count();
+    check(frames > 0, `the expanded row shows stack frames (${frames})`);
+    const stack_text = await page.locator('#findings tr.more').first().textContent();
+    check(stack_text.includes(fn), `the expanded stack names ${fn}`);
+    await page.fill('#f-text', '');
+
+    // timeline: polylines with points, the peak marked
+    const lines = await page.locator('#timeline svg polyline').count();
+    const points = await page.locator('#timeline svg polyline').first().getAttribute('points');
+    check(lines > 0 && points && points.split(' ').length >= 2, `timeline draws ${lines} series`);
+    check(await page.locator('#timeline svg circle.peak').count() === 1, 'timeline marks the peak');
+    const box = await page.locator('#timeline svg').boundingBox();
+    await page.mouse.move(box.x + box.width * 0.6, box.y + box.height * 0.5);
+    const tip = await page.locator('#tl-tip').textContent();
+    check(await page.locator('#tl-tip').isVisible() && /B/.test(tip), 'hovering the timeline shows values');
+
+    // flame graph: nodes, click to zoom
+    const nodes = await page.locator('#flame .node').count();
+    check(nodes > 1, `the flame graph draws ${nodes} nodes`);
+    const deepest = page.locator('#flame .node').last();
+    const before = await page.locator('#fl-info').textContent();
+    await deepest.click();
+    const after = await page.locator('#fl-info').textContent();
+    check(after !== before && await page.locator('#flame .node.anc').count() > 0, 'clicking a frame zooms in');
+    await page.click('#fl-peak');
+    check(await page.locator('#flame .node').count() > 1, 'the flame graph of live bytes at the peak draws');
+    await page.click('#fl-leaked');
+
+    if (xss) {
+      const pwned = await page.evaluate(() => document.body.dataset.pwned);
+      const imgs = await page.locator('img').count();
+      check(pwned === undefined && imgs === 0 && dialogs.length === 0,
+            `nothing the program controls ran or became markup (img: ${imgs}, dialogs: ${dialogs.length}, pwned: ${pwned})`);
+      const text = await page.evaluate(() => document.body.innerText);
+      check(text.includes('<img src=x onerror='), 'the HTML-like strings are shown as text');
+    }
+    await page.screenshot({ path: shot, fullPage: true });
+    check(fs.statSync(shot).size > 10000, `screenshot ${shot}`);
+  } finally {
+    await ctx.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  }
+  if (failures.length) {
+    console.log(`${failures.length} check(s) failed`);
+    process.exit(1);
+  }
+})().catch(e => { console.log('FAIL ' + e.message.split('\n')[0]); process.exit(1); });

@@ -1,0 +1,57 @@
+#!/bin/sh
+# The browser test of the HTML report: Debian's chromium, driven headless by
+# playwright-core (installed into tests/browser/node_modules from
+# package-lock.json on first use), opens three generated reports and checks
+# the findings table, an expanded stack, the timeline, the flame graphs and
+# that nothing the program controls can run (tests/browser/check_report.js).
+# Screenshots go to BUILD/browser/*.png.
+#   tests/browser/run.sh BUILD_DIR
+set -eu
+[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+build=$1
+here=$(cd "$(dirname "$0")" && pwd)
+out=$build/browser
+mkdir -p "$out"
+[ -x /usr/bin/chromium ] || { echo "browser test: /usr/bin/chromium is missing (make deps installs it)" >&2; exit 1; }
+command -v node >/dev/null || { echo "browser test: node is missing (make deps installs nodejs)" >&2; exit 1; }
+if [ ! -f "$here/node_modules/playwright-core/package.json" ]; then
+  echo "browser test: installing playwright-core into tests/browser/node_modules"
+  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+failed=0
+run() {   # NAME PAGE ROWS FUNCTION [--xss]
+  name=$1
+  shift
+  echo "== $name"
+  if node "$here/check_report.js" "$@"; then echo "PASS browser $name"; else echo "FAIL browser $name"; failed=$((failed + 1)); fi
+}
+no_markup() {   # PAGE: nothing program-controlled as raw markup in the file
+  if grep -q -e '<img' -e '</script><script>' "$1"; then
+    echo "FAIL browser $(basename "$1"): raw markup from the program in the file"
+    failed=$((failed + 1))
+  else
+    echo "PASS browser $(basename "$1"): no raw markup from the program in the file"
+  fi
+}
+
+# 1. the golden test's synthetic trace: exact rows
+"$build/tagalloc" report tests/reports/traces/leaks.trace --html "$out/leaks.html" > /dev/null
+run leaks "$out/leaks.html" "$out/leaks.png" 6 'app+0x1910'
+
+# 2. tag, slot, detail and module names that are HTML and script
+"$build/tagalloc" report tests/reports/traces/xss.trace --html "$out/xss.html" > /dev/null
+run xss-trace "$out/xss.html" "$out/xss.png" 2 '<img src=x onerror=' --xss
+no_markup "$out/xss.html"
+
+# 3. a real program under `tagalloc run`: its source file, its C++ template
+#    symbols and its argument are HTML
+src="$out/<img src=x onerror=alert(1)>.cc"
+cp "$here/leaky.cc" "$src"
+g++ -g -O1 -fno-omit-frame-pointer "$src" -o "$out/leaky"
+"$build/tagalloc" run --html "$out/leaky.html" -- "$out/leaky" '<img src=x onerror=alert(2)>' 2> "$out/leaky.stderr" \
+  || { echo "FAIL browser leaky: tagalloc run failed (see $out/leaky.stderr)"; failed=$((failed + 1)); }
+run leaky "$out/leaky.html" "$out/leaky.png" data 'make_leak<std::pair<int, char>' --xss
+no_markup "$out/leaky.html"
+
+[ "$failed" = 0 ] && echo "browser test: all passed (screenshots in $out)" || echo "browser test: $failed failed"
+[ "$failed" = 0 ]
