@@ -341,6 +341,76 @@ long tensor_storage_refs(const tensor *t) { return t ? ta_ref_count(t->storage) 
 const void *tensor_storage_block(const tensor *t) { return t ? (const void *)t->storage : NULL; }
 size_t tensor_storage_bytes(const tensor *t) { return t ? t->storage->nbytes : 0; }
 
+/* ---- threads ------------------------------------------------------------------ */
+
+static int n_threads = 1;
+
 void tensor_set_threads(int n) {
-  if (n > 0) openblas_set_num_threads(n);
+  if (n < 1) return;
+  n_threads = n > TENSOR_MAX_THREADS ? TENSOR_MAX_THREADS : n;
+  openblas_set_num_threads(n);
+}
+
+int _tensor_threads(void) { return n_threads; }
+
+typedef struct {
+  void (*fn)(void *ctx, int64_t lo, int64_t hi, int part);
+  void *ctx;
+  int64_t lo, hi;
+} par_job;
+
+/* Workers made on first use and kept (a thread per call would cost more
+ * than the work: the ledger sets up and drains each thread's state).  One
+ * parallel loop at a time; a second caller meanwhile runs its loop alone. */
+static pthread_mutex_t par_busy = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t par_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t par_go = PTHREAD_COND_INITIALIZER, par_done = PTHREAD_COND_INITIALIZER;
+static par_job par_jobs[TENSOR_MAX_THREADS];
+static int par_workers, par_parts, par_pending;
+static uint64_t par_gen;
+
+static void *par_worker(void *arg) {
+  int me = (int)(intptr_t)arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&par_lock);
+  for (;;) {
+    while (par_gen == seen) pthread_cond_wait(&par_go, &par_lock);
+    seen = par_gen;
+    if (me >= par_parts) continue;
+    par_job j = par_jobs[me];
+    pthread_mutex_unlock(&par_lock);
+    j.fn(j.ctx, j.lo, j.hi, me);
+    pthread_mutex_lock(&par_lock);
+    if (--par_pending == 0) pthread_cond_signal(&par_done);
+  }
+  return NULL;
+}
+
+int _tensor_parallel(int64_t n, int parts, void (*fn)(void *ctx, int64_t lo, int64_t hi, int part), void *ctx) {
+  if (parts > n) parts = (int)(n > 0 ? n : 1);
+  if (parts > TENSOR_MAX_THREADS) parts = TENSOR_MAX_THREADS;
+  if (parts <= 1 || pthread_mutex_trylock(&par_busy) != 0) {
+    fn(ctx, 0, n, 0);
+    return 1;
+  }
+  pthread_mutex_lock(&par_lock);
+  while (par_workers < parts - 1) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, par_worker, (void *)(intptr_t)(par_workers + 1)) != 0) break;
+    pthread_detach(th);
+    par_workers++;
+  }
+  if (parts > par_workers + 1) parts = par_workers + 1;
+  for (int p = 0; p < parts; p++) par_jobs[p] = (par_job){ fn, ctx, n * p / parts, n * (p + 1) / parts };
+  par_parts = parts;
+  par_pending = parts - 1;
+  par_gen++;
+  pthread_cond_broadcast(&par_go);
+  pthread_mutex_unlock(&par_lock);
+  fn(ctx, par_jobs[0].lo, par_jobs[0].hi, 0);
+  pthread_mutex_lock(&par_lock);
+  while (par_pending > 0) pthread_cond_wait(&par_done, &par_lock);
+  pthread_mutex_unlock(&par_lock);
+  pthread_mutex_unlock(&par_busy);
+  return parts;
 }

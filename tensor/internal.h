@@ -72,6 +72,14 @@ static inline void _tensor_unborrow(const tensor *t, tensor *c) {
 /* dst = src, elementwise, same shape (strides free), 4-byte elements. */
 void _tensor_copy_strided(tensor *dst, const tensor *src);
 
+/* ---- threads (core.c) ---- */
+#define TENSOR_MAX_THREADS 16
+int _tensor_threads(void);   /* tensor_set_threads, 1 by default */
+/* Runs fn over [0, n) split into up to parts contiguous ranges, one per
+ * thread (the caller's included); returns the number of parts used.  fn
+ * must not make or free tensors (scopes are per thread). */
+int _tensor_parallel(int64_t n, int parts, void (*fn)(void *ctx, int64_t lo, int64_t hi, int part), void *ctx);
+
 /* ---- strided iteration (ops.c) ----
  * Up to 3 operands over one shape: dims of size 1 dropped, adjacent dims
  * merged where every operand allows, innermost last. */

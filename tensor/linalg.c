@@ -220,8 +220,66 @@ static tensor *contig_4d(const char *op, const char *name, const tensor *t) {
   return _tensor_borrow(t);
 }
 
-/* Image by image: col = im2col(x_n) [CKK, P], out_n [O, P] = w [O, CKK] @ col
- * (+ bias).  The column matrix of one image stays in cache, and out_n is
+/* What the image loops of conv2d share; each part (thread) has its own
+ * scratch matrix at scratch + part * scratch_size. */
+typedef struct {
+  const conv_geom *g;
+  const float *x, *w, *dy, *bias;
+  int64_t bias_stride, CKK, P;
+  float *out, *scratch;
+  int64_t scratch_size;
+} conv_job;
+
+/* out_n [O, P] = bias + w [O, CKK] @ im2col(x_n) [CKK, P] */
+static void conv_fwd_part(void *ctx, int64_t lo, int64_t hi, int part) {
+  const conv_job *j = ctx;
+  const conv_geom *g = j->g;
+  float *col = j->scratch + part * j->scratch_size;
+  for (int64_t n = lo; n < hi; n++) {
+    float *on = j->out + n * g->O * j->P;
+    for (int64_t o = 0; o < g->O; o++) {
+      float bv = j->bias ? j->bias[o * j->bias_stride] : 0.0f;
+      for (int64_t i = 0; i < j->P; i++) on[o * j->P + i] = bv;
+    }
+    im2col(g, j->x + n * g->C * g->H * g->W, col);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->O, (int)j->P, (int)j->CKK, 1.0f, j->w,
+                (int)j->CKK, col, (int)j->P, 1.0f, on, (int)j->P);
+  }
+}
+
+/* dcol [CKK, P] = w^T @ dy_n [O, P]; dx_n = col2im(dcol) */
+static void conv_dx_part(void *ctx, int64_t lo, int64_t hi, int part) {
+  const conv_job *j = ctx;
+  const conv_geom *g = j->g;
+  float *dcol = j->scratch + part * j->scratch_size;
+  for (int64_t n = lo; n < hi; n++) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)j->CKK, (int)j->P, (int)g->O, 1.0f, j->w, (int)j->CKK,
+                j->dy + n * g->O * j->P, (int)j->P, 0.0f, dcol, (int)j->P);
+    col2im(g, dcol, j->out + n * g->C * g->H * g->W);
+  }
+}
+
+/* partial dw [O, CKK] += dy_n [O, P] @ im2col(x_n)^T; scratch per part:
+ * [CKK * P] column matrix, then [O * CKK] partial sum */
+static void conv_dw_part(void *ctx, int64_t lo, int64_t hi, int part) {
+  const conv_job *j = ctx;
+  const conv_geom *g = j->g;
+  float *col = j->scratch + part * j->scratch_size, *dw = col + j->CKK * j->P;
+  memset(dw, 0, (size_t)(g->O * j->CKK) * 4);
+  for (int64_t n = lo; n < hi; n++) {
+    im2col(g, j->x + n * g->C * g->H * g->W, col);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->O, (int)j->CKK, (int)j->P, 1.0f,
+                j->dy + n * g->O * j->P, (int)j->P, col, (int)j->P, 1.0f, dw, (int)j->CKK);
+  }
+}
+
+static int conv_parts(const conv_geom *g) {
+  int t = _tensor_threads();
+  return t > g->N ? (int)(g->N > 0 ? g->N : 1) : t;
+}
+
+/* Image by image, the batch split over tensor_set_threads threads: the
+ * column matrix of one image stays in cache, and each output image is
  * written in place in NCHW order. */
 tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int stride, int pad) {
   const char *op = "tensor_conv2d";
@@ -237,17 +295,13 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
     goto fail;
   }
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
-  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, P }))) goto fail;
+  int parts = conv_parts(&g);
+  if (!(col = _tensor_out(op, TENSOR_F32, 3, (int64_t[]){ parts, CKK, P }))) goto fail;
   if (!(out = _tensor_out(op, TENSOR_F32, 4, (int64_t[]){ g.N, g.O, g.OH, g.OW }))) goto fail;
-  for (int64_t n = 0; n < g.N && P && g.O; n++) {
-    float *on = (float *)out->data + n * g.O * P;
-    for (int64_t o = 0; o < g.O; o++) {
-      float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
-      for (int64_t i = 0; i < P; i++) on[o * P + i] = bv;
-    }
-    im2col(&g, (const float *)xc->data + n * g.C * g.H * g.W, col->data);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.O, (int)P, (int)CKK, 1.0f, wc->data, (int)CKK,
-                col->data, (int)P, 1.0f, on, (int)P);
+  if (P && g.O) {
+    conv_job j = { &g, xc->data, wc->data, NULL, bias ? bias->data : NULL, bias ? bias->strides[0] : 0,
+                   CKK, P, out->data, col->data, CKK * P };
+    _tensor_parallel(g.N, parts, conv_fwd_part, &j);
   }
   _tensor_unborrow(x, xc);
   _tensor_unborrow(w, wc);
@@ -270,7 +324,6 @@ static bool check_dy(const char *op, const tensor *dy, const conv_geom *g) {
   return false;
 }
 
-/* Image by image: dcol [CKK, P] = w^T @ dy_n [O, P], dx_n = col2im(dcol). */
 tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, const int64_t *x_shape, int stride,
                                  int pad) {
   const char *op = "tensor_conv2d_grad_input";
@@ -283,15 +336,14 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
   }
   if (!conv_geometry(op, x_shape, w->shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
-  if (!(dcol = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, P }))) goto fail;
+  int parts = conv_parts(&g);
+  if (!(dcol = _tensor_out(op, TENSOR_F32, 3, (int64_t[]){ parts, CKK, P }))) goto fail;
   if (!(dx = _tensor_out(op, TENSOR_F32, 4, x_shape))) goto fail;
-  for (int64_t n = 0; n < g.N; n++) {
-    if (P && CKK && g.O)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CKK, (int)P, (int)g.O, 1.0f, wc->data, (int)CKK,
-                  (const float *)dyc->data + n * g.O * P, (int)P, 0.0f, dcol->data, (int)P);
-    else
-      memset(dcol->data, 0, (size_t)dcol->numel * 4);
-    col2im(&g, dcol->data, (float *)dx->data + n * g.C * g.H * g.W);
+  if (P && CKK && g.O) {
+    conv_job j = { &g, NULL, wc->data, dyc->data, NULL, 0, CKK, P, dx->data, dcol->data, CKK * P };
+    _tensor_parallel(g.N, parts, conv_dx_part, &j);
+  } else {
+    memset(dx->data, 0, (size_t)dx->numel * 4);
   }
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(w, wc);
@@ -305,11 +357,10 @@ fail:
   return NULL;
 }
 
-/* Image by image: dw [O, CKK] += dy_n [O, P] @ im2col(x_n)^T. */
 tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, const int64_t *w_shape, int stride,
                                   int pad) {
   const char *op = "tensor_conv2d_grad_weight";
-  tensor *dyc = NULL, *xc = NULL, *col = NULL, *dw = NULL;
+  tensor *dyc = NULL, *xc = NULL, *scratch = NULL, *dw = NULL;
   conv_geom g;
   if (!(dyc = contig_4d(op, "dy", dy)) || !(xc = contig_4d(op, "x", x))) goto fail;
   if (ndim != 4 || _tensor_check_shape(op, ndim, w_shape) < 0) {
@@ -317,23 +368,28 @@ tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, c
     goto fail;
   }
   if (!conv_geometry(op, x->shape, w_shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
-  int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
-  if (!(col = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ CKK, P }))) goto fail;
+  int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, per = CKK * P + g.O * CKK;
+  int parts = conv_parts(&g);
+  if (!(scratch = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ parts, per }))) goto fail;
   if (!(dw = _tensor_out(op, TENSOR_F32, 4, w_shape))) goto fail;
   memset(dw->data, 0, (size_t)dw->numel * 4);
-  for (int64_t n = 0; n < g.N && P && CKK && g.O; n++) {
-    im2col(&g, (const float *)xc->data + n * g.C * g.H * g.W, col->data);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.O, (int)CKK, (int)P, 1.0f,
-                (const float *)dyc->data + n * g.O * P, (int)P, col->data, (int)P, 1.0f, dw->data, (int)CKK);
+  if (P && CKK && g.O) {
+    conv_job j = { &g, xc->data, NULL, dyc->data, NULL, 0, CKK, P, NULL, scratch->data, per };
+    parts = _tensor_parallel(g.N, parts, conv_dw_part, &j);
+    float *d = dw->data;
+    for (int p = 0; p < parts; p++) {
+      const float *part = (const float *)scratch->data + p * per + CKK * P;
+      for (int64_t i = 0; i < g.O * CKK; i++) d[i] += part[i];
+    }
   }
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(x, xc);
-  tensor_free(col);
+  tensor_free(scratch);
   return dw;
 fail:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(x, xc);
-  tensor_free(col);
+  tensor_free(scratch);
   tensor_free(dw);
   return NULL;
 }

@@ -312,7 +312,8 @@ tensor_pool *tensor_pool_use(tensor_pool *p);
 
 /* ---- threads ------------------------------------------------------------- */
 
-/* Threads for OpenBLAS (sgemm); 0 leaves its default. */
+/* Threads for OpenBLAS (sgemm) and for conv2d's batch loops (up to 16);
+ * 1 by default for tensor/'s own loops; n < 1 changes nothing. */
 void tensor_set_threads(int n);
 
 #ifdef __cplusplus

@@ -10,7 +10,8 @@
  *      interleaved; target under 3 %.
  * Every cell is a median.  Output is markdown.
  *
- *   build/bench-tensor [--reps N] [--rounds N] [--ref bench/tensor/ref.py] */
+ *   build/bench-tensor [--reps N] [--cycles N] [--rounds N] [--ref bench/tensor/ref.py]
+ *                      [--python /usr/bin/python3] */
 #include "tensor.h"
 #include "tagalloc.h"
 
@@ -21,8 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static int reps = 9, rounds = 9;
-static const char *ref_script = "bench/tensor/ref.py";
+#define MAX_CYCLES 15
+static int reps = 9, rounds = 9, cycles = 3;
+static const char *ref_script = "bench/tensor/ref.py", *python = "/usr/bin/python3";
 
 static double now(void) {
   struct timespec ts;
@@ -87,17 +89,20 @@ static void run_conv_bwd(void *p) {
 /* ---- the reference side ------------------------------------------------------- */
 
 typedef struct { char name[32]; double sec; } ref_cell;
+static char ref_versions[128] = "?";
 
 static int run_ref(int threads, ref_cell *cells, int max) {
   char cmd[512];
-  snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d /usr/bin/python3 %s %d %d", threads, threads,
+  snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d %s %s %d %d", threads, threads, python,
            ref_script, threads, reps);
   FILE *f = popen(cmd, "r");
   if (f == NULL) return 0;
   int n = 0;
   char line[256];
-  while (n < max && fgets(line, sizeof line, f))
-    if (sscanf(line, "%31s %lf", cells[n].name, &cells[n].sec) == 2) n++;
+  while (n < max && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "versions ", 9) == 0) sscanf(line + 9, "%127s", ref_versions);
+    else if (sscanf(line, "%31s %lf", cells[n].name, &cells[n].sec) == 2) n++;
+  }
   if (pclose(f) != 0) fprintf(stderr, "bench-tensor: %s failed (numpy and torch installed? make bench-deps)\n", cmd);
   return n;
 }
@@ -208,19 +213,24 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--child-forward") == 0) return child_forward();
     if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
     else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--cycles") == 0 && i + 1 < argc) cycles = atoi(argv[++i]);
     else if (strcmp(argv[i], "--ref") == 0 && i + 1 < argc) ref_script = argv[++i];
+    else if (strcmp(argv[i], "--python") == 0 && i + 1 < argc) python = argv[++i];
     else {
-      fprintf(stderr, "usage: bench-tensor [--reps N] [--rounds N] [--ref PATH/ref.py]\n");
+      fprintf(stderr, "usage: bench-tensor [--reps N] [--cycles N] [--rounds N] [--ref PATH/ref.py] [--python PYTHON]\n");
       return 2;
     }
   }
   if (reps < 3) reps = 3;
   if (reps > 64) reps = 64;
   if (rounds < 3) rounds = 3;
+  if (cycles < 1) cycles = 1;
+  if (cycles > MAX_CYCLES) cycles = MAX_CYCLES;
   double load[3] = { 0 };
   getloadavg(load, 3);
-  printf("# bench-tensor\n\nload average at start: %.2f %.2f %.2f; %ld CPUs; medians of %d repetitions\n\n", load[0],
-         load[1], load[2], sysconf(_SC_NPROCESSORS_ONLN), reps);
+  printf("# bench-tensor\n\nload average at start: %.2f %.2f %.2f; %ld CPUs; each cell: the median of %d cycles "
+         "(ours, then numpy/torch), each the median of %d repetitions\n\n",
+         load[0], load[1], load[2], sysconf(_SC_NPROCESSORS_ONLN), cycles, reps);
 
   /* inputs */
   gemm_arg g[3];
@@ -247,36 +257,57 @@ int main(int argc, char **argv) {
 
   double ours_g[2][3], ours_c[2][2][2], heap_c[2][2][2], ref_g[2][3], ref_c[2][2][2];
   tensor_pool *pool = tensor_pool_new();
+  /* cycles x threads, ours then the reference's each time: drift of the
+   * machine's load lands on both sides; each cell is the median of the cycles. */
+  double cg[MAX_CYCLES][2][3], cc[MAX_CYCLES][2][2][2], ch[MAX_CYCLES][2][2][2];
+  double rg[MAX_CYCLES][2][3], rc[MAX_CYCLES][2][2][2];
+  for (int cy = 0; cy < cycles; cy++)
+    for (int t = 0; t < 2; t++) {
+      tensor_set_threads(t + 1);
+      for (int i = 0; i < 3; i++) {
+        int inner = sizes[i] == 256 ? 32 : sizes[i] == 512 ? 4 : 1;
+        cg[cy][t][i] = time_it(run_gemm, &g[i], inner);
+      }
+      for (int i = 0; i < 2; i++) {
+        ch[cy][t][i][0] = time_it(run_conv_fwd, &conv[i], 5);
+        ch[cy][t][i][1] = time_it(run_conv_bwd, &conv[i], 5);
+        tensor_pool_use(pool);
+        cc[cy][t][i][0] = time_it(run_conv_fwd, &conv[i], 5);
+        cc[cy][t][i][1] = time_it(run_conv_bwd, &conv[i], 5);
+        tensor_pool_use(NULL);
+      }
+      ref_cell cells[16];
+      int nc = run_ref(t + 1, cells, 16);
+      char name[32];
+      for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "sgemm%d", sizes[i]);
+        rg[cy][t][i] = ref_get(cells, nc, name);
+      }
+      for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof name, "%s_fwd", conv[i].name);
+        rc[cy][t][i][0] = ref_get(cells, nc, name);
+        snprintf(name, sizeof name, "%s_bwd", conv[i].name);
+        rc[cy][t][i][1] = ref_get(cells, nc, name);
+      }
+      fprintf(stderr, "cycle %d/%d, %d thread(s) done\n", cy + 1, cycles, t + 1);
+    }
+  double col[MAX_CYCLES];
+#define MED(dst, src) do { for (int cy = 0; cy < cycles; cy++) col[cy] = (src); (dst) = median(col, cycles); } while (0)
   for (int t = 0; t < 2; t++) {
-    tensor_set_threads(t + 1);
     for (int i = 0; i < 3; i++) {
-      int inner = sizes[i] == 256 ? 32 : sizes[i] == 512 ? 4 : 1;
-      ours_g[t][i] = time_it(run_gemm, &g[i], inner);
+      MED(ours_g[t][i], cg[cy][t][i]);
+      MED(ref_g[t][i], rg[cy][t][i]);
     }
-    for (int i = 0; i < 2; i++) {
-      heap_c[t][i][0] = time_it(run_conv_fwd, &conv[i], 5);
-      heap_c[t][i][1] = time_it(run_conv_bwd, &conv[i], 5);
-      tensor_pool_use(pool);
-      ours_c[t][i][0] = time_it(run_conv_fwd, &conv[i], 5);
-      ours_c[t][i][1] = time_it(run_conv_bwd, &conv[i], 5);
-      tensor_pool_use(NULL);
-    }
-    ref_cell cells[16];
-    int nc = run_ref(t + 1, cells, 16);
-    char name[32];
-    for (int i = 0; i < 3; i++) {
-      snprintf(name, sizeof name, "sgemm%d", sizes[i]);
-      ref_g[t][i] = ref_get(cells, nc, name);
-    }
-    for (int i = 0; i < 2; i++) {
-      snprintf(name, sizeof name, "%s_fwd", conv[i].name);
-      ref_c[t][i][0] = ref_get(cells, nc, name);
-      snprintf(name, sizeof name, "%s_bwd", conv[i].name);
-      ref_c[t][i][1] = ref_get(cells, nc, name);
-    }
+    for (int i = 0; i < 2; i++)
+      for (int p = 0; p < 2; p++) {
+        MED(ours_c[t][i][p], cc[cy][t][i][p]);
+        MED(heap_c[t][i][p], ch[cy][t][i][p]);
+        MED(ref_c[t][i][p], rc[cy][t][i][p]);
+      }
   }
 
-  printf("## sgemm (tensor_gemm_out vs numpy.matmul, same OpenBLAS)\n\n");
+  printf("reference: %s (%s)\n\n", ref_versions, python);
+  printf("## sgemm (tensor_gemm_out vs numpy.matmul)\n\n");
   printf("| n | threads | tensor GFLOP/s | numpy GFLOP/s | tensor / numpy |\n|---|---|---|---|---|\n");
   for (int i = 0; i < 3; i++)
     for (int t = 0; t < 2; t++) {
@@ -284,7 +315,7 @@ int main(int argc, char **argv) {
       double a = fl / ours_g[t][i] * 1e-9, b = ref_g[t][i] ? fl / ref_g[t][i] * 1e-9 : 0;
       printf("| %d | %d | %.1f | %.1f | %.2f |\n", sizes[i], t + 1, a, b, b ? a / b : 0);
     }
-  printf("\n## conv2d, LeNet-5 sizes, batch 64 (vs PyTorch %s CPU)\n\n", "torch");
+  printf("\n## conv2d, LeNet-5 sizes, batch 64 (vs PyTorch CPU)\n\n");
   printf("conv1: x [64,1,28,28], w [6,1,5,5], padding 2; conv2: x [64,6,14,14], w [16,6,5,5].\n"
          "bwd = dL/dx + dL/dw + dL/db (torch: aten::convolution_backward with all three).\n\n");
   printf("tensor: results and scratch from a tensor pool (tensor_pool_use), as a training loop runs; "

@@ -16,6 +16,7 @@ import torch
 
 threads, reps = int(sys.argv[1]), int(sys.argv[2])
 torch.set_num_threads(threads)
+print("versions numpy-%s,torch-%s" % (np.__version__, torch.__version__), flush=True)
 
 
 def median_time(fn, reps, inner=1):

@@ -166,8 +166,11 @@ static void test_matmul(void **state) {
   TA_ASSERT_NO_LEAKS_SINCE(m);
 }
 
+/* The batch of 2 images is split over the threads: once on one, once on two. */
 static void test_conv2d(void **state) {
   (void)state;
+  for (int threads = 1; threads <= 2; threads++) {
+  tensor_set_threads(threads);
   ta_mark m = ta_mark_now();
   tensor_scope_begin();
   tensor *x = F32(X_2x2x5x5, 2, 2, 5, 5), *w = F32(W_3x2x3x3, 3, 2, 3, 3), *b = F32(Bc_3, 3);
@@ -193,6 +196,8 @@ static void test_conv2d(void **state) {
   assert_int_equal(n_errors, 0);
   tensor_scope_end();
   TA_ASSERT_NO_LEAKS_SINCE(m);
+  }
+  tensor_set_threads(1);
 }
 
 static void test_pooling(void **state) {
