@@ -362,3 +362,33 @@ tensor *tensor_max(const tensor *a, int axis, int keepdim) { return reduce("tens
 tensor *tensor_argmax(const tensor *a, int axis, int keepdim) {
   return reduce("tensor_argmax", R_ARGMAX, a, axis, keepdim);
 }
+
+tensor *tensor_sum_to(const tensor *a, int ndim, const int64_t *shape) {
+  const char *op = "tensor_sum_to";
+  if (!_tensor_arg_f32(op, "a", a) || _tensor_check_shape(op, ndim, shape) < 0) return NULL;
+  int nd;
+  int64_t bs[TENSOR_MAX_DIMS];
+  if (ndim > a->ndim || !_tensor_broadcast_shape(a->ndim, a->shape, ndim, shape, &nd, bs) ||
+      memcmp(bs, a->shape, (size_t)nd * sizeof *bs) != 0) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: %s does not broadcast from %s", op, _tensor_desc(a, b1),
+                _tensor_shape_desc(TENSOR_F32, ndim, shape, b2));
+    return NULL;
+  }
+  /* sum the axes a has beyond shape (leading) and those shape has as 1,
+   * innermost first so that the axis numbers stay valid */
+  tensor *cur = (tensor *)a;
+  int lead = a->ndim - ndim;
+  for (int d = a->ndim - 1; d >= 0; d--) {
+    bool leading = d < lead;
+    if (!leading && !(shape[d - lead] == 1 && a->shape[d] != 1)) continue;
+    tensor *next = tensor_sum(cur, d, !leading);
+    if (cur != a) tensor_free(cur);
+    if (next == NULL) return NULL;
+    cur = next;
+  }
+  if (cur == a) return tensor_clone(a);
+  tensor *v = tensor_view(cur, ndim, shape);   /* the leading axes summed away, keepdims as in shape */
+  tensor_free(cur);
+  return v;
+}

@@ -205,6 +205,9 @@ tensor *tensor_sum(const tensor *a, int axis, int keepdim);
 tensor *tensor_mean(const tensor *a, int axis, int keepdim);
 tensor *tensor_max(const tensor *a, int axis, int keepdim);
 tensor *tensor_argmax(const tensor *a, int axis, int keepdim);   /* i32; first of equal maxima */
+/* Sums a down to shape, which must broadcast to a's shape: the gradient of
+ * a broadcast operand (a bias [C] added to [N,C] gets sum_to(dy, [C])). */
+tensor *tensor_sum_to(const tensor *a, int ndim, const int64_t *shape);
 
 /* ---- matrix products (OpenBLAS cblas_sgemm) --------------------------------- */
 

@@ -117,6 +117,19 @@ static void test_reductions(void **state) {
   expect_close(tensor_max(r, 0, 0), max_R_ax0, 12);
   expect_ints(tensor_argmax(r, 1, 0), argmax_R_ax1, 8);
   expect_ints(tensor_argmax(r, 2, 0), argmax_R_ax2, 6);
+  /* sum_to: the gradient of broadcast operands */
+  tensor *st = tensor_sum_to(r, TS(3, 4));
+  expect_shape(st, 3, 4);
+  expect_close(st, sum_R_ax0, 12);
+  tensor *st2 = tensor_sum_to(r, TS(2, 1, 4));
+  expect_shape(st2, 2, 1, 4);
+  expect_close(st2, sum_R_ax1, 8);
+  tensor *st3 = tensor_sum_to(r, TS(1));
+  expect_close(st3, sum_R_all, 1);
+  expect_close(tensor_sum_to(r, TS(2, 3, 4)), R_2x3x4, 24);
+  assert_null(tensor_sum_to(r, TS(3, 2)));
+  assert_string_equal(last_error, "tensor_sum_to: f32[2,3,4] does not broadcast from f32[3,2]");
+  n_errors--;
   /* on a permuted view: sum over axis 0 of r^T(2,0,1) is sum_R_ax2 */
   tensor *rp = tensor_permute(r, (int[]){ 2, 0, 1 });
   expect_close(tensor_sum(rp, 0, 0), sum_R_ax2, 6);
