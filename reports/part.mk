@@ -41,9 +41,8 @@ $(BUILD)/fuzz/fuzz_trace: tests/reports/fuzz_trace.c reports/trace_read.c report
 
 fuzz: $(BUILD)/fuzz/fuzz_trace
 	@mkdir -p $(BUILD)/fuzz/corpus
-	cp -n tests/reports/fuzz-corpus/* $(BUILD)/fuzz/corpus/ 2>/dev/null || true
 	$(BUILD)/fuzz/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	  -max_len=65536 $(BUILD)/fuzz/corpus tests/reports/fuzz-corpus
+	  -max_len=65536 -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus tests/reports/fuzz-corpus
 
 # Rendering a 10-million-event trace, against heaptrack_print.
 bench-reports: all

@@ -466,6 +466,9 @@ typedef struct {
   size_t nevs, capevs;
   size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors;
   bool oom;
+  bool collect;                /* second pass of an unsorted file: events into evs */
+  bool unsorted;               /* ALLOC/FREE not in increasing seq order in the file */
+  uint64_t nevents, prev_seq;
 } builder;
 
 static void add_anchor(builder *b, uint64_t seq, uint64_t ns) {
@@ -493,6 +496,35 @@ static void count_record(builder *b, uint64_t *count, const void *payload, size_
   memcpy(&stack, (const char *)payload + stack_offset, sizeof stack);
   (*count)++;
   check_stack(b, stack);
+}
+
+/* First pass: the events are counted, and checked for order. */
+static void note_event(builder *b, uint64_t seq) {
+  report_trace_model *m = b->m;
+  if (b->nevents == 0) m->first_seq = m->last_seq = seq;
+  else if (seq <= b->prev_seq) b->unsorted = true;
+  if (seq < m->first_seq) m->first_seq = seq;
+  if (seq > m->last_seq) m->last_seq = seq;
+  b->prev_seq = seq;
+  b->nevents++;
+}
+
+/* An ALLOC or FREE record as an event. */
+static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
+  if (r->type == TR_ALLOC) {
+    tr_alloc x;
+    memcpy(&x, r->payload, sizeof x);
+    *e = (ev){ x.seq, order, x.addr, x.size, x.stack, x.thread, x.tag, x.arena, false };
+    return true;
+  }
+  if (r->type == TR_FREE) {
+    tr_free x;
+    memcpy(&x, r->payload, sizeof x);
+    *e = (ev){ .seq = x.seq, .order = order, .addr = x.addr, .stack = x.stack, .thread = x.thread,
+               .is_free = true };
+    return true;
+  }
+  return false;
 }
 
 static int on_record(const report_trace_rec *r, void *arg) {
@@ -549,9 +581,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     memcpy(&x, p, sizeof x);
     m->allocs++;
     check_stack(b, x.stack);
-    ev *e = PUSH(b->evs, b->nevs, b->capevs);
-    if (e == NULL) break;
-    *e = (ev){ x.seq, b->nevs, x.addr, x.size, x.stack, x.thread, x.tag, x.arena, false };
+    note_event(b, x.seq);
     return 0;
   }
   case TR_FREE: {
@@ -559,10 +589,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     memcpy(&x, p, sizeof x);
     m->frees++;
     check_stack(b, x.stack);
-    ev *e = PUSH(b->evs, b->nevs, b->capevs);
-    if (e == NULL) break;
-    *e = (ev){ .seq = x.seq, .order = b->nevs, .addr = x.addr, .stack = x.stack, .thread = x.thread,
-               .is_free = true };
+    note_event(b, x.seq);
     return 0;
   }
   case TR_REALLOC:     count_record(b, &m->reallocs, p, offsetof(tr_realloc, stack)); return 0;
@@ -636,7 +663,6 @@ static int on_record(const report_trace_rec *r, void *arg) {
  * growth of each site across the marks. */
 typedef struct {
   report_trace_block b;
-  uint64_t free_seq;             /* UINT64_MAX while alive */
   uint32_t site;
   bool     alive;
 } slot;
@@ -735,155 +761,293 @@ static void tl_change(timeline_fill *f, uint16_t tag, uint64_t size, bool add) {
   }
 }
 
-static bool events_sorted(const ev *v, size_t n) {
-  for (size_t i = 1; i < n; i++)
-    if (v[i].seq < v[i - 1].seq) return false;
-  return true;
+typedef struct {                 /* a site's live bytes at the peak, kept lazily */
+  uint64_t changed;              /* seq of its last change */
+  uint64_t snap_bytes, snap_blocks;   /* its value at the latest peak before that change */
+  uint64_t snap_peak;            /* which peak (seq) the snapshot is of */
+  bool     snapped;
+} at_peak;
+
+typedef struct {                 /* the replay of the events, in seq order */
+  builder      *b;
+  slot         *pool;            /* live blocks; freed slots are reused */
+  size_t        npool, cap;
+  uint32_t     *free_slots;
+  size_t        nfree, capfree;
+  u64map        live;            /* addr -> index in pool */
+  growth       *gr;
+  at_peak      *pk;
+  size_t        cap_gr, cap_sites;
+  uint32_t     *site_of;         /* stack id -> site + 1, for ids below REPLAY_DIRECT */
+  size_t        nmarks, passed;
+  timeline_fill tf;
+  bool          ok;
+} replayer;
+
+#define REPLAY_DIRECT (1u << 22)
+
+static size_t site_index(replayer *r, uint32_t stack, uint16_t tag) {
+  report_trace_model *m = r->b->m;
+  size_t si;
+  if (stack < REPLAY_DIRECT && r->site_of && r->site_of[stack]) return r->site_of[stack] - 1;
+  if (stack >= REPLAY_DIRECT && map_get(&m->index->sites, stack, &si)) return si;
+  report_trace_site *ns = PUSH(m->sites, m->nsites, r->cap_sites);
+  if (ns == NULL || !map_put(&m->index->sites, stack, m->nsites - 1)) return SIZE_MAX;
+  si = m->nsites - 1;
+  ns->stack = stack;
+  ns->tag = tag;
+  if (m->nsites > r->cap_gr) {
+    size_t nc = r->cap_gr ? r->cap_gr * 2 : 64;
+    growth *ng = realloc(r->gr, nc * sizeof *ng);
+    if (ng) r->gr = ng;
+    at_peak *np = ng ? realloc(r->pk, nc * sizeof *np) : NULL;
+    if (np) r->pk = np;
+    if (!ng || !np) return SIZE_MAX;
+    memset(r->gr + r->cap_gr, 0, (nc - r->cap_gr) * sizeof *r->gr);
+    memset(r->pk + r->cap_gr, 0, (nc - r->cap_gr) * sizeof *r->pk);
+    r->cap_gr = nc;
+  }
+  if (stack < REPLAY_DIRECT && r->site_of) r->site_of[stack] = (uint32_t)si + 1;
+  return si;
 }
 
-static bool replay(builder *b) {
+/* Before a site changes at seq: if a peak came since its last change, its
+ * value then is its value now. */
+static void peak_touch(replayer *r, size_t si, uint64_t seq) {
+  report_trace_model *m = r->b->m;
+  at_peak *p = &r->pk[si];
+  if (m->peak_live_bytes && (!p->snapped || p->snap_peak != m->peak_seq) && p->changed <= m->peak_seq) {
+    p->snap_bytes = m->sites[si].live_bytes;
+    p->snap_blocks = m->sites[si].live_blocks;
+    p->snap_peak = m->peak_seq;
+    p->snapped = true;
+  }
+  p->changed = seq;
+}
+
+static bool replay_begin(replayer *r, builder *b) {
   report_trace_model *m = b->m;
-  if (b->nevs > 1 && !events_sorted(b->evs, b->nevs)) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
+  memset(r, 0, sizeof *r);
+  r->b = b;
+  r->ok = true;
+  r->nmarks = m->nmarks;
+  r->tf.t = &m->timeline;
+  r->tf.bucket = SIZE_MAX;
   if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
-  if (b->nevs) {
-    m->first_seq = b->evs[0].seq;
-    m->last_seq = b->evs[b->nevs - 1].seq;
+  if (b->nevents) {
     add_anchor(b, m->first_seq, m->start_ns);
     if (b->oom) return false;
   }
   if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
   for (size_t i = 1; i < m->nanchors; i++)
     if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
+  if (!b->nevents) return true;
+  report_trace_timeline *t = &m->timeline;
+  r->tf.first = m->first_seq;
+  r->tf.span = m->last_seq - m->first_seq + 1;
+  if (r->tf.span == 0) r->tf.span = UINT64_MAX;   /* the whole range of seq */
+  t->nbuckets = r->tf.span < REPORT_TRACE_BUCKETS ? (size_t)r->tf.span : REPORT_TRACE_BUCKETS;
+  r->tf.cols = REPORT_TRACE_TAGS + 1;
+  t->tags = calloc(REPORT_TRACE_TAGS, sizeof *t->tags);
+  t->seq = calloc(t->nbuckets, sizeof *t->seq);
+  t->values = calloc(t->nbuckets * r->tf.cols, sizeof *t->values);
+  r->tf.col_of = calloc((size_t)UINT16_MAX + 1, sizeof *r->tf.col_of);
+  r->tf.live = calloc(r->tf.cols, sizeof *r->tf.live);
+  r->site_of = calloc(REPLAY_DIRECT, sizeof *r->site_of);   /* untouched pages cost nothing */
+  r->ok = t->tags && t->seq && t->values && r->tf.col_of && r->tf.live && r->site_of;
+  return r->ok;
+}
 
-  slot *pool = NULL;
-  size_t npool = 0, cap = 0, cap_sites = 0, nmarks = m->nmarks, passed = 0;
-  u64map live = { 0 };           /* addr -> index in pool */
-  growth *gr = NULL;
-  size_t cap_gr = 0;
-  timeline_fill tf = { .t = &m->timeline, .bucket = SIZE_MAX };
-  bool ok = true;
-  if (b->nevs) {
-    report_trace_timeline *t = &m->timeline;
-    tf.first = m->first_seq;
-    tf.span = m->last_seq - m->first_seq + 1;
-    t->nbuckets = tf.span < REPORT_TRACE_BUCKETS ? (size_t)tf.span : REPORT_TRACE_BUCKETS;
-    tf.cols = REPORT_TRACE_TAGS + 1;
-    t->tags = calloc(REPORT_TRACE_TAGS, sizeof *t->tags);
-    t->seq = calloc(t->nbuckets, sizeof *t->seq);
-    t->values = calloc(t->nbuckets * tf.cols, sizeof *t->values);
-    tf.col_of = calloc((size_t)UINT16_MAX + 1, sizeof *tf.col_of);
-    tf.live = calloc(tf.cols, sizeof *tf.live);
-    ok = t->tags && t->seq && t->values && tf.col_of && tf.live;
+static void replay_event(replayer *r, const ev *e) {
+  report_trace_model *m = r->b->m;
+  while (r->passed < r->nmarks && m->marks[r->passed].seq < e->seq) r->passed++;
+  tl_advance(&r->tf, e->seq);
+  size_t at;
+  bool found = map_get(&r->live, e->addr, &at);
+  if (found) {                   /* a free, or the previous block there died unseen */
+    slot *d = &r->pool[at];
+    size_t si = d->site;
+    report_trace_site *s = &m->sites[si];
+    peak_touch(r, si, e->seq);
+    d->alive = false;
+    m->live_bytes -= d->b.size;
+    s->frees++;
+    s->freed_bytes += d->b.size;
+    s->live_bytes -= d->b.size;
+    s->live_blocks--;
+    growth_set(s, &r->gr[si], s->live_bytes, r->passed, r->nmarks);
+    tl_change(&r->tf, d->b.tag, d->b.size, false);
+    map_del(&r->live, e->addr);
+    if (r->nfree == r->capfree) {
+      size_t nc = r->capfree ? r->capfree * 2 : 1024;
+      uint32_t *nf = realloc(r->free_slots, nc * sizeof *nf);
+      if (!nf) {
+        r->ok = false;
+        return;
+      }
+      r->free_slots = nf;
+      r->capfree = nc;
+    }
+    r->free_slots[r->nfree++] = (uint32_t)at;
+    if (e->is_free) return;
+    m->realloc_overlaps++;
+  } else if (e->is_free) {
+    m->unmatched_frees++;
+    return;
   }
-  for (size_t i = 0; i < b->nevs && ok; i++) {
-    const ev *e = &b->evs[i];
-    while (passed < nmarks && m->marks[passed].seq < e->seq) passed++;
-    tl_advance(&tf, e->seq);
-    size_t at;
-    bool found = map_get(&live, e->addr, &at);
-    if (found) {                 /* a free, or the previous block there died unseen */
-      slot *d = &pool[at];
-      report_trace_site *s = &m->sites[d->site];
-      d->alive = false;
-      d->free_seq = e->seq;
-      m->live_bytes -= d->b.size;
-      s->frees++;
-      s->freed_bytes += d->b.size;
-      s->live_bytes -= d->b.size;
-      s->live_blocks--;
-      growth_set(s, &gr[d->site], s->live_bytes, passed, nmarks);
-      tl_change(&tf, d->b.tag, d->b.size, false);
-      if (e->is_free) {
-        map_del(&live, e->addr);
-        continue;
-      }
-      m->realloc_overlaps++;
-    } else if (e->is_free) {
-      m->unmatched_frees++;
-      continue;
-    }
-    size_t si;
-    if (!map_get(&m->index->sites, e->stack, &si)) {
-      report_trace_site *ns = PUSH(m->sites, m->nsites, cap_sites);
-      if (ns == NULL || !map_put(&m->index->sites, e->stack, m->nsites - 1)) {
-        ok = false;
-        break;
-      }
-      if (m->nsites > cap_gr) {
-        size_t nc = cap_gr ? cap_gr * 2 : 64;
-        growth *ng = realloc(gr, nc * sizeof *ng);
-        if (ng == NULL) {
-          ok = false;
-          break;
-        }
-        memset(ng + cap_gr, 0, (nc - cap_gr) * sizeof *ng);
-        gr = ng;
-        cap_gr = nc;
-      }
-      si = m->nsites - 1;
-      ns->stack = e->stack;
-      ns->tag = e->tag;
-    }
-    slot *s = PUSH(pool, npool, cap);
-    if (s == NULL || !map_put(&live, e->addr, npool - 1)) {
-      ok = false;
-      break;
-    }
-    s->b = (report_trace_block){ e->addr, e->size, e->seq, e->stack, e->thread, e->tag, e->arena != 0 };
-    s->free_seq = UINT64_MAX;
-    s->site = (uint32_t)si;
-    s->alive = true;
-    report_trace_site *site = &m->sites[si];
-    site->allocs++;
-    site->alloc_bytes += e->size;
-    site->live_bytes += e->size;
-    site->live_blocks++;
-    m->live_bytes += e->size;
-    tl_change(&tf, e->tag, e->size, true);
-    if (m->live_bytes > m->peak_live_bytes) {
-      m->peak_live_bytes = m->live_bytes;
-      m->peak_seq = e->seq;
-    }
-    growth_set(site, &gr[si], site->live_bytes, passed, nmarks);
+  size_t si = site_index(r, e->stack, e->tag);
+  if (si == SIZE_MAX) {
+    r->ok = false;
+    return;
   }
-  map_free(&live);
-  free(tf.col_of);
-  free(tf.live);
+  size_t idx;
+  if (r->nfree) {
+    idx = r->free_slots[--r->nfree];
+  } else {
+    if (!PUSH(r->pool, r->npool, r->cap) || r->npool > UINT32_MAX) {
+      r->ok = false;
+      return;
+    }
+    idx = r->npool - 1;
+  }
+  slot *sl = &r->pool[idx];
+  if (!map_put(&r->live, e->addr, idx)) {
+    r->ok = false;
+    return;
+  }
+  sl->b = (report_trace_block){ e->addr, e->size, e->seq, e->stack, e->thread, e->tag, e->arena != 0 };
+  sl->site = (uint32_t)si;
+  sl->alive = true;
+  report_trace_site *site = &m->sites[si];
+  peak_touch(r, si, e->seq);
+  site->allocs++;
+  site->alloc_bytes += e->size;
+  site->live_bytes += e->size;
+  site->live_blocks++;
+  m->live_bytes += e->size;
+  tl_change(&r->tf, e->tag, e->size, true);
+  if (m->live_bytes > m->peak_live_bytes) {
+    m->peak_live_bytes = m->live_bytes;
+    m->peak_seq = e->seq;
+  }
+  growth_set(site, &r->gr[si], site->live_bytes, r->passed, r->nmarks);
+}
+
+static int by_seq_block(const void *a, const void *b) {
+  const report_trace_block *x = a, *y = b;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static bool replay_end(replayer *r) {
+  report_trace_model *m = r->b->m;
+  bool ok = r->ok;
+  map_free(&r->live);
+  free(r->tf.col_of);
+  free(r->tf.live);
+  free(r->site_of);
+  free(r->free_slots);
   if (ok) {
-    /* The live set at the peak, and the growth fits. */
-    for (size_t i = 0; i < npool; i++) {
-      const slot *p = &pool[i];
-      if (p->b.seq <= m->peak_seq && p->free_seq > m->peak_seq && m->peak_live_bytes) {
-        m->sites[p->site].peak_bytes += p->b.size;
-        m->sites[p->site].peak_blocks++;
+    /* each site's live bytes at the peak */
+    for (size_t i = 0; i < m->nsites && m->peak_live_bytes; i++) {
+      report_trace_site *s = &m->sites[i];
+      const at_peak *p = &r->pk[i];
+      if (p->changed <= m->peak_seq) {
+        s->peak_bytes = s->live_bytes;
+        s->peak_blocks = s->live_blocks;
+      } else if (p->snapped && p->snap_peak == m->peak_seq) {
+        s->peak_bytes = p->snap_bytes;
+        s->peak_blocks = p->snap_blocks;
       }
     }
-    if (nmarks >= 2) {
-      double n = (double)nmarks, sx = n * (n - 1) / 2, sxx = (n - 1) * n * (2 * n - 1) / 6;
+    if (r->nmarks >= 2) {
+      double n = (double)r->nmarks, sx = n * (n - 1) / 2, sxx = (n - 1) * n * (2 * n - 1) / 6;
       double dx = n * sxx - sx * sx;
       for (size_t i = 0; i < m->nsites; i++) {
         report_trace_site *s = &m->sites[i];
-        growth *g = &gr[i];
-        growth_span(s, g, g->from, nmarks, nmarks);
+        growth *g = &r->gr[i];
+        growth_span(s, g, g->from, r->nmarks, r->nmarks);
         double dxy = n * g->sxy - sx * g->sy, dy = n * g->syy - g->sy * g->sy;
         s->slope = dx > 0 ? dxy / dx : 0;
         s->r2 = dx > 0 && dy > 0 ? dxy * dxy / (dx * dy) : 0;
       }
     }
     size_t n = 0;
-    for (size_t i = 0; i < npool; i++) n += pool[i].alive;
+    for (size_t i = 0; i < r->npool; i++) n += r->pool[i].alive;
     m->blocks = malloc((n ? n : 1) * sizeof *m->blocks);
     if (m->blocks == NULL) ok = false;
-    for (size_t i = 0; ok && i < npool; i++) {
-      if (!pool[i].alive) continue;
-      m->blocks[m->nblocks] = pool[i].b;
-      if (!map_put(&m->index->blocks, pool[i].b.addr, m->nblocks)) ok = false;
-      m->nblocks++;
+    for (size_t i = 0; ok && i < r->npool; i++)
+      if (r->pool[i].alive) m->blocks[m->nblocks++] = r->pool[i].b;
+    if (ok && m->nblocks > 1) qsort(m->blocks, m->nblocks, sizeof *m->blocks, by_seq_block);
+    for (size_t i = 0; ok && i < m->nblocks; i++)
+      if (!map_put(&m->index->blocks, m->blocks[i].addr, i)) ok = false;
+  }
+  free(r->gr);
+  free(r->pk);
+  free(r->pool);
+  return ok;
+}
+
+typedef struct {
+  replayer *r;
+  builder  *b;
+  uint64_t  order;
+} replay_pass;
+
+/* Second pass over a sorted file: each event replayed as it is read. */
+static int on_event_direct(const report_trace_rec *rec, void *arg) {
+  replay_pass *p = arg;
+  ev e;
+  if (!record_event(rec, p->order, &e)) return 0;
+  p->order++;
+  replay_event(p->r, &e);
+  return !p->r->ok;
+}
+
+/* Second pass over an unsorted file: the events collected to be sorted. */
+static int on_event_collect(const report_trace_rec *rec, void *arg) {
+  replay_pass *p = arg;
+  builder *b = p->b;
+  ev e;
+  if (!record_event(rec, p->order, &e)) return 0;
+  p->order++;
+  ev *d = PUSH(b->evs, b->nevs, b->capevs);
+  if (d == NULL) {
+    b->oom = true;
+    return 1;
+  }
+  *d = e;
+  return 0;
+}
+
+/* Replays the events in seq order: straight from the file when it has them
+ * in order (one thread), else collected and sorted.  Stops where the first
+ * pass stopped (damage). */
+static bool replay(builder *b, const report_trace *t, uint64_t records) {
+  replayer r;
+  if (!replay_begin(&r, b)) {
+    replay_end(&r);
+    return false;
+  }
+  replay_pass p = { &r, b, 0 };
+  report_trace_iter it;
+  report_trace_rec rec;
+  report_trace_iter_init(&it, t);
+  if (b->nevents) {
+    int (*fn)(const report_trace_rec *, void *) = b->unsorted ? on_event_collect : on_event_direct;
+    if (b->unsorted) {
+      b->capevs = (size_t)b->nevents;
+      b->evs = malloc(b->capevs * sizeof *b->evs);
+      if (!b->evs) r.ok = false;
+    }
+    while (r.ok && !b->oom && it.records < records && report_trace_next(&it, &rec))
+      if (fn(&rec, &p)) break;
+    if (b->unsorted && r.ok && !b->oom) {
+      if (b->nevs > 1) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
+      for (size_t i = 0; i < b->nevs && r.ok; i++) replay_event(&r, &b->evs[i]);
     }
   }
-  free(gr);
-  free(pool);
-  return ok;
+  if (b->oom) r.ok = false;
+  return replay_end(&r);
 }
 
 uint64_t report_trace_model_ns(const report_trace_model *m, uint64_t seq) {
@@ -895,7 +1059,9 @@ uint64_t report_trace_model_ns(const report_trace_model *m, uint64_t seq) {
   if (seq >= a[hi].seq) {
     if (n < 2 || a[hi].seq == a[0].seq) return a[hi].ns;
     double rate = (double)(a[hi].ns - a[0].ns) / (double)(a[hi].seq - a[0].seq);
-    return a[hi].ns + (uint64_t)(rate * (double)(seq - a[hi].seq));
+    double extra = rate * (double)(seq - a[hi].seq);
+    if (extra >= (double)(UINT64_MAX - a[hi].ns)) return UINT64_MAX;   /* saturate */
+    return a[hi].ns + (uint64_t)extra;
   }
   while (hi - lo > 1) {          /* a[lo].seq <= seq < a[hi].seq */
     size_t mid = lo + (hi - lo) / 2;
@@ -931,7 +1097,7 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->damaged = it.damaged;
   m->damage_offset = it.damage_offset;
   memcpy(m->damage, it.message, sizeof m->damage);
-  bool ok = !b.oom && replay(&b);
+  bool ok = !b.oom && replay(&b, t, it.records);
   free(b.evs);
   if (!ok) {
     report_trace_model_free(m);

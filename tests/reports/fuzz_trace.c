@@ -1,0 +1,39 @@
+/* fuzz_trace.c - libFuzzer target of the trace reader (reports/trace_read.c):
+ * any bytes as a trace: open, every record and its strings, the replayed
+ * model (sites, timeline, growth, time anchors).  `make fuzz` runs it for
+ * FUZZ_SECONDS (600) with the corpus of tests/reports/fuzz-corpus/. */
+#include "trace_read.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char err[512];
+  report_trace *t = report_trace_open_mem(data, size, "fuzz", err, sizeof err);
+  if (!t) return 0;
+  report_trace_iter it;
+  report_trace_rec r;
+  size_t sum = 0;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &r)) {
+    for (int n = 0; n < 3; n++) {
+      const char *s = report_trace_string(&r, n);
+      if (s) sum += strlen(s);
+    }
+    sum += strlen(report_trace_type_name(r.type));
+  }
+  report_trace_model *m = report_trace_model_build(t);
+  if (m) {
+    for (size_t i = 0; i < m->nsites; i++) sum += report_trace_model_site(m, m->sites[i].stack) != NULL;
+    for (size_t i = 0; i < m->timeline.nbuckets; i++) sum += (size_t)report_trace_model_ns(m, m->timeline.seq[i]);
+    sum += (size_t)report_trace_model_ns(m, m->peak_seq);
+    for (size_t i = 0; i < m->nblocks; i++) sum += report_trace_model_block(m, m->blocks[i].addr) != NULL;
+    for (size_t i = 0; i < m->ntag_names; i++) sum += report_trace_model_tag(m, (uint32_t)i) != NULL;
+    report_trace_model_free(m);
+  }
+  report_trace_close(t);
+  return sum == (size_t)-1;
+}
