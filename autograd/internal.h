@@ -1,0 +1,49 @@
+/* internal.h - what the files of autograd/ share; not part of the API. */
+#ifndef TAGALLOC_AUTOGRAD_INTERNAL_H
+#define TAGALLOC_AUTOGRAD_INTERNAL_H
+
+#include "autograd.h"
+#include "tagalloc.h"
+
+#include <stdbool.h>
+
+#define AG_MAX_IN 3
+
+typedef enum {
+  OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ADD_SCALAR, OP_MUL_SCALAR, OP_NEG,
+  OP_EXP, OP_LOG, OP_TANH, OP_RELU, OP_SIGMOID,
+  OP_SUM, OP_MEAN, OP_MATMUL, OP_LINEAR, OP_CONV2D, OP_MAX_POOL, OP_AVG_POOL,
+  OP_SOFTMAX, OP_LOG_SOFTMAX, OP_CROSS_ENTROPY, OP_EMBEDDING,
+  OP_RESHAPE, OP_TRANSPOSE
+} op_kind;
+
+/* One recorded op: a block of the tape's arena.  Inputs are kept inline. */
+struct ag_op {
+  op_kind kind;
+  int nin;
+  ag_var *in[AG_MAX_IN];      /* held: "input0", "input1", "input2" */
+  ag_var *out;
+  tensor *saved;              /* held: "saved"; owned by the tape */
+  int ia[4];                  /* integer arguments (axis, keepdim, stride, pad, k) */
+  float fa;                   /* a float argument (the scalar) */
+  struct ag_op *prev;         /* the op recorded before (the tape runs backwards) */
+};
+
+/* ---- tape.c ---- */
+void *_ag_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* returns NULL */
+/* The tape in use, or NULL with an error naming op. */
+ag_tape *_ag_tape_for(const char *op);
+/* A result variable of value on the current tape (value becomes the tape's),
+ * and the op when one is recorded (*opp, NULL otherwise).  value NULL: NULL. */
+ag_var *_ag_result(const char *op, tensor *value, op_kind kind, ag_var **in, int nin, ag_op **opp);
+/* The op keeps t (the tape frees it at reset). */
+void _ag_save(ag_op *op, tensor *t);
+/* Adds g into v's gradient.  owned: g is the caller's to give (it becomes
+ * the gradient or is freed); else it is only read. */
+void _ag_accumulate(ag_var *v, tensor *g, bool owned);
+
+/* ---- ops.c ---- */
+/* The backward of one op: reads op->out->grad, accumulates into the inputs. */
+void _ag_op_backward(ag_op *op, const tensor *dy);
+
+#endif

@@ -1,0 +1,424 @@
+/* ops.c - the differentiable ops: each forward runs the tensor op and records
+ * itself; _ag_op_backward computes the inputs' gradients from dL/dout. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static int norm_axis(int axis, int ndim) { return axis < 0 ? axis + ndim : axis; }
+
+static bool need(const ag_var *v) { return v && v->requires_grad; }
+
+/* g reduced (summed) to the shape of like: numpy broadcasting undone.  Sets
+ * *owned when the result is a new tensor (else it is g itself). */
+static tensor *reduce_to(const tensor *g, const tensor *like, bool *owned) {
+  tensor *cur = (tensor *)g;
+  bool own = false;
+  for (int lead = g->ndim - like->ndim; lead > 0 && cur; lead--) {
+    tensor *n = tensor_sum(cur, 0, 0);
+    if (own) tensor_free(cur);
+    cur = n;
+    own = true;
+  }
+  for (int i = 0; cur && i < like->ndim; i++)
+    if (like->shape[i] == 1 && cur->shape[i] != 1) {
+      tensor *n = tensor_sum(cur, i, 1);
+      if (own) tensor_free(cur);
+      cur = n;
+      own = true;
+    }
+  *owned = own;
+  return cur;
+}
+
+/* Gives g (reduced to v's shape) to v's gradient. */
+static void give(ag_var *v, tensor *g, bool owned) {
+  if (!need(v) || g == NULL) {
+    if (owned) tensor_free(g);
+    return;
+  }
+  bool rowned;
+  tensor *r = reduce_to(g, v->value, &rowned);
+  if (rowned) {
+    if (owned) tensor_free(g);
+    _ag_accumulate(v, r, true);
+  } else {
+    _ag_accumulate(v, g, owned);
+  }
+}
+
+/* ---- forward ---------------------------------------------------------------- */
+
+#define CHECK1(a) do { if ((a) == NULL) return NULL; } while (0)
+#define CHECK2(a, b) do { if ((a) == NULL || (b) == NULL) return NULL; } while (0)
+
+static ag_var *record(const char *name, tensor *value, op_kind kind, ag_var *a, ag_var *b, ag_var *c,
+                      ag_op **opp) {
+  ag_var *in[AG_MAX_IN] = { a, b, c };
+  int nin = c ? 3 : b ? 2 : 1;
+  if (kind == OP_CONV2D || kind == OP_LINEAR) nin = 3;
+  return _ag_result(name, value, kind, in, nin, opp);
+}
+
+/* Every op checks for a tape before computing (no work thrown away). */
+#define TAPE(name) do { if (_ag_tape_for(name) == NULL) return NULL; } while (0)
+
+ag_var *ag_add(ag_var *a, ag_var *b) { CHECK2(a, b); TAPE("ag_add"); return record("ag_add", tensor_add(a->value, b->value), OP_ADD, a, b, NULL, NULL); }
+ag_var *ag_sub(ag_var *a, ag_var *b) { CHECK2(a, b); TAPE("ag_sub"); return record("ag_sub", tensor_sub(a->value, b->value), OP_SUB, a, b, NULL, NULL); }
+ag_var *ag_mul(ag_var *a, ag_var *b) { CHECK2(a, b); TAPE("ag_mul"); return record("ag_mul", tensor_mul(a->value, b->value), OP_MUL, a, b, NULL, NULL); }
+ag_var *ag_div(ag_var *a, ag_var *b) { CHECK2(a, b); TAPE("ag_div"); return record("ag_div", tensor_div(a->value, b->value), OP_DIV, a, b, NULL, NULL); }
+ag_var *ag_neg(ag_var *a) { CHECK1(a); TAPE("ag_neg"); return record("ag_neg", tensor_neg(a->value), OP_NEG, a, NULL, NULL, NULL); }
+ag_var *ag_exp(ag_var *a) { CHECK1(a); TAPE("ag_exp"); return record("ag_exp", tensor_exp(a->value), OP_EXP, a, NULL, NULL, NULL); }
+ag_var *ag_log(ag_var *a) { CHECK1(a); TAPE("ag_log"); return record("ag_log", tensor_log(a->value), OP_LOG, a, NULL, NULL, NULL); }
+ag_var *ag_tanh(ag_var *a) { CHECK1(a); TAPE("ag_tanh"); return record("ag_tanh", tensor_tanh(a->value), OP_TANH, a, NULL, NULL, NULL); }
+ag_var *ag_relu(ag_var *a) { CHECK1(a); TAPE("ag_relu"); return record("ag_relu", tensor_relu(a->value), OP_RELU, a, NULL, NULL, NULL); }
+ag_var *ag_sigmoid(ag_var *a) { CHECK1(a); TAPE("ag_sigmoid"); return record("ag_sigmoid", tensor_sigmoid(a->value), OP_SIGMOID, a, NULL, NULL, NULL); }
+
+ag_var *ag_add_scalar(ag_var *a, float s) {
+  CHECK1(a);
+  TAPE("ag_add_scalar");
+  ag_op *op;
+  ag_var *v = record("ag_add_scalar", tensor_add_scalar(a->value, s), OP_ADD_SCALAR, a, NULL, NULL, &op);
+  if (op) op->fa = s;
+  return v;
+}
+
+ag_var *ag_mul_scalar(ag_var *a, float s) {
+  CHECK1(a);
+  TAPE("ag_mul_scalar");
+  ag_op *op;
+  ag_var *v = record("ag_mul_scalar", tensor_mul_scalar(a->value, s), OP_MUL_SCALAR, a, NULL, NULL, &op);
+  if (op) op->fa = s;
+  return v;
+}
+
+static ag_var *reduce_op(const char *name, op_kind kind, ag_var *a, int axis, int keepdim) {
+  CHECK1(a);
+  if (_ag_tape_for(name) == NULL) return NULL;
+  tensor *r = kind == OP_SUM ? tensor_sum(a->value, axis, keepdim) : tensor_mean(a->value, axis, keepdim);
+  ag_op *op;
+  ag_var *v = record(name, r, kind, a, NULL, NULL, &op);
+  if (op) {
+    op->ia[0] = axis == TENSOR_ALL ? TENSOR_ALL : norm_axis(axis, a->value->ndim);
+    op->ia[1] = keepdim;
+  }
+  return v;
+}
+
+ag_var *ag_sum(ag_var *a, int axis, int keepdim) { return reduce_op("ag_sum", OP_SUM, a, axis, keepdim); }
+ag_var *ag_mean(ag_var *a, int axis, int keepdim) { return reduce_op("ag_mean", OP_MEAN, a, axis, keepdim); }
+
+ag_var *ag_matmul(ag_var *a, ag_var *b) {
+  CHECK2(a, b);
+  TAPE("ag_matmul");
+  if (a->value->ndim < 2 || b->value->ndim < 2)
+    return _ag_err("ag_matmul: both sides need 2 or 3 dimensions (got %d and %d)", a->value->ndim, b->value->ndim);
+  return record("ag_matmul", tensor_matmul(a->value, b->value), OP_MATMUL, a, b, NULL, NULL);
+}
+
+ag_var *ag_linear_op(ag_var *x, ag_var *w, ag_var *b) {
+  CHECK2(x, w);
+  TAPE("ag_linear_op");
+  const tensor *xv = x->value, *wv = w->value;
+  if (xv->ndim != 2 || wv->ndim != 2 || xv->shape[1] != wv->shape[1] ||
+      (b && (b->value->ndim != 1 || b->value->shape[0] != wv->shape[0]))) {
+    char b1[96], b2[96], b3[96];
+    return _ag_err("ag_linear_op: x %s, weight %s (want [out,in]) and bias %s do not fit",
+                   tensor_shape_str(xv, b1, sizeof b1), tensor_shape_str(wv, b2, sizeof b2),
+                   b ? tensor_shape_str(b->value, b3, sizeof b3) : "none");
+  }
+  tensor *wt = tensor_transpose(wv, 0, 1);
+  tensor *y = wt ? tensor_matmul(xv, wt) : NULL;
+  tensor_free(wt);
+  if (y && b && tensor_add_(y, b->value) != TENSOR_OK) {
+    tensor_free(y);
+    y = NULL;
+  }
+  return record("ag_linear_op", y, OP_LINEAR, x, w, b, NULL);
+}
+
+ag_var *ag_conv2d(ag_var *x, ag_var *w, ag_var *b, int stride, int pad) {
+  CHECK2(x, w);
+  TAPE("ag_conv2d");
+  ag_op *op;
+  ag_var *v = record("ag_conv2d", tensor_conv2d(x->value, w->value, b ? b->value : NULL, stride, pad), OP_CONV2D,
+                     x, w, b, &op);
+  if (op) {
+    op->ia[0] = stride;
+    op->ia[1] = pad;
+  }
+  return v;
+}
+
+ag_var *ag_max_pool2d(ag_var *x, int k, int stride) {
+  CHECK1(x);
+  TAPE("ag_max_pool2d");
+  tensor *argmax = NULL;
+  tensor *y = tensor_max_pool2d(x->value, k, stride, need(x) && ag_grad_enabled() ? &argmax : NULL);
+  ag_op *op;
+  ag_var *v = record("ag_max_pool2d", y, OP_MAX_POOL, x, NULL, NULL, &op);
+  if (op && argmax) _ag_save(op, argmax);
+  else tensor_free(argmax);
+  return v;
+}
+
+ag_var *ag_avg_pool2d(ag_var *x, int k, int stride) {
+  CHECK1(x);
+  TAPE("ag_avg_pool2d");
+  ag_op *op;
+  ag_var *v = record("ag_avg_pool2d", tensor_avg_pool2d(x->value, k, stride), OP_AVG_POOL, x, NULL, NULL, &op);
+  if (op) {
+    op->ia[0] = k;
+    op->ia[1] = stride;
+  }
+  return v;
+}
+
+static ag_var *softmax_op(const char *name, op_kind kind, ag_var *x, int axis) {
+  CHECK1(x);
+  if (_ag_tape_for(name) == NULL) return NULL;
+  tensor *y = kind == OP_SOFTMAX ? tensor_softmax(x->value, axis) : tensor_log_softmax(x->value, axis);
+  ag_op *op;
+  ag_var *v = record(name, y, kind, x, NULL, NULL, &op);
+  if (op) op->ia[0] = norm_axis(axis, x->value->ndim);
+  return v;
+}
+
+ag_var *ag_softmax(ag_var *x, int axis) { return softmax_op("ag_softmax", OP_SOFTMAX, x, axis); }
+ag_var *ag_log_softmax(ag_var *x, int axis) { return softmax_op("ag_log_softmax", OP_LOG_SOFTMAX, x, axis); }
+
+ag_var *ag_cross_entropy(ag_var *logits, const tensor *labels) {
+  CHECK1(logits);
+  if (labels == NULL) return _ag_err("ag_cross_entropy: labels are NULL");
+  TAPE("ag_cross_entropy");
+  ag_op *op;
+  ag_var *v = record("ag_cross_entropy", tensor_cross_entropy(logits->value, labels), OP_CROSS_ENTROPY, logits,
+                     NULL, NULL, &op);
+  if (op) _ag_save(op, tensor_alias(labels));
+  return v;
+}
+
+ag_var *ag_embedding(ag_var *weight, const tensor *indices) {
+  CHECK1(weight);
+  if (indices == NULL) return _ag_err("ag_embedding: indices are NULL");
+  TAPE("ag_embedding");
+  ag_op *op;
+  ag_var *v = record("ag_embedding", tensor_embedding(weight->value, indices), OP_EMBEDDING, weight, NULL, NULL,
+                     &op);
+  if (op) _ag_save(op, tensor_alias(indices));
+  return v;
+}
+
+ag_var *ag_reshape(ag_var *a, int ndim, const int64_t *shape) {
+  CHECK1(a);
+  TAPE("ag_reshape");
+  return record("ag_reshape", tensor_reshape(a->value, ndim, shape), OP_RESHAPE, a, NULL, NULL, NULL);
+}
+
+ag_var *ag_flatten(ag_var *a) {
+  CHECK1(a);
+  if (a->value->ndim < 1) return _ag_err("ag_flatten: a scalar has no axis 0 to keep");
+  return ag_reshape(a, 2, (int64_t[]){ a->value->shape[0], -1 });
+}
+
+ag_var *ag_transpose(ag_var *a, int axis0, int axis1) {
+  CHECK1(a);
+  TAPE("ag_transpose");
+  ag_op *op;
+  ag_var *v = record("ag_transpose", tensor_transpose(a->value, axis0, axis1), OP_TRANSPOSE, a, NULL, NULL, &op);
+  if (op) {
+    op->ia[0] = axis0;
+    op->ia[1] = axis1;
+  }
+  return v;
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+/* dL/dx of tanh, relu, sigmoid from dy and the op's output y (contiguous). */
+static tensor *pointwise_grad(op_kind k, const tensor *dy, const tensor *y) {
+  tensor *dc = tensor_contiguous(dy), *yc = tensor_contiguous(y);
+  tensor *g = dc && yc ? tensor_empty(TENSOR_F32, y->ndim, y->shape) : NULL;
+  if (g) {
+    const float *d = tensor_f32(dc), *o = tensor_f32(yc);
+    float *r = tensor_f32(g);
+    int64_t n = g->numel;
+    switch (k) {
+    case OP_TANH:
+      for (int64_t i = 0; i < n; i++) r[i] = d[i] * (1.0f - o[i] * o[i]);
+      break;
+    case OP_RELU:
+      for (int64_t i = 0; i < n; i++) r[i] = o[i] > 0.0f ? d[i] : 0.0f;
+      break;
+    default:   /* OP_SIGMOID */
+      for (int64_t i = 0; i < n; i++) r[i] = d[i] * o[i] * (1.0f - o[i]);
+      break;
+    }
+  }
+  tensor_free(dc);
+  tensor_free(yc);
+  return g;
+}
+
+static tensor *last2_transposed(const tensor *t) { return tensor_transpose(t, t->ndim - 2, t->ndim - 1); }
+
+/* dy of a reduction spread back over x's shape (a view). */
+static tensor *spread(const tensor *dy, const tensor *x, int axis, int keepdim) {
+  tensor *k = axis != TENSOR_ALL && !keepdim ? tensor_unsqueeze(dy, axis) : tensor_alias(dy);
+  tensor *e = k ? tensor_expand(k, x->ndim, x->shape) : NULL;
+  tensor_free(k);
+  return e;
+}
+
+static void embedding_backward(ag_op *op, const tensor *dy) {
+  ag_var *w = op->in[0];
+  if (!need(w)) return;
+  int64_t V = w->value->shape[0], D = w->value->shape[1];
+  tensor *acc = w->grad ? NULL : tensor_zeros(TENSOR_F32, 2, w->value->shape);
+  tensor *dst = w->grad ? w->grad : acc;
+  tensor *dc = tensor_contiguous(dy), *ic = tensor_contiguous(op->saved);
+  if (dst && dc && ic) {
+    const int32_t *idx = tensor_i32(ic);
+    const float *d = tensor_f32(dc);
+    float *gw = tensor_f32(dst);
+    for (int64_t i = 0; i < ic->numel; i++) {
+      if (idx[i] < 0 || idx[i] >= V) continue;   /* checked by the forward */
+      float *row = gw + (int64_t)idx[i] * D;
+      const float *src = d + i * D;
+      for (int64_t j = 0; j < D; j++) row[j] += src[j];
+    }
+  }
+  tensor_free(dc);
+  tensor_free(ic);
+  if (acc) _ag_accumulate(w, acc, true);
+}
+
+void _ag_op_backward(ag_op *op, const tensor *dy) {
+  ag_var *a = op->in[0], *b = op->nin > 1 ? op->in[1] : NULL, *c = op->nin > 2 ? op->in[2] : NULL;
+  const tensor *y = op->out->value;
+  switch (op->kind) {
+  case OP_ADD:
+    give(a, (tensor *)dy, false);
+    give(b, (tensor *)dy, false);
+    break;
+  case OP_SUB:
+    give(a, (tensor *)dy, false);
+    if (need(b)) give(b, tensor_neg(dy), true);
+    break;
+  case OP_MUL:
+    if (need(a)) give(a, tensor_mul(dy, b->value), true);
+    if (need(b)) give(b, tensor_mul(dy, a->value), true);
+    break;
+  case OP_DIV:
+    if (need(a)) give(a, tensor_div(dy, b->value), true);
+    if (need(b)) {
+      tensor *t = tensor_mul(dy, y), *u = t ? tensor_div(t, b->value) : NULL;
+      tensor_free(t);
+      if (u) tensor_mul_scalar_(u, -1.0f);
+      give(b, u, true);
+    }
+    break;
+  case OP_ADD_SCALAR:
+    give(a, (tensor *)dy, false);
+    break;
+  case OP_MUL_SCALAR:
+    give(a, tensor_mul_scalar(dy, op->fa), true);
+    break;
+  case OP_NEG:
+    give(a, tensor_neg(dy), true);
+    break;
+  case OP_EXP:
+    give(a, tensor_mul(dy, y), true);
+    break;
+  case OP_LOG:
+    give(a, tensor_div(dy, a->value), true);
+    break;
+  case OP_TANH:
+  case OP_RELU:
+  case OP_SIGMOID:
+    give(a, pointwise_grad(op->kind, dy, y), true);
+    break;
+  case OP_SUM:
+  case OP_MEAN: {
+    tensor *e = spread(dy, a->value, op->ia[0], op->ia[1]);
+    if (op->kind == OP_MEAN && e) {
+      tensor *s = tensor_mul_scalar(e, (float)((double)y->numel / (double)a->value->numel));
+      tensor_free(e);
+      e = s;
+    }
+    give(a, e, true);
+    break;
+  }
+  case OP_MATMUL:
+    if (need(a)) {
+      tensor *bt = last2_transposed(b->value);
+      give(a, bt ? tensor_matmul(dy, bt) : NULL, true);
+      tensor_free(bt);
+    }
+    if (need(b)) {
+      tensor *at = last2_transposed(a->value);
+      give(b, at ? tensor_matmul(at, dy) : NULL, true);
+      tensor_free(at);
+    }
+    break;
+  case OP_LINEAR:
+    if (need(a)) give(a, tensor_matmul(dy, b->value), true);
+    if (need(b)) {
+      tensor *dyt = tensor_transpose(dy, 0, 1);
+      if (b->grad && dyt) {
+        tensor_gemm_out(b->grad, dyt, a->value, 1.0f, 1.0f);   /* accumulates in place */
+      } else if (dyt) {
+        give(b, tensor_matmul(dyt, a->value), true);
+      }
+      tensor_free(dyt);
+    }
+    if (need(c)) give(c, tensor_sum(dy, 0, 0), true);
+    break;
+  case OP_CONV2D:
+    if (need(a)) give(a, tensor_conv2d_grad_input(dy, b->value, 4, a->value->shape, op->ia[0], op->ia[1]), true);
+    if (need(b)) give(b, tensor_conv2d_grad_weight(dy, a->value, 4, b->value->shape, op->ia[0], op->ia[1]), true);
+    if (need(c)) give(c, tensor_conv2d_grad_bias(dy), true);
+    break;
+  case OP_MAX_POOL:
+    give(a, tensor_max_pool2d_grad(dy, op->saved, 4, a->value->shape), true);
+    break;
+  case OP_AVG_POOL:
+    give(a, tensor_avg_pool2d_grad(dy, op->ia[0], op->ia[1], 4, a->value->shape), true);
+    break;
+  case OP_SOFTMAX: {
+    /* dx = y * (dy - sum(dy * y)) */
+    tensor *p = tensor_mul(dy, y), *s = p ? tensor_sum(p, op->ia[0], 1) : NULL;
+    tensor *d = s ? tensor_sub(dy, s) : NULL;
+    if (d) tensor_mul_(d, y);
+    tensor_free(p);
+    tensor_free(s);
+    give(a, d, true);
+    break;
+  }
+  case OP_LOG_SOFTMAX: {
+    /* dx = dy - exp(y) * sum(dy) */
+    tensor *s = tensor_sum(dy, op->ia[0], 1), *e = s ? tensor_exp(y) : NULL;
+    if (e) tensor_mul_(e, s);
+    tensor *d = e ? tensor_sub(dy, e) : NULL;
+    tensor_free(s);
+    tensor_free(e);
+    give(a, d, true);
+    break;
+  }
+  case OP_CROSS_ENTROPY: {
+    tensor *g = tensor_cross_entropy_grad(a->value, op->saved);
+    if (g) tensor_mul_scalar_(g, tensor_item(dy));
+    give(a, g, true);
+    break;
+  }
+  case OP_EMBEDDING:
+    embedding_backward(op, dy);
+    break;
+  case OP_RESHAPE:
+    give(a, tensor_reshape(dy, a->value->ndim, a->value->shape), true);
+    break;
+  case OP_TRANSPOSE:
+    give(a, tensor_transpose(dy, op->ia[0], op->ia[1]), true);
+    break;
+  }
+}

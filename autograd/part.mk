@@ -1,0 +1,44 @@
+# autograd/part.mk - autograd (autograd/), its tests and the training
+# programs (tools/train_*.c).  Included by the top Makefile; everything builds
+# under $(BUILD), so the ASan+UBSan build (BUILD=build/asan) gets its own copy.
+
+AG_SRC   = $(wildcard autograd/*.c)
+AG_OBJ   = $(AG_SRC:%.c=$(BUILD)/obj/%.o)
+AG_HDR   = $(wildcard autograd/*.h) $(wildcard tensor/*.h)
+AG_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3)
+AG_LINK  = $(BUILD)/libtagalloc-autograd.a $(TENSOR_LINK) -lz
+AG_DEPS  = $(BUILD)/libtagalloc-autograd.a $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
+AG_TESTS = $(patsubst tests/autograd/%.c,$(BUILD)/tests/autograd/%,$(wildcard tests/autograd/test_*.c))
+AG_TOOLS = $(foreach f,$(wildcard tools/train_*.c),$(BUILD)/$(subst _,-,$(basename $(notdir $(f)))))
+
+PART_ALL   += $(BUILD)/libtagalloc-autograd.a $(AG_TESTS) $(AG_TOOLS)
+PART_TEST  += test-autograd
+
+$(BUILD)/obj/autograd/%.o: autograd/%.c $(AG_HDR) alloc/tagalloc.h autograd/part.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AG_OPT) $(COMMON) -Itensor -Iautograd -c $< -o $@
+
+$(BUILD)/libtagalloc-autograd.a: $(AG_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/autograd/%: tests/autograd/%.c $(wildcard tests/*.h tests/autograd/*.h) $(AG_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor -Iautograd $< -o $@ $(AG_LINK) $(TEST_LIBS) $(LIBS)
+
+# tools/train_lenet.c -> $(BUILD)/train-lenet (with tools/train_common.h)
+$(BUILD)/train-%: tools/train_%.c $(wildcard tools/train_*.h) $(AG_DEPS)
+	$(CC) $(CFLAGS) $(COMMON) -Itensor -Iautograd -Itools $< -o $@ $(AG_LINK) $(LIBS)
+
+autograd-tests: $(AG_TESTS) $(AG_TOOLS)
+
+# The tests, then the same built with AddressSanitizer and UBSan.
+test-autograd: $(BUILD)/libtagalloc.a autograd-tests
+	@tests/autograd/run.sh $(BUILD)
+	$(MAKE) BUILD=build/asan OPT=-O1 \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a autograd-tests
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  tests/autograd/run.sh build/asan
+
+.PHONY: test-autograd autograd-tests

@@ -1,0 +1,273 @@
+/* tape.c - the tape (a ledger arena of ops and variables), parameters,
+ * leaves, gradient mode and the backward pass. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+struct ag_tape {
+  ta_arena *arena;
+  size_t capacity;
+  ag_op *last;          /* the newest op */
+  ag_var *vars;         /* the newest variable */
+  size_t nops, nvars;
+};
+
+static __thread ag_tape *current;
+static __thread int no_grad_depth;
+static __thread char err_msg[256];
+
+static ta_tag tag_op, tag_tape, tag_param;
+
+static void tags_init(void) {
+  if (tag_op == TA_ANY) {
+    tag_tape = ta_tag_get("autograd.tape");
+    tag_param = ta_tag_get("autograd.param");
+    tag_op = ta_tag_get("tape.op");
+  }
+}
+
+ta_tag ag_tape_tag(void) {
+  tags_init();
+  return tag_op;
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+void *_ag_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "autograd: %s\n", err_msg);
+  return NULL;
+}
+
+const char *ag_error(void) { return err_msg; }
+void ag_error_clear(void) { err_msg[0] = '\0'; }
+
+/* ---- the tape ---------------------------------------------------------------- */
+
+ag_tape *ag_tape_new(size_t capacity) {
+  tags_init();
+  if (capacity == 0) capacity = 64 * 1024;
+  ag_tape *t = ta_calloc(tag_tape, 1, sizeof *t);
+  if (t == NULL) return _ag_err("ag_tape_new: out of memory");
+  t->capacity = capacity;
+  t->arena = ta_arena_new(tag_op, capacity);
+  if (t->arena == NULL) {
+    ta_free(t);
+    return _ag_err("ag_tape_new: no arena of %zu bytes", capacity);
+  }
+  return t;
+}
+
+void ag_tape_reset(ag_tape *t) {
+  if (t == NULL) return;
+  /* What the step's ops saved, then every variable's value and gradient;
+   * then the arena (ops and variables) goes in one reset. */
+  for (ag_op *op = t->last; op; op = op->prev)
+    if (op->saved) {
+      ta_unhold(op, "saved");
+      tensor_free(op->saved);
+      op->saved = NULL;
+    }
+  for (ag_var *v = t->vars; v; v = v->next) {
+    tensor_free(v->value);
+    tensor_free(v->grad);
+  }
+  t->last = NULL;
+  t->vars = NULL;
+  t->nops = t->nvars = 0;
+  ta_arena_reset(t->arena);
+}
+
+void ag_tape_free(ag_tape *t) {
+  if (t == NULL) return;
+  ag_tape_reset(t);
+  if (current == t) current = NULL;
+  ta_arena_free(t->arena);
+  ta_free(t);
+}
+
+ag_tape *ag_tape_use(ag_tape *t) {
+  ag_tape *old = current;
+  current = t;
+  return old;
+}
+
+ag_tape *ag_tape_current(void) { return current; }
+size_t ag_tape_ops(const ag_tape *t) { return t ? t->nops : 0; }
+size_t ag_tape_vars(const ag_tape *t) { return t ? t->nvars : 0; }
+size_t ag_tape_capacity(const ag_tape *t) { return t ? ta_arena_capacity(t->arena) : 0; }
+
+ag_tape *_ag_tape_for(const char *op) {
+  if (current == NULL) return _ag_err("%s: no tape in use on this thread (ag_tape_use)", op);
+  if (tensor_scope_depth() > 0)
+    return _ag_err("%s: called inside a tensor scope; the tape owns what autograd ops make", op);
+  return current;
+}
+
+/* ---- gradient mode ------------------------------------------------------------- */
+
+void ag_no_grad_begin(void) { no_grad_depth++; }
+void ag_no_grad_end(void) {
+  if (no_grad_depth > 0) no_grad_depth--;
+  else _ag_err("ag_no_grad_end: no ag_no_grad_begin to end");
+}
+int ag_grad_enabled(void) { return no_grad_depth == 0; }
+
+/* ---- variables ------------------------------------------------------------------- */
+
+static ag_var *var_new(ag_tape *t, tensor *value) {
+  ag_var *v = ta_arena_alloc(t->arena, sizeof *v);
+  if (v == NULL) {
+    tensor_free(value);
+    return _ag_err("tape: out of arena memory");
+  }
+  memset(v, 0, sizeof *v);
+  v->value = value;
+  v->next = t->vars;
+  t->vars = v;
+  t->nvars++;
+  return v;
+}
+
+ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, int nin, ag_op **opp) {
+  if (opp) *opp = NULL;
+  if (value == NULL) return NULL;
+  ag_tape *t = _ag_tape_for(name);
+  if (t == NULL) {
+    tensor_free(value);
+    return NULL;
+  }
+  ag_var *v = var_new(t, value);
+  if (v == NULL) return NULL;
+  bool needs = false;
+  for (int i = 0; i < nin; i++)
+    if (in[i] && in[i]->requires_grad) needs = true;
+  if (!needs || no_grad_depth > 0) return v;
+  ag_op *op = ta_arena_alloc(t->arena, sizeof *op);
+  if (op == NULL) return _ag_err("%s: out of arena memory for the op", name);
+  memset(op, 0, sizeof *op);
+  op->kind = kind;
+  op->nin = nin;
+  static const char *slots[AG_MAX_IN] = { "input0", "input1", "input2" };
+  for (int i = 0; i < nin; i++) {
+    op->in[i] = in[i];
+    if (in[i]) ta_hold(op, slots[i], in[i]);
+  }
+  op->out = v;
+  op->prev = t->last;
+  t->last = op;
+  t->nops++;
+  v->op = op;
+  v->requires_grad = 1;
+  if (opp) *opp = op;
+  return v;
+}
+
+void _ag_save(ag_op *op, tensor *t) {
+  op->saved = t;
+  ta_hold(op, "saved", t);
+}
+
+ag_var *ag_leaf(const tensor *x, int requires_grad) {
+  if (x == NULL) return NULL;
+  ag_tape *t = _ag_tape_for("ag_leaf");
+  if (t == NULL) return NULL;
+  if (requires_grad && x->dtype != TENSOR_F32) return _ag_err("ag_leaf: a gradient needs an f32 tensor");
+  tensor *a = tensor_alias(x);
+  if (a == NULL) return NULL;
+  ag_var *v = var_new(t, a);
+  if (v) v->requires_grad = requires_grad != 0;
+  return v;
+}
+
+ag_var *ag_input(const tensor *x) { return ag_leaf(x, 0); }
+
+ag_var *ag_param_new(tensor *value) {
+  tags_init();
+  if (value == NULL) return NULL;
+  if (value->dtype != TENSOR_F32 || !tensor_is_contiguous(value)) {
+    tensor_free(value);
+    return _ag_err("ag_param_new: a parameter is a contiguous f32 tensor");
+  }
+  ag_var *p = ta_calloc(tag_param, 1, sizeof *p);
+  tensor *g = p ? tensor_zeros(TENSOR_F32, value->ndim, value->shape) : NULL;
+  if (g == NULL) {
+    ta_free(p);
+    tensor_free(value);
+    return _ag_err("ag_param_new: out of memory");
+  }
+  p->value = value;
+  p->grad = g;
+  p->requires_grad = 1;
+  p->is_param = 1;
+  ta_hold(p, "value", value);
+  ta_hold(p, "grad", g);
+  return p;
+}
+
+void ag_param_free(ag_var *p) {
+  if (p == NULL) return;
+  ta_unhold(p, "value");
+  ta_unhold(p, "grad");
+  tensor_free(p->value);
+  tensor_free(p->grad);
+  ta_free(p);
+}
+
+void ag_zero_grad(ag_var **params, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (params[i] && params[i]->grad) tensor_fill_(params[i]->grad, 0.0f);
+}
+
+/* ---- backward --------------------------------------------------------------------- */
+
+void _ag_accumulate(ag_var *v, tensor *g, bool owned) {
+  if (v == NULL || g == NULL || !v->requires_grad) {
+    if (owned) tensor_free(g);
+    return;
+  }
+  if (v->grad) {
+    tensor_add_(v->grad, g);
+    if (owned) tensor_free(g);
+  } else if (owned && tensor_is_contiguous(g)) {
+    v->grad = g;
+  } else {
+    v->grad = tensor_clone(g);
+    if (owned) tensor_free(g);
+  }
+}
+
+int ag_backward(ag_var *loss) {
+  ag_tape *t = _ag_tape_for("ag_backward");
+  if (t == NULL) return -1;
+  if (loss == NULL) {
+    _ag_err("ag_backward: loss is NULL (an earlier op failed)");
+    return -1;
+  }
+  if (loss->value->numel != 1) {
+    char b[96];
+    _ag_err("ag_backward: loss %s is not one element", tensor_shape_str(loss->value, b, sizeof b));
+    return -1;
+  }
+  if (!loss->requires_grad) {
+    _ag_err("ag_backward: the loss does not require a gradient (no parameter or leaf with one behind it)");
+    return -1;
+  }
+  tensor *one = tensor_full(loss->value->ndim, loss->value->shape, 1.0f);
+  if (one == NULL) return -1;
+  _ag_accumulate(loss, one, true);
+  if (loss->op == NULL) return 0;
+  for (ag_op *op = loss->op; op; op = op->prev) {
+    ag_var *out = op->out;
+    if (out->grad == NULL) continue;
+    _ag_op_backward(op, out->grad);
+    tensor_free(out->grad);    /* an intermediate's gradient is spent once its op has run */
+    out->grad = NULL;
+  }
+  return 0;
+}
