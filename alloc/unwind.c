@@ -48,7 +48,8 @@
  * never removed: _ta_unwind_forget stores flags 0 in the slots of an
  * unloaded range (the next use recomputes them) and marks the Dwfl stale so
  * that the module list is read again.  When no slot is free within
- * PROBE_MAX the rule is computed but not cached (correct, slow).
+ * PROBE_MAX the rule is computed but not cached (correct, slow).  The table
+ * is a MAP_SHARED mapping shared with forked children (see rule_cache). 
  *
  * A COMPLEX rule anywhere on the stack sends the whole walk to libunwind's
  * unw_backtrace (per-thread caching), as do a nested miss on the same thread
@@ -67,6 +68,8 @@
  * missing from its stacks (their callers appear in their place).
  */
 #include "internal.h"
+
+#include <sys/mman.h>
 
 #include <dlfcn.h>
 #include <dwarf.h>
@@ -231,9 +234,28 @@ static inline int16_t  flags_rbp_off(uint32_t f) { return (int16_t)(uint16_t)(f 
  * which the walk loads straight into the address of the next return address.
  * The writer stores cfa_off, then the flags with release; readers load the
  * flags with acquire, then cfa_off. */
-static _Atomic uintptr_t cache_key[CACHE_SIZE];
-static _Atomic uint32_t  cache_flags[CACHE_SIZE];
-static _Atomic intptr_t  cache_off[CACHE_SIZE];
+typedef struct {
+  _Atomic uintptr_t key[CACHE_SIZE];
+  _Atomic uint32_t  flags[CACHE_SIZE];
+  _Atomic intptr_t  off[CACHE_SIZE];
+} rule_cache;
+
+/* Shared with the forked children.  A rule depends only on the code at its
+ * address, and a forked child has its parent's code at the same addresses:
+ * so the cache lives in a MAP_SHARED mapping, and what a child learns (a
+ * shell's subshells each run code their parent never ran) serves its
+ * parent and its siblings.  A process whose code changes (a module loaded
+ * or unloaded since the fork) first takes a private copy (cache_unshare),
+ * so the shared cache only ever holds rules of code all its processes
+ * have.  Until the first miss, an empty cache in .bss; exec starts anew. */
+static rule_cache cache_empty;
+static rule_cache *_Atomic cache = &cache_empty;
+static bool cache_forked;       /* under dw_lock: a fork happened since the mapping was made */
+
+static inline rule_cache *cache_now(void)
+{
+  return atomic_load_explicit(&cache, memory_order_acquire);
+}
 
 /* The low bits of return addresses are already well spread: call sites are
  * distinct addresses and modules start at random pages.  So the slot is the
@@ -248,13 +270,14 @@ static inline size_t rule_hash(uintptr_t ra)
 /* The flags of ra's rule, 0 on a miss; *off gets its cfa_off. */
 static inline uint32_t cache_get(uintptr_t ra, intptr_t *off)
 {
+  rule_cache *c = cache_now();
   size_t h = rule_hash(ra);
   for (size_t i = 0; i < PROBE_MAX; i++) {
     size_t j = (h + i) & (CACHE_SIZE - 1);
-    uintptr_t k = atomic_load_explicit(&cache_key[j], memory_order_relaxed);
+    uintptr_t k = atomic_load_explicit(&c->key[j], memory_order_relaxed);
     if (TA_LIKELY(k == ra)) {
-      uint32_t f = atomic_load_explicit(&cache_flags[j], memory_order_acquire);
-      *off = atomic_load_explicit(&cache_off[j], memory_order_relaxed);
+      uint32_t f = atomic_load_explicit(&c->flags[j], memory_order_acquire);
+      *off = atomic_load_explicit(&c->off[j], memory_order_relaxed);
       return f;
     }
     if (k == 0)
@@ -266,13 +289,14 @@ static inline uint32_t cache_get(uintptr_t ra, intptr_t *off)
 /* Under dw_lock (the only writer), readers may be running. */
 static void cache_put(uintptr_t ra, uint64_t rule)
 {
+  rule_cache *c = cache_now();
   size_t h = rule_hash(ra);
   for (size_t i = 0; i < PROBE_MAX; i++) {
     size_t j = (h + i) & (CACHE_SIZE - 1);
-    uintptr_t k = atomic_load_explicit(&cache_key[j], memory_order_relaxed);
+    uintptr_t k = atomic_load_explicit(&c->key[j], memory_order_relaxed);
     if (k == 0) {
       uintptr_t empty = 0;
-      if (atomic_compare_exchange_strong_explicit(&cache_key[j], &empty, ra,
+      if (atomic_compare_exchange_strong_explicit(&c->key[j], &empty, ra,
                                                   memory_order_relaxed,
                                                   memory_order_relaxed))
         k = ra;
@@ -280,8 +304,8 @@ static void cache_put(uintptr_t ra, uint64_t rule)
         k = empty;
     }
     if (k == ra) {
-      atomic_store_explicit(&cache_off[j], rule_cfa_off(rule), memory_order_relaxed);
-      atomic_store_explicit(&cache_flags[j], rule_flags(rule), memory_order_release);
+      atomic_store_explicit(&c->off[j], rule_cfa_off(rule), memory_order_relaxed);
+      atomic_store_explicit(&c->flags[j], rule_flags(rule), memory_order_release);
       return;
     }
   }
@@ -297,8 +321,26 @@ static bool dw_stale;           /* a range was forgotten: report the maps again 
 static TA_TLS int tls_in_miss;  /* this thread is inside compute (nesting) */
 
 static void dw_fork_prepare(void) { pthread_mutex_lock(&dw_lock); }
-static void dw_fork_parent(void)  { pthread_mutex_unlock(&dw_lock); }
-static void dw_fork_child(void)   { pthread_mutex_unlock(&dw_lock); }
+static void dw_fork_parent(void)  { cache_forked = true; pthread_mutex_unlock(&dw_lock); }
+static void dw_fork_child(void)   { cache_forked = true; pthread_mutex_unlock(&dw_lock); }
+
+/* A cache of this process's own, shared with the children it forks from
+ * now on: the current one copied into a new MAP_SHARED mapping.  dw_lock
+ * held.  The old mapping stays (threads may be reading it). */
+static void cache_unshare(void)
+{
+  rule_cache *old = cache_now();
+  if (old != &cache_empty && !cache_forked)
+    return;                       /* ours alone already */
+  void *p = _ta_sys_mmap(NULL, sizeof(rule_cache), PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return;                       /* keep the private .bss one, or the shared one */
+  _ta_own_range((uintptr_t)p, (uintptr_t)p + sizeof(rule_cache));
+  memcpy(p, old, sizeof(rule_cache));
+  cache_forked = false;
+  atomic_store_explicit(&cache, (rule_cache *)p, memory_order_release);
+}
 
 static char *dw_debuginfo_path;
 static const Dwfl_Callbacks dw_callbacks = {
@@ -458,16 +500,31 @@ static uint64_t rule_compute(uintptr_t ra)
   if (dw_stale) {                 /* a module was unloaded since */
     dw_stale = false;
     reported = true;
+    cache_unshare();
     if (!dw_report())
       return RULE_COMPLEX;
   }
   uint64_t rule;
   if (rule_from_dwfl((Dwarf_Addr)ra - 1, &rule))
     return rule;
-  /* dlopen'd since the last report?  Read the maps once more. */
-  if (!reported && dw_report() && rule_from_dwfl((Dwarf_Addr)ra - 1, &rule))
-    return rule;
+  /* dlopen'd since the last report?  Read the maps once more (our code
+   * may differ from the other processes' now: a cache of our own first). */
+  if (!reported) {
+    cache_unshare();
+    if (dw_report() && rule_from_dwfl((Dwarf_Addr)ra - 1, &rule))
+      return rule;
+  }
   return RULE_COMPLEX;            /* JIT code, garbage: libunwind decides */
+}
+
+static size_t rules_computed;   /* under dw_lock: by this process, since its start or fork */
+
+size_t _ta_unwind_rules_computed(void)
+{
+  pthread_mutex_lock(&dw_lock);
+  size_t n = rules_computed;
+  pthread_mutex_unlock(&dw_lock);
+  return n;
 }
 
 static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
@@ -483,7 +540,11 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
     rule = flags | ((uint64_t)(uint32_t)off << 32);
   else {
     rule = rule_compute(ra);
-    cache_put(ra, rule);
+    rules_computed++;
+    if (cache_now() == &cache_empty)
+      cache_unshare();            /* the first rule: the shared mapping */
+    if (cache_now() != &cache_empty)
+      cache_put(ra, rule);
   }
   pthread_mutex_unlock(&dw_lock);
   tls_in_miss = 0;
@@ -554,16 +615,24 @@ static TA_NO_ASAN size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip,
 void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
 {
   pthread_mutex_lock(&dw_lock);
+  if (cache_now() != &cache_empty)
+    cache_unshare();              /* the other processes keep the module */
+  rule_cache *c = cache_now();
   for (size_t i = 0; i < CACHE_SIZE; i++) {
-    uintptr_t k = atomic_load_explicit(&cache_key[i], memory_order_relaxed);
+    uintptr_t k = atomic_load_explicit(&c->key[i], memory_order_relaxed);
     if (k >= lo && k < hi && k != 0)
-      atomic_store_explicit(&cache_flags[i], 0, memory_order_relaxed);
+      atomic_store_explicit(&c->flags[i], 0, memory_order_relaxed);
   }
   dw_stale = true;
   pthread_mutex_unlock(&dw_lock);
 }
 
 #else  /* !__x86_64__ */
+
+size_t _ta_unwind_rules_computed(void)
+{
+  return 0;
+}
 
 void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
 {
