@@ -213,6 +213,59 @@ static void test_conv2d(void **state) {
   tensor_set_threads(1);
 }
 
+/* Odd geometry (rectangular kernel and image, stride 2, padding 2, 3 images
+ * on 2 threads) against direct loops in double. */
+static void test_conv2d_direct_loops(void **state) {
+  (void)state;
+  enum { N = 3, C = 2, H = 9, W = 7, O = 4, KH = 3, KW = 2, S = 2, PD = 2 };
+  enum { OH = (H + 2 * PD - KH) / S + 1, OW = (W + 2 * PD - KW) / S + 1 };
+  ta_mark m = ta_mark_now();
+  tensor_set_threads(2);
+  tensor_scope_begin();
+  tensor *x = tensor_randn(TS(N, C, H, W), 1.0f, 11), *w = tensor_randn(TS(O, C, KH, KW), 0.5f, 12);
+  tensor *b = tensor_randn(TS(O), 1.0f, 13), *dy = tensor_randn(TS(N, O, OH, OW), 1.0f, 14);
+  static double y[N][O][OH][OW], dx[N][C][H][W], dw[O][C][KH][KW], db[O];
+  memset(dx, 0, sizeof dx);
+  memset(dw, 0, sizeof dw);
+  memset(db, 0, sizeof db);
+  const float *xp = x->data, *wp = w->data, *bp = b->data, *gp = dy->data;
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < O; o++)
+      for (int oh = 0; oh < OH; oh++)
+        for (int ow = 0; ow < OW; ow++) {
+          double acc = bp[o], g = gp[((n * O + o) * OH + oh) * OW + ow];
+          db[o] += g;
+          for (int c = 0; c < C; c++)
+            for (int kh = 0; kh < KH; kh++)
+              for (int kw = 0; kw < KW; kw++) {
+                int ih = oh * S - PD + kh, iw = ow * S - PD + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                double xv = xp[((n * C + c) * H + ih) * W + iw], wv = wp[((o * C + c) * KH + kh) * KW + kw];
+                acc += xv * wv;
+                dx[n][c][ih][iw] += wv * g;
+                dw[o][c][kh][kw] += xv * g;
+              }
+          y[n][o][oh][ow] = acc;
+        }
+  tensor *gy = tensor_conv2d(x, w, b, S, PD);
+  tensor *gx = tensor_conv2d_grad_input(dy, w, TS(N, C, H, W), S, PD);
+  tensor *gw = tensor_conv2d_grad_weight(dy, x, TS(O, C, KH, KW), S, PD);
+  tensor *gb = tensor_conv2d_grad_bias(dy);
+  expect_shape(gy, N, O, OH, OW);
+  struct { const tensor *t; const double *want; int n; } cmp[] = {
+    { gy, &y[0][0][0][0], N * O * OH * OW }, { gx, &dx[0][0][0][0], N * C * H * W },
+    { gw, &dw[0][0][0][0], O * C * KH * KW }, { gb, db, O },
+  };
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < cmp[k].n; i++)
+      if (fabs(tensor_f32(cmp[k].t)[i] - cmp[k].want[i]) > 1e-5 * (fabs(cmp[k].want[i]) + 1))
+        fail_msg("output %d, element %d: %.9g, want %.9g", k, i, tensor_f32(cmp[k].t)[i], cmp[k].want[i]);
+  assert_int_equal(n_errors, 0);
+  tensor_scope_end();
+  tensor_set_threads(1);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+}
+
 static void test_pooling(void **state) {
   (void)state;
   ta_mark m = ta_mark_now();
@@ -300,6 +353,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_reductions, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_matmul, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_conv2d, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_conv2d_direct_loops, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_pooling, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_softmax_ce_embedding, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_cross_entropy_1000, errors_setup, errors_teardown),
