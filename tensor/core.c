@@ -166,10 +166,6 @@ tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim,
   return t;
 }
 
-void _tensor_storage_dispose(tensor_storage *s, bool *held_by_pool) {
-  *held_by_pool = s->pool && _tensor_pool_put(s);
-}
-
 void tensor_free(tensor *t) {
   if (t == NULL) return;
   _tensor_scope_forget(t);
@@ -178,7 +174,7 @@ void tensor_free(tensor *t) {
   bool pooled = false;
   /* A storage going back to its pool is held by the pool before the
    * header lets go of it, so it is never an orphan in between. */
-  if (n == 0 && s->pool) _tensor_storage_dispose(s, &pooled);
+  if (n == 0 && s->pool) pooled = _tensor_pool_put(s);
   ta_unhold(t, "storage");
   ta_free(t);
   if (n == 0 && !pooled) ta_free(s);

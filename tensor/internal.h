@@ -48,8 +48,6 @@ tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim,
 /* A contiguous result: from the pool in use on this thread, or the heap. */
 tensor *_tensor_out(const char *op, tensor_dtype dt, int ndim, const int64_t *shape);
 void _tensor_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
-/* The storage's last header went: back to its pool or freed. */
-void _tensor_storage_dispose(tensor_storage *s, bool *held_by_pool);
 
 /* ---- pool (pool.c) ---- */
 /* Keeps s (count 0) in its pool; returns false when the pool is closed (the
