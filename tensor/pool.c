@@ -47,8 +47,9 @@ static unsigned key_hash(tensor_dtype dt, int ndim, const int64_t *shape) {
 
 static pool_key *key_find(tensor_pool *p, tensor_dtype dt, int ndim, const int64_t *shape, bool make) {
   unsigned b = key_hash(dt, ndim, shape);
-  for (pool_key *k = p->buckets[b]; k; k = k->next)
-    if (k->dtype == dt && k->ndim == ndim && memcmp(k->shape, shape, (size_t)ndim * sizeof *shape) == 0) return k;
+  for (pool_key *k = p->buckets[b]; k; k = k->next)   /* a scalar's shape may be NULL: no memcmp then */
+    if (k->dtype == dt && k->ndim == ndim && (ndim == 0 || memcmp(k->shape, shape, (size_t)ndim * sizeof *shape) == 0))
+      return k;
   if (!make) return NULL;
   pool_key *k = ta_calloc(_tensor_tag_meta, 1, sizeof *k);
   if (k == NULL) return NULL;

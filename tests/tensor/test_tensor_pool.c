@@ -143,6 +143,27 @@ static void test_views_ops_and_scan(void **state) {
   assert_int_equal(v3[1], 32 + 2 * 1024 + 64);
   assert_int_equal(v3[2], 3);
 
+  /* scalars (ndim 0, shape NULL) from the pool: a loss and a full sum,
+   * three times: two misses, then hits on the one key */
+  tensor *labels = tensor_zeros(TENSOR_I32, TS(16));
+  tensor_pool_use(p);
+  tensor_pool_reset_stats(p);
+  for (int step = 0; step < 3; step++) {
+    tensor *ce = tensor_cross_entropy(x, labels), *s = tensor_sum(x, TENSOR_ALL, 0);
+    assert_int_equal(ce->ndim, 0);
+    assert_int_equal(ta_block_tag(tensor_storage_block(s)), T_POOL);
+    tensor_free(ce);
+    tensor_free(s);
+  }
+  tensor_pool_use(NULL);
+  st = tensor_pool_stats_get(p);
+  assert_int_equal(st.misses, 2);
+  assert_int_equal(st.hits, 4);
+  assert_int_equal(tensor_pool_key_size(p, TENSOR_F32, 0, NULL), 2);
+  tensor_pool_clear_key(p, TENSOR_F32, 0, NULL);
+  assert_int_equal(tensor_pool_key_size(p, TENSOR_F32, 0, NULL), 0);
+  tensor_free(labels);
+
   /* kept storages are held by the pool: a scan finds no orphan, no leak */
   ta_scan();
   assert_int_equal(ta_findings_count("leak.orphan"), 0);
