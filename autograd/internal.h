@@ -29,6 +29,18 @@ struct ag_op {
   struct ag_op *prev;         /* the op recorded before (the tape runs backwards) */
 };
 
+/* An optimizer (optim.c; checkpoint.c saves and loads its state). */
+typedef enum { O_SGD, O_ADAM } optim_kind;
+
+struct ag_optim {
+  optim_kind kind;
+  float lr, momentum, weight_decay, beta1, beta2, eps;
+  uint64_t steps;
+  size_t n;
+  ag_var **params;
+  tensor **m, **v;       /* SGD: m is the momentum buffer; Adam: first and second moments */
+};
+
 /* ---- tape.c ---- */
 void *_ag_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* returns NULL */
 /* The tape in use, or NULL with an error naming op. */

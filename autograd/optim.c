@@ -5,17 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-typedef enum { O_SGD, O_ADAM } optim_kind;
-
-struct ag_optim {
-  optim_kind kind;
-  float lr, momentum, weight_decay, beta1, beta2, eps;
-  uint64_t steps;
-  size_t n;
-  ag_var **params;
-  tensor **m, **v;       /* SGD: m is the momentum buffer; Adam: first and second moments */
-};
-
 static ta_tag tag_optim;
 
 static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
