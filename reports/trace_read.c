@@ -133,7 +133,7 @@ report_trace *report_trace_open(const char *path, char *err, size_t errlen) {
   }
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (p != MAP_FAILED) {
       t->map = p;
       t->map_len = (size_t)st.st_size;
@@ -261,7 +261,10 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
                     sizeof(tr_header));
     tr_header h;
     memcpy(&h, t->data + off, sizeof h);
-    const char *tn = report_trace_type_name(h.type);
+    /* the file is read once, front to back: ask for the bytes ahead (the
+     * hardware's prefetcher stops at page boundaries) */
+    if (left > 2048) __builtin_prefetch(t->data + off + 2048);
+#define tn report_trace_type_name(h.type)
     if (h.size < sizeof(tr_header))
       return damage(it, off, "record size %" PRIu32 " is smaller than its %zu-byte header (type %u %s)",
                     h.size, sizeof(tr_header), h.type, tn);
@@ -296,6 +299,7 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
         return damage(it, off, "a %s record whose string %d is not NUL-terminated inside the record", tn, i);
       at = (size_t)(z - p) + 1;
     }
+#undef tn
     it->records++;
     it->off += h.size;
     r->type = h.type;
@@ -452,6 +456,7 @@ typedef struct {              /* an allocation event, replayed in seq order */
   uint16_t tag;
   uint8_t  arena;
   bool     is_free;
+  bool     is_mark;
 } ev;
 
 static int ev_cmp(const void *a, const void *b) {
@@ -466,10 +471,15 @@ typedef struct {
   size_t nevs, capevs;
   size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors;
   bool oom;
-  bool collect;                /* second pass of an unsorted file: events into evs */
-  bool unsorted;               /* ALLOC/FREE not in increasing seq order in the file */
-  uint64_t nevents, prev_seq;
+  bool unsorted;               /* ALLOC/FREE/MARK not in increasing seq order in the file */
+  uint64_t nevents;
+  struct replayer *r;          /* the replay while the file is read */
+  uint64_t *known;             /* bitmap of the stack ids below REPLAY_DIRECT that have a STACK record */
 } builder;
+
+typedef struct replayer replayer;
+static void stream_event(builder *b, const ev *e);
+static bool record_event(const report_trace_rec *r, uint64_t order, ev *e);
 
 static void add_anchor(builder *b, uint64_t seq, uint64_t ns) {
   report_trace_model *m = b->m;
@@ -486,7 +496,12 @@ static char *dupstr(builder *b, const char *s) {
 
 static void check_stack(builder *b, uint32_t stack) {
   size_t i;
-  if (stack != 0 && !map_get(&b->m->index->stacks, stack, &i)) b->m->late_stacks++;
+  if (stack == 0) return;
+  if (stack < (1u << 22)) {
+    if (!(b->known[stack / 64] >> (stack % 64) & 1)) b->m->late_stacks++;
+  } else if (!map_get(&b->m->index->stacks, stack, &i)) {
+    b->m->late_stacks++;
+  }
 }
 
 /* A record the model only counts: one more, and its stack checked (the
@@ -498,23 +513,12 @@ static void count_record(builder *b, uint64_t *count, const void *payload, size_
   check_stack(b, stack);
 }
 
-/* First pass: the events are counted, and checked for order. */
-static void note_event(builder *b, uint64_t seq) {
-  report_trace_model *m = b->m;
-  if (b->nevents == 0) m->first_seq = m->last_seq = seq;
-  else if (seq <= b->prev_seq) b->unsorted = true;
-  if (seq < m->first_seq) m->first_seq = seq;
-  if (seq > m->last_seq) m->last_seq = seq;
-  b->prev_seq = seq;
-  b->nevents++;
-}
-
 /* An ALLOC or FREE record as an event. */
 static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
   if (r->type == TR_ALLOC) {
     tr_alloc x;
     memcpy(&x, r->payload, sizeof x);
-    *e = (ev){ x.seq, order, x.addr, x.size, x.stack, x.thread, x.tag, x.arena, false };
+    *e = (ev){ x.seq, order, x.addr, x.size, x.stack, x.thread, x.tag, x.arena, false, false };
     return true;
   }
   if (r->type == TR_FREE) {
@@ -522,6 +526,12 @@ static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
     memcpy(&x, r->payload, sizeof x);
     *e = (ev){ .seq = x.seq, .order = order, .addr = x.addr, .stack = x.stack, .thread = x.thread,
                .is_free = true };
+    return true;
+  }
+  if (r->type == TR_MARK) {
+    tr_mark x;
+    memcpy(&x, r->payload, sizeof x);
+    *e = (ev){ .seq = x.seq, .order = order, .is_mark = true };
     return true;
   }
   return false;
@@ -558,6 +568,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     }
     *e = (report_trace_stack){ x.id, x.n, frames, r->offset };
     if (!map_put(&m->index->stacks, x.id, m->nstacks - 1)) break;
+    if (x.id < (1u << 22)) b->known[x.id / 64] |= 1ull << (x.id % 64);
     return 0;
   }
   case TR_TAG: {
@@ -581,16 +592,20 @@ static int on_record(const report_trace_rec *r, void *arg) {
     memcpy(&x, p, sizeof x);
     m->allocs++;
     check_stack(b, x.stack);
-    note_event(b, x.seq);
-    return 0;
+    ev e;
+    record_event(r, 0, &e);
+    stream_event(b, &e);
+    return b->oom;
   }
   case TR_FREE: {
     tr_free x;
     memcpy(&x, p, sizeof x);
     m->frees++;
     check_stack(b, x.stack);
-    note_event(b, x.seq);
-    return 0;
+    ev e;
+    record_event(r, 0, &e);
+    stream_event(b, &e);
+    return b->oom;
   }
   case TR_REALLOC:     count_record(b, &m->reallocs, p, offsetof(tr_realloc, stack)); return 0;
   case TR_REF:         count_record(b, &m->refs, p, offsetof(tr_ref, stack)); return 0;
@@ -603,6 +618,9 @@ static int on_record(const report_trace_rec *r, void *arg) {
     if (e == NULL) break;
     *e = (report_trace_mark){ x.seq, x.mark, x.ns, x.thread };
     add_anchor(b, x.seq, x.ns);
+    ev me;
+    record_event(r, 0, &me);
+    stream_event(b, &me);
     return b->oom;
   }
   case TR_THREAD_START: m->thread_starts++; return 0;
@@ -660,7 +678,10 @@ static int on_record(const report_trace_rec *r, void *arg) {
 
 /* Replays the allocation events in sequence order: live blocks and peak,
  * and for reports the sites (per allocation stack), the timeline and the
- * growth of each site across the marks. */
+ * growth of each site across the marks.  The replay runs while the file is
+ * read, as long as ALLOC, FREE and MARK come in increasing seq order (one
+ * thread); at the first one out of order it is dropped, and the events are
+ * collected in a second pass, sorted and replayed. */
 typedef struct {
   report_trace_block b;
   uint32_t site;
@@ -670,32 +691,27 @@ typedef struct {
 typedef struct {                 /* a site's live bytes sampled at the marks, summed lazily */
   uint64_t v;                    /* live bytes now */
   size_t   from;                 /* v holds for the marks from this index on */
-  uint64_t last_sampled;
+  uint64_t last_sampled;         /* the value at the latest mark sampled */
   bool     sampled;
   double   sy, sxy, syy;
 } growth;
 
 /* The marks in [from, to) saw the value v. */
-static void growth_span(report_trace_site *s, growth *g, size_t from, size_t to, size_t nmarks) {
+static void growth_span(report_trace_site *s, growth *g, size_t from, size_t to) {
   if (to <= from) return;
   double c = (double)(to - from), v = (double)g->v;
   g->sy += v * c;
   g->sxy += v * ((double)from + (double)to - 1.0) * c / 2.0;
   g->syy += v * v * c;
   if (from == 0) s->mark_first = g->v;
-  if (to == nmarks) s->mark_last = g->v;
   if (g->sampled && g->v > g->last_sampled) s->ups++;
   if (g->sampled && g->v < g->last_sampled) s->downs++;
   g->last_sampled = g->v;
   g->sampled = true;
 }
 
-static void growth_set(report_trace_site *s, growth *g, uint64_t v, size_t passed, size_t nmarks) {
-  if (nmarks < 2) {
-    g->v = v;
-    return;
-  }
-  growth_span(s, g, g->from, passed, nmarks);
+static void growth_set(report_trace_site *s, growth *g, uint64_t v, size_t passed) {
+  growth_span(s, g, g->from, passed);
   g->from = passed;
   g->v = v;
 }
@@ -711,13 +727,17 @@ static int anchor_cmp(const void *a, const void *b) {
   return x->ns < y->ns ? -1 : x->ns > y->ns;
 }
 
-typedef struct {                 /* the timeline being filled */
+/* The timeline: buckets of 2^shift seq values each, from the first event;
+ * when the events outgrow REPORT_TRACE_BUCKETS buckets, pairs merge (the
+ * highest of the two) and the buckets double. */
+typedef struct {
   report_trace_timeline *t;
   uint16_t *col_of;              /* tag -> column (0: none yet) */
   uint64_t *live;                /* live bytes per column, now */
-  size_t    cols;                /* ntags + 1 */
+  size_t    cols;                /* REPORT_TRACE_TAGS + 1 */
   size_t    bucket;              /* the current bucket, SIZE_MAX before the first event */
-  uint64_t  first, span;
+  uint64_t  first;
+  unsigned  shift;
 } timeline_fill;
 
 static size_t tl_column(timeline_fill *f, uint16_t tag) {
@@ -733,18 +753,34 @@ static size_t tl_column(timeline_fill *f, uint16_t tag) {
   return f->col_of[tag];
 }
 
-/* Moves to the bucket of seq, carrying the values into skipped buckets. */
 static void tl_advance(timeline_fill *f, uint64_t seq) {
-  report_trace_timeline *t = f->t;
-  size_t b = (size_t)((unsigned __int128)(seq - f->first) * t->nbuckets / f->span);
-  if (b >= t->nbuckets) b = t->nbuckets - 1;
-  if (f->bucket != SIZE_MAX && b == f->bucket) return;
-  size_t from = f->bucket == SIZE_MAX ? 0 : f->bucket + 1;
-  for (size_t i = from; i <= b; i++) {
-    memcpy(&t->values[i * f->cols], f->live, f->cols * sizeof *f->live);
-    t->seq[i] = f->first + (uint64_t)((unsigned __int128)(i + 1) * f->span / t->nbuckets) - 1;
+  uint64_t *v = f->t->values;
+  size_t cols = f->cols;
+  if (f->bucket == SIZE_MAX) {
+    f->first = seq;
+    f->bucket = 0;
+    memcpy(v, f->live, cols * sizeof *v);
+    return;
   }
-  f->bucket = b;
+  uint64_t d = seq - f->first;
+  uint64_t b = f->shift < 64 ? d >> f->shift : 0;
+  if (b == f->bucket) return;
+  while (b >= REPORT_TRACE_BUCKETS) {     /* merge pairs */
+    for (size_t j = 0; j <= f->bucket / 2; j++) {
+      uint64_t *to = &v[j * cols], *x = &v[2 * j * cols];
+      if (2 * j + 1 <= f->bucket) {
+        const uint64_t *y = &v[(2 * j + 1) * cols];
+        for (size_t c = 0; c < cols; c++) to[c] = x[c] > y[c] ? x[c] : y[c];
+      } else if (j) {
+        memcpy(to, x, cols * sizeof *to);
+      }
+    }
+    f->bucket /= 2;
+    f->shift++;
+    b = f->shift < 64 ? d >> f->shift : 0;
+  }
+  for (size_t i = f->bucket + 1; i <= b; i++) memcpy(&v[i * cols], f->live, cols * sizeof *v);
+  f->bucket = (size_t)b;
 }
 
 static void tl_change(timeline_fill *f, uint16_t tag, uint64_t size, bool add) {
@@ -768,7 +804,9 @@ typedef struct {                 /* a site's live bytes at the peak, kept lazily
   bool     snapped;
 } at_peak;
 
-typedef struct {                 /* the replay of the events, in seq order */
+#define REPLAY_DIRECT (1u << 22)
+
+struct replayer {
   builder      *b;
   slot         *pool;            /* live blocks; freed slots are reused */
   size_t        npool, cap;
@@ -779,17 +817,17 @@ typedef struct {                 /* the replay of the events, in seq order */
   at_peak      *pk;
   size_t        cap_gr, cap_sites;
   uint32_t     *site_of;         /* stack id -> site + 1, for ids below REPLAY_DIRECT */
-  size_t        nmarks, passed;
+  size_t        passed;          /* marks so far */
+  bool          started;
+  uint64_t      prev;            /* seq of the previous event */
   timeline_fill tf;
   bool          ok;
-} replayer;
-
-#define REPLAY_DIRECT (1u << 22)
+};
 
 static size_t site_index(replayer *r, uint32_t stack, uint16_t tag) {
   report_trace_model *m = r->b->m;
   size_t si;
-  if (stack < REPLAY_DIRECT && r->site_of && r->site_of[stack]) return r->site_of[stack] - 1;
+  if (stack < REPLAY_DIRECT && r->site_of[stack]) return r->site_of[stack] - 1;
   if (stack >= REPLAY_DIRECT && map_get(&m->index->sites, stack, &si)) return si;
   report_trace_site *ns = PUSH(m->sites, m->nsites, r->cap_sites);
   if (ns == NULL || !map_put(&m->index->sites, stack, m->nsites - 1)) return SIZE_MAX;
@@ -807,7 +845,7 @@ static size_t site_index(replayer *r, uint32_t stack, uint16_t tag) {
     memset(r->pk + r->cap_gr, 0, (nc - r->cap_gr) * sizeof *r->pk);
     r->cap_gr = nc;
   }
-  if (stack < REPLAY_DIRECT && r->site_of) r->site_of[stack] = (uint32_t)si + 1;
+  if (stack < REPLAY_DIRECT) r->site_of[stack] = (uint32_t)si + 1;
   return si;
 }
 
@@ -825,43 +863,62 @@ static void peak_touch(replayer *r, size_t si, uint64_t seq) {
   p->changed = seq;
 }
 
-static bool replay_begin(replayer *r, builder *b) {
+static bool replay_init(replayer *r, builder *b) {
   report_trace_model *m = b->m;
   memset(r, 0, sizeof *r);
   r->b = b;
-  r->ok = true;
-  r->nmarks = m->nmarks;
   r->tf.t = &m->timeline;
   r->tf.bucket = SIZE_MAX;
-  if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
-  if (b->nevents) {
-    add_anchor(b, m->first_seq, m->start_ns);
-    if (b->oom) return false;
-  }
-  if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
-  for (size_t i = 1; i < m->nanchors; i++)
-    if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
-  if (!b->nevents) return true;
-  report_trace_timeline *t = &m->timeline;
-  r->tf.first = m->first_seq;
-  r->tf.span = m->last_seq - m->first_seq + 1;
-  if (r->tf.span == 0) r->tf.span = UINT64_MAX;   /* the whole range of seq */
-  t->nbuckets = r->tf.span < REPORT_TRACE_BUCKETS ? (size_t)r->tf.span : REPORT_TRACE_BUCKETS;
   r->tf.cols = REPORT_TRACE_TAGS + 1;
+  report_trace_timeline *t = &m->timeline;
   t->tags = calloc(REPORT_TRACE_TAGS, sizeof *t->tags);
-  t->seq = calloc(t->nbuckets, sizeof *t->seq);
-  t->values = calloc(t->nbuckets * r->tf.cols, sizeof *t->values);
+  t->values = calloc((size_t)REPORT_TRACE_BUCKETS * r->tf.cols, sizeof *t->values);
   r->tf.col_of = calloc((size_t)UINT16_MAX + 1, sizeof *r->tf.col_of);
   r->tf.live = calloc(r->tf.cols, sizeof *r->tf.live);
-  r->site_of = calloc(REPLAY_DIRECT, sizeof *r->site_of);   /* untouched pages cost nothing */
-  r->ok = t->tags && t->seq && t->values && r->tf.col_of && r->tf.live && r->site_of;
+  r->site_of = calloc(REPLAY_DIRECT, sizeof *r->site_of);   /* pages never touched cost nothing */
+  r->ok = t->tags && t->values && r->tf.col_of && r->tf.live && r->site_of;
   return r->ok;
+}
+
+static void replay_free(replayer *r) {
+  map_free(&r->live);
+  free(r->tf.col_of);
+  free(r->tf.live);
+  free(r->site_of);
+  free(r->free_slots);
+  free(r->gr);
+  free(r->pk);
+  free(r->pool);
+  memset(r, 0, sizeof *r);
+}
+
+/* Forgets what a replay put in the model, for a new one. */
+static bool replay_restart(replayer *r, builder *b) {
+  report_trace_model *m = b->m;
+  replay_free(r);
+  m->live_bytes = m->peak_live_bytes = m->peak_seq = 0;
+  m->unmatched_frees = m->realloc_overlaps = 0;
+  m->first_seq = m->last_seq = 0;
+  free(m->sites);
+  m->sites = NULL;
+  m->nsites = 0;
+  map_free(&m->index->sites);
+  free(m->timeline.tags);
+  free(m->timeline.values);
+  memset(&m->timeline, 0, sizeof m->timeline);
+  return replay_init(r, b);
 }
 
 static void replay_event(replayer *r, const ev *e) {
   report_trace_model *m = r->b->m;
-  while (r->passed < r->nmarks && m->marks[r->passed].seq < e->seq) r->passed++;
+  if (!r->started) m->first_seq = e->seq;
+  r->started = true;
+  m->last_seq = e->seq;
   tl_advance(&r->tf, e->seq);
+  if (e->is_mark) {
+    r->passed++;
+    return;
+  }
   size_t at;
   bool found = map_get(&r->live, e->addr, &at);
   if (found) {                   /* a free, or the previous block there died unseen */
@@ -875,7 +932,7 @@ static void replay_event(replayer *r, const ev *e) {
     s->freed_bytes += d->b.size;
     s->live_bytes -= d->b.size;
     s->live_blocks--;
-    growth_set(s, &r->gr[si], s->live_bytes, r->passed, r->nmarks);
+    growth_set(s, &r->gr[si], s->live_bytes, r->passed);
     tl_change(&r->tf, d->b.tag, d->b.size, false);
     map_del(&r->live, e->addr);
     if (r->nfree == r->capfree) {
@@ -904,7 +961,7 @@ static void replay_event(replayer *r, const ev *e) {
   if (r->nfree) {
     idx = r->free_slots[--r->nfree];
   } else {
-    if (!PUSH(r->pool, r->npool, r->cap) || r->npool > UINT32_MAX) {
+    if (r->npool >= UINT32_MAX || !PUSH(r->pool, r->npool, r->cap)) {
       r->ok = false;
       return;
     }
@@ -930,7 +987,23 @@ static void replay_event(replayer *r, const ev *e) {
     m->peak_live_bytes = m->live_bytes;
     m->peak_seq = e->seq;
   }
-  growth_set(site, &r->gr[si], site->live_bytes, r->passed, r->nmarks);
+  growth_set(site, &r->gr[si], site->live_bytes, r->passed);
+}
+
+/* An event as the file is read: replayed at once while the events come in
+ * order; the first one out of order drops that replay (a second pass
+ * collects and sorts them). */
+static void stream_event(builder *b, const ev *e) {
+  b->nevents++;
+  if (b->unsorted) return;
+  replayer *r = b->r;
+  if (r->started && e->seq <= r->prev) {
+    b->unsorted = true;
+    return;
+  }
+  r->prev = e->seq;
+  replay_event(r, e);
+  if (!r->ok) b->oom = true;
 }
 
 static int by_seq_block(const void *a, const void *b) {
@@ -939,41 +1012,55 @@ static int by_seq_block(const void *a, const void *b) {
 }
 
 static bool replay_end(replayer *r) {
-  report_trace_model *m = r->b->m;
+  builder *b = r->b;
+  report_trace_model *m = b->m;
   bool ok = r->ok;
-  map_free(&r->live);
-  free(r->tf.col_of);
-  free(r->tf.live);
-  free(r->site_of);
-  free(r->free_slots);
   if (ok) {
-    /* each site's live bytes at the peak */
-    for (size_t i = 0; i < m->nsites && m->peak_live_bytes; i++) {
+    /* the timeline's buckets */
+    report_trace_timeline *t = &m->timeline;
+    if (r->started) {
+      t->nbuckets = r->tf.bucket + 1;
+      t->seq = calloc(t->nbuckets, sizeof *t->seq);
+      if (!t->seq) ok = false;
+      for (size_t i = 0; ok && i < t->nbuckets; i++) {
+        unsigned __int128 end = (unsigned __int128)r->tf.first + ((unsigned __int128)(i + 1) << r->tf.shift) - 1;
+        t->seq[i] = end > m->last_seq || i + 1 == t->nbuckets ? m->last_seq : (uint64_t)end;
+      }
+      add_anchor(b, m->first_seq, m->start_ns);
+    }
+    if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
+    for (size_t i = 1; i < m->nanchors; i++)
+      if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
+    if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
+    /* each site's live bytes at the peak, and its growth across the marks */
+    size_t nmarks = r->passed;
+    double n = (double)nmarks, sx = n * (n - 1) / 2, sxx = (n - 1) * n * (2 * n - 1) / 6;
+    double dx = n * sxx - sx * sx;
+    for (size_t i = 0; i < m->nsites; i++) {
       report_trace_site *s = &m->sites[i];
       const at_peak *p = &r->pk[i];
-      if (p->changed <= m->peak_seq) {
+      if (m->peak_live_bytes && p->changed <= m->peak_seq) {
         s->peak_bytes = s->live_bytes;
         s->peak_blocks = s->live_blocks;
-      } else if (p->snapped && p->snap_peak == m->peak_seq) {
+      } else if (m->peak_live_bytes && p->snapped && p->snap_peak == m->peak_seq) {
         s->peak_bytes = p->snap_bytes;
         s->peak_blocks = p->snap_blocks;
       }
-    }
-    if (r->nmarks >= 2) {
-      double n = (double)r->nmarks, sx = n * (n - 1) / 2, sxx = (n - 1) * n * (2 * n - 1) / 6;
-      double dx = n * sxx - sx * sx;
-      for (size_t i = 0; i < m->nsites; i++) {
-        report_trace_site *s = &m->sites[i];
+      if (nmarks >= 2) {
         growth *g = &r->gr[i];
-        growth_span(s, g, g->from, r->nmarks, r->nmarks);
+        growth_span(s, g, g->from, nmarks);
+        s->mark_last = g->last_sampled;
         double dxy = n * g->sxy - sx * g->sy, dy = n * g->syy - g->sy * g->sy;
         s->slope = dx > 0 ? dxy / dx : 0;
         s->r2 = dx > 0 && dy > 0 ? dxy * dxy / (dx * dy) : 0;
+      } else {
+        s->ups = s->downs = 0;
+        s->mark_first = 0;
       }
     }
-    size_t n = 0;
-    for (size_t i = 0; i < r->npool; i++) n += r->pool[i].alive;
-    m->blocks = malloc((n ? n : 1) * sizeof *m->blocks);
+    size_t nb = 0;
+    for (size_t i = 0; i < r->npool; i++) nb += r->pool[i].alive;
+    m->blocks = malloc((nb ? nb : 1) * sizeof *m->blocks);
     if (m->blocks == NULL) ok = false;
     for (size_t i = 0; ok && i < r->npool; i++)
       if (r->pool[i].alive) m->blocks[m->nblocks++] = r->pool[i].b;
@@ -981,73 +1068,40 @@ static bool replay_end(replayer *r) {
     for (size_t i = 0; ok && i < m->nblocks; i++)
       if (!map_put(&m->index->blocks, m->blocks[i].addr, i)) ok = false;
   }
-  free(r->gr);
-  free(r->pk);
-  free(r->pool);
+  replay_free(r);
   return ok;
-}
-
-typedef struct {
-  replayer *r;
-  builder  *b;
-  uint64_t  order;
-} replay_pass;
-
-/* Second pass over a sorted file: each event replayed as it is read. */
-static int on_event_direct(const report_trace_rec *rec, void *arg) {
-  replay_pass *p = arg;
-  ev e;
-  if (!record_event(rec, p->order, &e)) return 0;
-  p->order++;
-  replay_event(p->r, &e);
-  return !p->r->ok;
 }
 
 /* Second pass over an unsorted file: the events collected to be sorted. */
 static int on_event_collect(const report_trace_rec *rec, void *arg) {
-  replay_pass *p = arg;
-  builder *b = p->b;
+  builder *b = arg;
   ev e;
-  if (!record_event(rec, p->order, &e)) return 0;
-  p->order++;
+  if (!record_event(rec, b->nevs, &e)) return 0;
   ev *d = PUSH(b->evs, b->nevs, b->capevs);
   if (d == NULL) {
     b->oom = true;
     return 1;
   }
   *d = e;
+  d->order = b->nevs - 1;
   return 0;
 }
 
-/* Replays the events in seq order: straight from the file when it has them
- * in order (one thread), else collected and sorted.  Stops where the first
- * pass stopped (damage). */
-static bool replay(builder *b, const report_trace *t, uint64_t records) {
-  replayer r;
-  if (!replay_begin(&r, b)) {
-    replay_end(&r);
-    return false;
-  }
-  replay_pass p = { &r, b, 0 };
+/* After the first pass: the events of an unsorted file sorted and replayed. */
+static bool replay_sorted(builder *b, const report_trace *t, uint64_t records) {
+  if (!replay_restart(b->r, b)) return false;
+  b->capevs = (size_t)b->nevents;
+  b->evs = malloc((b->capevs ? b->capevs : 1) * sizeof *b->evs);
+  if (!b->evs) return false;
   report_trace_iter it;
   report_trace_rec rec;
   report_trace_iter_init(&it, t);
-  if (b->nevents) {
-    int (*fn)(const report_trace_rec *, void *) = b->unsorted ? on_event_collect : on_event_direct;
-    if (b->unsorted) {
-      b->capevs = (size_t)b->nevents;
-      b->evs = malloc(b->capevs * sizeof *b->evs);
-      if (!b->evs) r.ok = false;
-    }
-    while (r.ok && !b->oom && it.records < records && report_trace_next(&it, &rec))
-      if (fn(&rec, &p)) break;
-    if (b->unsorted && r.ok && !b->oom) {
-      if (b->nevs > 1) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
-      for (size_t i = 0; i < b->nevs && r.ok; i++) replay_event(&r, &b->evs[i]);
-    }
-  }
-  if (b->oom) r.ok = false;
-  return replay_end(&r);
+  while (!b->oom && it.records < records && report_trace_next(&it, &rec))
+    if (on_event_collect(&rec, b)) break;
+  if (b->oom) return false;
+  if (b->nevs > 1) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
+  for (size_t i = 0; i < b->nevs && b->r->ok; i++) replay_event(b->r, &b->evs[i]);
+  return b->r->ok;
 }
 
 uint64_t report_trace_model_ns(const report_trace_model *m, uint64_t seq) {
@@ -1089,15 +1143,25 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->pid = h->pid;
   m->ppid = h->ppid;
   m->start_ns = h->start_ns;
-  builder b = { .m = m };
+  replayer r;
+  builder b = { .m = m, .r = &r };
+  b.known = calloc(REPLAY_DIRECT / 64, sizeof *b.known);
+  if (!b.known || !replay_init(&r, &b)) {
+    free(b.known);
+    replay_free(&r);
+    report_trace_model_free(m);
+    return NULL;
+  }
   report_trace_iter it;
   report_trace_each(t, on_record, &b, &it);
+  free(b.known);
   m->records = it.records;
   m->unknown_records = it.unknown;
   m->damaged = it.damaged;
   m->damage_offset = it.damage_offset;
   memcpy(m->damage, it.message, sizeof m->damage);
-  bool ok = !b.oom && replay(&b, t, it.records);
+  bool ok = !b.oom && (!b.unsorted || replay_sorted(&b, t, it.records));
+  ok = replay_end(&r) && ok;
   free(b.evs);
   if (!ok) {
     report_trace_model_free(m);
