@@ -474,7 +474,8 @@ typedef struct {
   bool unsorted;               /* ALLOC/FREE/MARK not in increasing seq order in the file */
   uint64_t nevents;
   struct replayer *r;          /* the replay while the file is read */
-  uint64_t *known;             /* bitmap of the stack ids below REPLAY_DIRECT that have a STACK record */
+  uint64_t *known;             /* bitmap of the stack ids below 2^22 that have a STACK record */
+  size_t nknown;               /* words */
 } builder;
 
 typedef struct replayer replayer;
@@ -498,7 +499,7 @@ static void check_stack(builder *b, uint32_t stack) {
   size_t i;
   if (stack == 0) return;
   if (stack < (1u << 22)) {
-    if (!(b->known[stack / 64] >> (stack % 64) & 1)) b->m->late_stacks++;
+    if (stack / 64 >= b->nknown || !(b->known[stack / 64] >> (stack % 64) & 1)) b->m->late_stacks++;
   } else if (!map_get(&b->m->index->stacks, stack, &i)) {
     b->m->late_stacks++;
   }
@@ -568,7 +569,18 @@ static int on_record(const report_trace_rec *r, void *arg) {
     }
     *e = (report_trace_stack){ x.id, x.n, frames, r->offset };
     if (!map_put(&m->index->stacks, x.id, m->nstacks - 1)) break;
-    if (x.id < (1u << 22)) b->known[x.id / 64] |= 1ull << (x.id % 64);
+    if (x.id < (1u << 22)) {
+      if (x.id / 64 >= b->nknown) {
+        size_t n = b->nknown ? b->nknown : 64;
+        while (n <= x.id / 64) n *= 2;
+        uint64_t *nk = realloc(b->known, n * sizeof *nk);
+        if (nk == NULL) break;
+        memset(nk + b->nknown, 0, (n - b->nknown) * sizeof *nk);
+        b->known = nk;
+        b->nknown = n;
+      }
+      b->known[x.id / 64] |= 1ull << (x.id % 64);
+    }
     return 0;
   }
   case TR_TAG: {
@@ -817,6 +829,7 @@ struct replayer {
   at_peak      *pk;
   size_t        cap_gr, cap_sites;
   uint32_t     *site_of;         /* stack id -> site + 1, for ids below REPLAY_DIRECT */
+  size_t        nsite_of;
   size_t        passed;          /* marks so far */
   bool          started;
   uint64_t      prev;            /* seq of the previous event */
@@ -827,7 +840,7 @@ struct replayer {
 static size_t site_index(replayer *r, uint32_t stack, uint16_t tag) {
   report_trace_model *m = r->b->m;
   size_t si;
-  if (stack < REPLAY_DIRECT && r->site_of[stack]) return r->site_of[stack] - 1;
+  if (stack < r->nsite_of && r->site_of[stack]) return r->site_of[stack] - 1;
   if (stack >= REPLAY_DIRECT && map_get(&m->index->sites, stack, &si)) return si;
   report_trace_site *ns = PUSH(m->sites, m->nsites, r->cap_sites);
   if (ns == NULL || !map_put(&m->index->sites, stack, m->nsites - 1)) return SIZE_MAX;
@@ -844,6 +857,15 @@ static size_t site_index(replayer *r, uint32_t stack, uint16_t tag) {
     memset(r->gr + r->cap_gr, 0, (nc - r->cap_gr) * sizeof *r->gr);
     memset(r->pk + r->cap_gr, 0, (nc - r->cap_gr) * sizeof *r->pk);
     r->cap_gr = nc;
+  }
+  if (stack < REPLAY_DIRECT && stack >= r->nsite_of) {
+    size_t n = r->nsite_of ? r->nsite_of : 1024;
+    while (n <= stack) n *= 2;
+    uint32_t *ns2 = realloc(r->site_of, n * sizeof *ns2);
+    if (!ns2) return SIZE_MAX;
+    memset(ns2 + r->nsite_of, 0, (n - r->nsite_of) * sizeof *ns2);
+    r->site_of = ns2;
+    r->nsite_of = n;
   }
   if (stack < REPLAY_DIRECT) r->site_of[stack] = (uint32_t)si + 1;
   return si;
@@ -875,8 +897,7 @@ static bool replay_init(replayer *r, builder *b) {
   t->values = calloc((size_t)REPORT_TRACE_BUCKETS * r->tf.cols, sizeof *t->values);
   r->tf.col_of = calloc((size_t)UINT16_MAX + 1, sizeof *r->tf.col_of);
   r->tf.live = calloc(r->tf.cols, sizeof *r->tf.live);
-  r->site_of = calloc(REPLAY_DIRECT, sizeof *r->site_of);   /* pages never touched cost nothing */
-  r->ok = t->tags && t->values && r->tf.col_of && r->tf.live && r->site_of;
+  r->ok = t->tags && t->values && r->tf.col_of && r->tf.live;
   return r->ok;
 }
 
@@ -1145,8 +1166,7 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->start_ns = h->start_ns;
   replayer r;
   builder b = { .m = m, .r = &r };
-  b.known = calloc(REPLAY_DIRECT / 64, sizeof *b.known);
-  if (!b.known || !replay_init(&r, &b)) {
+  if (!replay_init(&r, &b)) {
     free(b.known);
     replay_free(&r);
     report_trace_model_free(m);
