@@ -56,4 +56,8 @@ for case in text json html all; do
 done
 size=$(wc -c < "$out/churn.html")
 echo "HTML page of $events events: $size bytes ($([ "$size" -lt 5000000 ] && echo "under" || echo "OVER") the 5 MB bound)"
+if [ -f tests/browser/node_modules/playwright-core/package.json ] && [ -x /usr/bin/chromium ]; then
+  node tests/browser/check_report.js "$out/churn.html" "$out/churn.png" data main | grep 'page ready' |
+    sed 's/^ */HTML page opened in Chromium: /'
+fi
 echo "(medians of $runs runs on $(nproc) CPU(s); ratio = tagalloc / heaptrack_print, target <= 0.50)"
