@@ -24,13 +24,41 @@ typedef struct {
 } site;
 
 typedef struct {
-  site  *v;
-  size_t n, cap;
+  site   *v;
+  size_t  n, cap;
+  size_t *ix;                    /* open addressing on the key: index + 1, 0 empty */
+  size_t  icap;
 } sites;
 
-static site *site_get(sites *s, const char *key) {
-  for (size_t i = 0; i < s->n; i++)
-    if (strcmp(s->v[i].key, key) == 0) return &s->v[i];
+static size_t key_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return (size_t)h;
+}
+
+/* The site of key, NULL when there is none (add: made when missing; NULL
+ * then means out of memory). */
+static site *site_find(sites *s, const char *key, bool add) {
+  if (add && (s->n + 1) * 2 > s->icap) {
+    size_t cap = s->icap ? s->icap * 2 : 256;
+    size_t *ix = calloc(cap, sizeof *ix);
+    if (!ix) return NULL;
+    for (size_t i = 0; i < s->n; i++) {
+      size_t j = key_hash(s->v[i].key) & (cap - 1);
+      while (ix[j]) j = (j + 1) & (cap - 1);
+      ix[j] = i + 1;
+    }
+    free(s->ix);
+    s->ix = ix;
+    s->icap = cap;
+  }
+  if (!s->icap) return NULL;
+  size_t j = key_hash(key) & (s->icap - 1);
+  while (s->ix[j]) {
+    if (strcmp(s->v[s->ix[j] - 1].key, key) == 0) return &s->v[s->ix[j] - 1];
+    j = (j + 1) & (s->icap - 1);
+  }
+  if (!add) return NULL;
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 64;
     site *nv = realloc(s->v, cap * sizeof *nv);
@@ -41,13 +69,16 @@ static site *site_get(sites *s, const char *key) {
   site *x = &s->v[s->n];
   memset(x, 0, sizeof *x);
   if (!(x->key = strdup(key))) return NULL;
-  s->n++;
+  s->ix[j] = ++s->n;
   return x;
 }
+
+static site *site_get(sites *s, const char *key) { return site_find(s, key, true); }
 
 static void sites_free(sites *s) {
   for (size_t i = 0; i < s->n; i++) free(s->v[i].key);
   free(s->v);
+  free(s->ix);
 }
 
 /* ---- a small JSON reader: values into a tree -------------------------------------- */
@@ -427,13 +458,12 @@ int cmd_diff(int argc, char **argv) {
     c[n++].base = a.v[i];
   }
   for (size_t i = 0; i < b.n; i++) {
-    size_t k = 0;
-    while (k < a.n && strcmp(a.v[k].key, b.v[i].key) != 0) k++;
-    if (k == a.n) {
+    const site *in_a = site_find(&a, b.v[i].key, false);
+    if (!in_a) {
       c[n].key = b.v[i].key;
       c[n++].now = b.v[i];
     } else {
-      c[k].now = b.v[i];
+      c[in_a - a.v].now = b.v[i];
     }
   }
   bool increase = false, counted = true;
