@@ -42,13 +42,34 @@ static _Atomic uint64_t count;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Big regions, touched at random (buckets) or written once in order
- * (chunks): transparent huge pages cut the page faults and TLB misses. */
+ * (chunks).  Transparent huge pages cut the page faults and TLB misses of a
+ * depot with millions of stacks, but a huge page is 2 MiB to zero on its
+ * first touch: the buckets alone were 16 MiB of RSS and most of a
+ * millisecond in every short process (a shell's echo).  So small pages
+ * first, huge pages from HUGE_AFTER stacks on (madvise then covers what is
+ * touched from there). */
+#define HUGE_AFTER (1u << 16)
+static _Atomic bool huge;
+
 static void *map(size_t size) {
   void *p = _ta_sys_mmap(NULL, size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return NULL;
-  madvise(p, size, MADV_HUGEPAGE);
+  if (atomic_load_explicit(&huge, memory_order_relaxed)) madvise(p, size, MADV_HUGEPAGE);
   return p;
+}
+
+static void go_huge(void) {
+  pthread_mutex_lock(&init_lock);
+  if (!atomic_load(&huge)) {
+    atomic_store(&huge, true);
+    if (buckets) madvise((void *)buckets, sizeof(uint32_t) << BUCKET_BITS, MADV_HUGEPAGE);
+    for (size_t i = 0; i < MAX_CHUNKS; i++) {
+      char *c = atomic_load(&chunks[i]);
+      if (c) madvise(c, CHUNK_SIZE, MADV_HUGEPAGE);
+    }
+  }
+  pthread_mutex_unlock(&init_lock);
 }
 
 static char *chunk_get(size_t i) {
@@ -160,7 +181,7 @@ uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
       return id;
     }
   }
-  atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  if (TA_UNLIKELY(atomic_fetch_add_explicit(&count, 1, memory_order_relaxed) + 1 == HUGE_AFTER)) go_huge();
   atomic_store_explicit(&nd->state, NODE_READY, memory_order_release);
   return mine;
 }

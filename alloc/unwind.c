@@ -337,7 +337,8 @@ static void cache_unshare(void)
   if (p == MAP_FAILED)
     return;                       /* keep the private .bss one, or the shared one */
   _ta_own_range((uintptr_t)p, (uintptr_t)p + sizeof(rule_cache));
-  memcpy(p, old, sizeof(rule_cache));
+  if (old != &cache_empty)        /* (a new mapping is zeros: touch no page of it) */
+    memcpy(p, old, sizeof(rule_cache));
   cache_forked = false;
   atomic_store_explicit(&cache, (rule_cache *)p, memory_order_release);
 }
