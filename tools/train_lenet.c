@@ -1,95 +1,63 @@
 /* train_lenet.c - LeNet-5 on Fashion-MNIST with autograd on the ledger.
  *
- *   build/train-lenet [--epochs N] [--steps N] [--batch N] [--lr X] [--momentum X]
- *                     [--seed N] [--threads N] [--test N] [--data DIR] [--json FILE]
+ *   build/train-lenet [--epochs N] [--steps N] [--batch N] [--lr X] [--momentum X] [--optim sgd|adam]
+ *                     [--seed N] [--threads N] [--test N] [--data DIR] [--json FILE] [--html FILE]
+ *                     [--checkpoint FILE [--checkpoint-every N]] [--resume FILE] [--stop-after N]
  *
  * conv 1->6 5x5 pad 2, relu, maxpool 2; conv 6->16 5x5, relu, maxpool 2;
- * fc 400->120 relu, 120->84 relu, 84->10; cross-entropy; SGD with momentum.
- * The training set is reshuffled in place each epoch and every batch is a
- * zero-copy view of it.  After each step the tape is reset and no tape block
- * may be live; at exit the ledger's findings are counted (a correct stack
- * has none) and the ledger prints its report. */
-#include "autograd.h"
-#include "tagalloc.h"
+ * fc 400->120 relu, 120->84 relu, 84->10; cross-entropy; SGD with momentum
+ * (or Adam).  The training set is reshuffled in place each epoch and every
+ * batch is a zero-copy view of it.  After each step the tape is reset and no
+ * tape block may be live; at exit the ledger's findings are counted (a
+ * correct stack has none) and the ledger prints its report.
+ *
+ * A checkpoint holds the model, the optimizer, the epoch and step, the
+ * generator and (as the caller's bytes) the data order, the epoch's partial
+ * loss sum and the finished epochs' measurements: a resumed run continues
+ * exactly where the saved one was, and its losses are the same bit for bit. */
+#define TRAIN_PROG "train-lenet"
+#include "train_common.h"
 
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
 typedef struct {
-  int epochs, steps, batch, threads, test;
-  float lr, momentum;
-  uint64_t seed;
-  const char *data, *json;
+  tc_common c;
+  int epochs, test;
+  float momentum;
+  const char *data;
 } options;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: train-lenet [--epochs N] [--steps N] [--batch N] [--lr X] [--momentum X] [--seed N]\n"
-             "                   [--threads N] [--test N] [--data DIR] [--json FILE]\n"
-             "  --steps N: stop each epoch after N steps; --test N: evaluate on the first N test images\n");
-}
-
-static void die(const char *fmt, const char *a, const char *b) {
-  fprintf(stderr, "train-lenet: ");
-  fprintf(stderr, fmt, a, b);
-  fputc('\n', stderr);
-  exit(2);
-}
-
-static long parse_int(const char *name, const char *s, long lo, long hi) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) {
-    char range[64];
-    snprintf(range, sizeof range, "%ld..%ld", lo, hi);
-    fprintf(stderr, "train-lenet: %s wants an integer in %s, got '%s'\n", name, range, s);
-    exit(2);
-  }
-  return v;
-}
-
-static float parse_float(const char *name, const char *s, float lo, float hi) {
-  char *end;
-  errno = 0;
-  float v = strtof(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-    fprintf(stderr, "train-lenet: %s wants a number in [%g, %g], got '%s'\n", name, lo, hi, s);
-    exit(2);
-  }
-  return v;
+  fprintf(f, "usage: train-lenet [--epochs N] [--steps N] [--batch N] [--lr X] [--momentum X] [--optim sgd|adam]\n"
+             "                   [--seed N] [--threads N] [--test N] [--data DIR] [--json FILE] [--html FILE]\n"
+             "                   [--checkpoint FILE [--checkpoint-every N]] [--resume FILE] [--stop-after N]\n"
+             "  --steps N: stop each epoch after N steps; --test N: evaluate on the first N test images\n"
+             "  --lr: 0.01 (SGD), 0.001 (Adam); --momentum: SGD's, 0.9\n" TC_COMMON_USAGE);
 }
 
 static options parse(int argc, char **argv) {
-  options o = { .epochs = 3, .steps = 0, .batch = 64, .threads = 1, .lr = 0.01f, .momentum = 0.9f, .seed = 1,
-                .data = DEFAULT_DATA, .json = NULL };
+  options o = { .c = { .batch = 64, .threads = 1, .lr = 0.01f, .seed = 1 }, .epochs = 3, .momentum = 0.9f,
+                .data = DEFAULT_DATA };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       exit(0);
     }
-    if (strncmp(a, "--", 2) != 0) die("unexpected argument '%s'%s", a, "");
-    if (i + 1 >= argc) die("%s needs a value%s", a, "");
+    if (strncmp(a, "--", 2) != 0) tc_die("unexpected argument '%s'", a);
+    if (i + 1 >= argc) tc_die("%s needs a value", a);
     const char *v = argv[++i];
-    if (!strcmp(a, "--epochs")) o.epochs = (int)parse_int(a, v, 1, 1000);
-    else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 1, 1000000);
-    else if (!strcmp(a, "--batch")) o.batch = (int)parse_int(a, v, 1, 60000);
-    else if (!strcmp(a, "--test")) o.test = (int)parse_int(a, v, 1, 10000);
-    else if (!strcmp(a, "--threads")) o.threads = (int)parse_int(a, v, 1, 16);
-    else if (!strcmp(a, "--seed")) o.seed = (uint64_t)parse_int(a, v, 0, 2147483647);
-    else if (!strcmp(a, "--lr")) o.lr = parse_float(a, v, 1e-7f, 10.0f);
-    else if (!strcmp(a, "--momentum")) o.momentum = parse_float(a, v, 0.0f, 0.999f);
+    if (tc_common_option(&o.c, a, v)) continue;
+    if (!strcmp(a, "--epochs")) o.epochs = (int)tc_int(a, v, 1, 1000);
+    else if (!strcmp(a, "--test")) o.test = (int)tc_int(a, v, 1, 10000);
+    else if (!strcmp(a, "--momentum")) o.momentum = tc_float(a, v, 0.0f, 0.999f);
     else if (!strcmp(a, "--data")) o.data = v;
-    else if (!strcmp(a, "--json")) o.json = v;
-    else die("unknown option '%s'%s (see --help)", a, "");
+    else tc_die("unknown option '%s' (see --help)", a);
   }
+  if (o.c.adam && !o.c.lr_set) o.c.lr = 1e-3f;
+  tc_common_check(&o.c);
   return o;
 }
 
@@ -105,21 +73,21 @@ static unsigned char *read_idx(const char *dir, const char *name, int want_dims,
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   gzFile f = gzopen(path, "rb");
-  if (f == NULL) die("cannot open %s: %s (install dataset-fashion-mnist, or give --data DIR)", path, strerror(errno));
+  if (f == NULL) tc_die("cannot open %s: %s (install dataset-fashion-mnist, or give --data DIR)", path, strerror(errno));
   unsigned char hdr[16];
   int hn = 4 + 4 * want_dims;
   if (gzread(f, hdr, (unsigned)hn) != hn || be32(hdr) != (uint32_t)(0x800 | want_dims))
-    die("%s is not an IDX file of %s", path, want_dims == 1 ? "labels" : "images");
+    tc_die("%s is not an IDX file of %s", path, want_dims == 1 ? "labels" : "images");
   *n = be32(hdr + 4);
   size_t per = want_dims == 3 ? (size_t)be32(hdr + 8) * be32(hdr + 12) : 1;
-  if (want_dims == 3 && per != 28 * 28) die("%s: images are not 28x28%s", path, "");
+  if (want_dims == 3 && per != 28 * 28) tc_die("%s: images are not 28x28", path);
   size_t total = (size_t)*n * per;
   unsigned char *buf = malloc(total ? total : 1);
-  if (buf == NULL) die("out of memory reading %s%s", path, "");
+  if (buf == NULL) tc_die("out of memory reading %s", path);
   size_t got = 0;
   while (got < total) {
     int r = gzread(f, buf + got, (unsigned)(total - got > (1u << 30) ? (1u << 30) : total - got));
-    if (r <= 0) die("%s: truncated or damaged (gzip)%s", path, "");
+    if (r <= 0) tc_die("%s: truncated or damaged (gzip)", path);
     got += (size_t)r;
   }
   gzclose(f);
@@ -138,15 +106,15 @@ static dataset load(const char *dir, const char *prefix) {
   snprintf(lname, sizeof lname, "%s-labels-idx1-ubyte.gz", prefix);
   int64_t n, nl;
   unsigned char *px = read_idx(dir, iname, 3, &n), *lb = read_idx(dir, lname, 1, &nl);
-  if (n != nl) die("%s: images and labels differ in count%s", dir, "");
+  if (n != nl) tc_die("%s: images and labels differ in count", dir);
   dataset d = { .n = n };
   d.x = tensor_empty(TENSOR_F32, TS(n, 1, 28, 28));
   d.y = tensor_empty(TENSOR_I32, TS(n));
-  if (d.x == NULL || d.y == NULL) die("out of memory for %s%s", prefix, "");
+  if (d.x == NULL || d.y == NULL) tc_die("out of memory for %s", prefix);
   float *x = tensor_f32(d.x);
   for (int64_t i = 0; i < n * 784; i++) x[i] = (float)px[i] * (1.0f / 255.0f);
   for (int64_t i = 0; i < n; i++) {
-    if (lb[i] > 9) die("%s: a label out of range 0..9%s", lname, "");
+    if (lb[i] > 9) tc_die("%s: a label out of range 0..9", lname);
     tensor_i32(d.y)[i] = lb[i];
   }
   free(px);
@@ -154,22 +122,17 @@ static dataset load(const char *dir, const char *prefix) {
   return d;
 }
 
-/* Shuffles the rows of d in place (Fisher-Yates order, applied by cycles). */
-static void shuffle(dataset *d, ag_rng *r) {
+/* New row i = old row perm[i], in place (by cycles); order follows. */
+static void permute(dataset *d, int32_t *order, const int64_t *perm) {
   int64_t n = d->n;
-  int64_t *perm = malloc((size_t)n * sizeof *perm);
   unsigned char *done = calloc((size_t)n, 1);
-  if (perm == NULL || done == NULL) die("out of memory shuffling%s%s", "", "");
-  for (int64_t i = 0; i < n; i++) perm[i] = i;
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)ag_rng_below(r, (uint64_t)i + 1), t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
-  /* new row i = old row perm[i] */
+  int32_t *old = malloc((size_t)n * sizeof *old);
+  if (done == NULL || old == NULL) tc_die("out of memory reordering the data");
+  memcpy(old, order, (size_t)n * sizeof *old);
   float *x = tensor_f32(d->x), row[784];
   int32_t *y = tensor_i32(d->y);
   for (int64_t s = 0; s < n; s++) {
+    order[s] = old[perm[s]];
     if (done[s]) continue;
     memcpy(row, x + s * 784, sizeof row);
     int32_t lab = y[s];
@@ -184,26 +147,23 @@ static void shuffle(dataset *d, ag_rng *r) {
     y[i] = lab;
     done[i] = 1;
   }
-  free(perm);
+  free(old);
   free(done);
 }
 
-/* ---- measuring ------------------------------------------------------------------ */
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static long rss_bytes(void) {
-  long pages = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f) {
-    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    fclose(f);
+/* Reshuffles the rows of d (Fisher-Yates order from r). */
+static void shuffle(dataset *d, int32_t *order, ag_rng *r) {
+  int64_t n = d->n;
+  int64_t *perm = malloc((size_t)n * sizeof *perm);
+  if (perm == NULL) tc_die("out of memory shuffling");
+  for (int64_t i = 0; i < n; i++) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)ag_rng_below(r, (uint64_t)i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
   }
-  return resident * sysconf(_SC_PAGESIZE);
+  permute(d, order, perm);
+  free(perm);
 }
 
 static double evaluate(ag_layer *net, const dataset *test) {
@@ -213,7 +173,7 @@ static double evaluate(ag_layer *net, const dataset *test) {
     tensor *xb = tensor_batch(test->x, i, B), *yb = tensor_batch(test->y, i, B);
     ag_var *logits = ag_layer_forward(net, ag_input(xb));
     tensor *pred = logits ? tensor_argmax(logits->value, 1, 0) : NULL;
-    if (pred == NULL) die("evaluation failed: %s%s", tensor_error(), ag_error());
+    if (pred == NULL) tc_die("evaluation failed: %s%s", tensor_error(), ag_error());
     for (int64_t k = 0; k < yb->numel; k++) correct += tensor_i32(pred)[k] == tensor_i32(yb)[k];
     tensor_free(pred);
     tensor_free(xb);
@@ -229,29 +189,58 @@ typedef struct {
   double train_loss, accuracy, images_per_s, seconds;
   long rss;
   uint64_t ledger_live;
+  tc_tag_live by_tag;
 } epoch_stats;
 
 static void write_json(const char *path, const epoch_stats *s, int n, const options *o) {
-  char tmp[4096];
+  char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
-  if (f == NULL) die("cannot write %s: %s", tmp, strerror(errno));
-  fprintf(f, "{\"model\": \"lenet5\", \"batch\": %d, \"lr\": %g, \"momentum\": %g, \"threads\": %d, \"seed\": %llu,\n"
-             " \"epochs\": [",
-          o->batch, o->lr, o->momentum, o->threads, (unsigned long long)o->seed);
-  for (int i = 0; i < n; i++)
-    fprintf(f, "%s\n  {\"epoch\": %d, \"train_loss\": %.6f, \"test_accuracy\": %.4f, \"images_per_s\": %.1f, "
-               "\"seconds\": %.3f, \"rss_bytes\": %ld, \"ledger_live_bytes\": %llu}",
+  if (f == NULL) tc_die("cannot write %s: %s", tmp, strerror(errno));
+  fprintf(f, "{\"model\": \"lenet5\", \"optim\": \"%s\", \"batch\": %d, \"lr\": %g, \"momentum\": %g, "
+             "\"threads\": %d, \"seed\": %llu,\n \"epochs\": [",
+          o->c.adam ? "adam" : "sgd", o->c.batch, o->c.lr, o->momentum, o->c.threads,
+          (unsigned long long)o->c.seed);
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "%s\n  {\"epoch\": %d, \"train_loss\": %.17g, \"test_accuracy\": %.4f, \"images_per_s\": %.1f, "
+               "\"seconds\": %.3f, \"rss_bytes\": %ld, \"ledger_live_bytes\": %llu, \"ledger_live_by_tag\": ",
             i ? "," : "", s[i].epoch, s[i].train_loss, s[i].accuracy, s[i].images_per_s, s[i].seconds, s[i].rss,
             (unsigned long long)s[i].ledger_live);
+    tc_tag_live_json(f, &s[i].by_tag);
+    fputc('}', f);
+  }
   fprintf(f, "\n]}\n");
-  if (fclose(f) != 0 || rename(tmp, path) != 0) die("cannot write %s: %s", path, strerror(errno));
+  if (fclose(f) != 0 || rename(tmp, path) != 0) tc_die("cannot write %s: %s", path, strerror(errno));
+}
+
+/* ---- checkpoints: the caller's bytes --------------------------------------------- */
+
+#define RESUME_MAGIC 0x4c454e35u   /* "LEN5" */
+
+typedef struct {
+  uint32_t magic;
+  int32_t batch, steps, nstats;
+  int64_t n, images;
+  double loss_sum, seconds;
+} resume_head;   /* then nstats epoch_stats, then n int32: the data order */
+
+static void save(const options *o, ag_layer *net, ag_optim *opt, int epoch, int64_t step, ag_rng rng,
+                 const resume_head *h, const epoch_stats *stats, const int32_t *order) {
+  size_t len = sizeof *h + (size_t)h->nstats * sizeof *stats + (size_t)h->n * sizeof *order;
+  unsigned char *x = malloc(len);
+  if (x == NULL) tc_die("out of memory saving %s", o->c.checkpoint);
+  memcpy(x, h, sizeof *h);
+  memcpy(x + sizeof *h, stats, (size_t)h->nstats * sizeof *stats);
+  memcpy(x + sizeof *h + (size_t)h->nstats * sizeof *stats, order, (size_t)h->n * sizeof *order);
+  ag_ckpt_state st = { .epoch = (uint64_t)epoch, .step = (uint64_t)step, .rng = rng };
+  if (ag_checkpoint_save(o->c.checkpoint, net, opt, &st, x, len) != 0) tc_fail();   /* autograd said why */
+  free(x);
 }
 
 int main(int argc, char **argv) {
   options o = parse(argc, argv);
-  tensor_set_threads(o.threads);
-  double t0 = now();
+  tensor_set_threads(o.c.threads);
+  double t0 = tc_now();
   dataset train = load(o.data, "train"), test = load(o.data, "t10k");
   if (o.test > 0 && o.test < test.n) {   /* the first N test images: views, no copy */
     tensor *x = tensor_slice(test.x, 0, 0, o.test, 1), *y = tensor_slice(test.y, 0, 0, o.test, 1);
@@ -259,73 +248,157 @@ int main(int argc, char **argv) {
     tensor_free(test.y);
     test = (dataset){ .x = x, .y = y, .n = o.test };
   }
-  printf("train-lenet: %lld training and %lld test images from %s (%.1f s), batch %d, lr %g, momentum %g, "
+  printf("train-lenet: %lld training and %lld test images from %s (%.1f s), batch %d, %s lr %g, momentum %g, "
          "%d thread%s\n",
-         (long long)train.n, (long long)test.n, o.data, now() - t0, o.batch, o.lr, o.momentum, o.threads,
-         o.threads > 1 ? "s" : "");
+         (long long)train.n, (long long)test.n, o.data, tc_now() - t0, o.c.batch, o.c.adam ? "Adam" : "SGD",
+         o.c.lr, o.momentum, o.c.threads, o.c.threads > 1 ? "s" : "");
   fflush(stdout);
 
-  ag_rng rng = ag_rng_new(o.seed);
+  ag_rng rng = ag_rng_new(o.c.seed);
   ag_layer *net = ag_sequential(
       (ag_layer *[]){ ag_conv2d_layer(1, 6, 5, 1, 2, &rng), ag_relu_layer(), ag_max_pool2d_layer(2, 2),
                       ag_conv2d_layer(6, 16, 5, 1, 0, &rng), ag_relu_layer(), ag_max_pool2d_layer(2, 2),
                       ag_flatten_layer(), ag_linear(400, 120, &rng), ag_relu_layer(), ag_linear(120, 84, &rng),
                       ag_relu_layer(), ag_linear(84, 10, &rng) },
       12);
-  ag_optim *opt = net ? ag_sgd_new(net, o.lr, o.momentum, 0.0f) : NULL;
+  ag_optim *opt = !net ? NULL
+                  : o.c.adam ? ag_adam_new(net, o.c.lr, 0.9f, 0.999f, 1e-8f, 0.0f)
+                             : ag_sgd_new(net, o.c.lr, o.momentum, 0.0f);
   ag_tape *tape = ag_tape_new(0);
-  if (opt == NULL || tape == NULL) die("cannot build the model: %s%s", ag_error(), "");
+  if (opt == NULL || tape == NULL) tc_die("cannot build the model: %s", ag_error());
   ag_tape_use(tape);
   /* Results and gradients come from a pool: after the first steps no op
    * allocates data, and memory stays flat. */
   tensor_pool *pool = tensor_pool_new();
   tensor_pool_use(pool);
 
-  ta_tag tape_tag = ag_tape_tag();
-  int tty = isatty(STDOUT_FILENO);
-  int64_t nb = tensor_batch_count(train.x, o.batch);
-  int64_t steps = o.steps > 0 && o.steps < nb ? o.steps : nb;
+  int64_t nb = tensor_batch_count(train.x, o.c.batch);
+  int64_t steps = o.c.steps > 0 && o.c.steps < nb ? o.c.steps : nb;
+  int32_t *order = malloc((size_t)train.n * sizeof *order);
   epoch_stats *stats = calloc((size_t)o.epochs, sizeof *stats);
-  uint64_t tape_leaks = 0;
-  for (int e = 1; e <= o.epochs; e++) {
-    shuffle(&train, &rng);
-    double start = now(), loss_sum = 0;
-    int64_t images = 0;
-    for (int64_t i = 0; i < steps; i++) {
-      ta_mark m = ta_mark_now();
-      tensor *xb = tensor_batch(train.x, i, o.batch), *yb = tensor_batch(train.y, i, o.batch);
+  if (order == NULL || stats == NULL) tc_die("out of memory");
+  for (int64_t i = 0; i < train.n; i++) order[i] = (int32_t)i;
+
+  /* Where the run starts: epoch 1 step 0, or where the checkpoint was. */
+  int first_epoch = 1;
+  int64_t resume_step = 0;
+  resume_head h = { .magic = RESUME_MAGIC, .batch = o.c.batch, .steps = (int32_t)steps, .n = train.n };
+  if (o.c.resume) {
+    ag_ckpt_state st;
+    void *x = NULL;
+    size_t len = 0;
+    if (ag_checkpoint_load(o.c.resume, net, opt, &st, &x, &len) != 0) tc_fail();   /* autograd said why */
+    resume_head got;
+    if (len < sizeof got) tc_die("%s: not a train-lenet checkpoint", o.c.resume);
+    memcpy(&got, x, sizeof got);
+    if (got.magic != RESUME_MAGIC || got.nstats < 0 || got.n != train.n ||
+        len != sizeof got + (size_t)got.nstats * sizeof *stats + (size_t)got.n * sizeof *order)
+      tc_die("%s: not a train-lenet checkpoint of this data", o.c.resume);
+    if (got.batch != o.c.batch || got.steps != steps)
+      tc_die("%s: saved with --batch %d and %d steps per epoch, this run has --batch %d and %lld", o.c.resume,
+             got.batch, got.steps, o.c.batch, (long long)steps);
+    if (got.nstats >= o.epochs || st.epoch < 1 || st.epoch > (uint64_t)o.epochs || st.step > (uint64_t)steps)
+      tc_die("%s: saved at epoch %llu step %llu: nothing left to do in %d epochs", o.c.resume,
+             (unsigned long long)st.epoch, (unsigned long long)st.step, o.epochs);
+    memcpy(stats, (unsigned char *)x + sizeof got, (size_t)got.nstats * sizeof *stats);
+    const int32_t *saved = (const int32_t *)((unsigned char *)x + sizeof got + (size_t)got.nstats * sizeof *stats);
+    int64_t *perm = malloc((size_t)train.n * sizeof *perm);
+    unsigned char *seen = calloc((size_t)train.n, 1);
+    if (perm == NULL || seen == NULL) tc_die("out of memory");
+    for (int64_t i = 0; i < train.n; i++) {
+      int32_t k;
+      memcpy(&k, saved + i, sizeof k);
+      if (k < 0 || k >= train.n || seen[k]) tc_die("%s: the data order is not a permutation", o.c.resume);
+      seen[k] = 1;
+      perm[i] = k;
+    }
+    permute(&train, order, perm);
+    free(perm);
+    free(seen);
+    free(x);
+    h = got;
+    rng = st.rng;
+    /* a finished epoch (evaluated: it has its measurements) starts the next */
+    if (got.nstats == (int32_t)st.epoch) {
+      first_epoch = (int)st.epoch + 1;
+      h.images = 0;
+      h.loss_sum = h.seconds = 0;
+      h.steps = (int32_t)steps;
+      resume_step = 0;
+    } else {
+      first_epoch = (int)st.epoch;
+      resume_step = (int64_t)st.step;
+    }
+    printf("train-lenet: resumed from %s at epoch %d step %lld\n", o.c.resume, first_epoch, (long long)resume_step);
+  }
+
+  tc_tape_check tc = { .tag = ag_tape_tag() };
+  int tty = isatty(STDOUT_FILENO);
+    int64_t done_here = 0;   /* steps run by this process (--stop-after) */
+  int stopped = 0;
+  for (int e = first_epoch; e <= o.epochs && !stopped; e++) {
+    int64_t i0 = e == first_epoch ? resume_step : 0;
+    if (i0 == 0) {
+      shuffle(&train, order, &rng);
+      h.images = 0;
+      h.loss_sum = h.seconds = 0;
+    }
+    double start = tc_now();
+    for (int64_t i = i0; i < steps; i++) {
+      tc_tape_check_begin(&tc);
+      tensor *xb = tensor_batch(train.x, i, o.c.batch), *yb = tensor_batch(train.y, i, o.c.batch);
       ag_var *loss = ag_cross_entropy(ag_layer_forward(net, ag_input(xb)), yb);
-      if (loss == NULL) die("step failed: %s%s", tensor_error(), ag_error());
+      if (loss == NULL) tc_die("step failed: %s%s", tensor_error(), ag_error());
       float l = tensor_item(loss->value);
       ag_optim_zero_grad(opt);
-      if (ag_backward(loss) != 0) die("backward failed: %s%s", ag_error(), "");
+      if (ag_backward(loss) != 0) tc_die("backward failed: %s", ag_error());
       ag_optim_step(opt);
-      images += xb->shape[0];
+      h.images += xb->shape[0];
       tensor_free(xb);
       tensor_free(yb);
       ag_tape_reset(tape);
-      tape_leaks += ta_since(m, tape_tag).live_blocks;
-      loss_sum += l;
-      if ((i + 1) % 100 == 0 || i + 1 == steps) {
-        double el = now() - start, rate = (double)images / el;
+      tc_tape_check_end(&tc);
+      h.loss_sum += l;
+      done_here++;
+      int64_t global = (int64_t)(e - 1) * steps + i + 1;
+      stopped = o.c.stop_after && done_here == o.c.stop_after && !(e == o.epochs && i + 1 == steps);
+      if (o.c.checkpoint && ((o.c.checkpoint_every && global % o.c.checkpoint_every == 0) || stopped)) {
+        h.seconds += tc_now() - start;
+        start = tc_now();
+        h.nstats = e - 1;
+        save(&o, net, opt, e, i + 1, rng, &h, stats, order);
+      }
+      if ((i + 1) % 100 == 0 || i + 1 == steps || stopped) {
+        double el = h.seconds + tc_now() - start, rate = (double)h.images / el;
         printf("%sepoch %d step %lld/%lld loss %.4f (mean %.4f) %.0f img/s eta %.0f s%s", tty ? "\r" : "", e,
-               (long long)(i + 1), (long long)steps, l, loss_sum / (double)(i + 1), rate,
-               (double)(steps - i - 1) * (double)o.batch / rate, tty ? "   " : "\n");
+               (long long)(i + 1), (long long)steps, l, h.loss_sum / (double)(i + 1), rate,
+               (double)(steps - i - 1) * (double)o.c.batch / rate, tty ? "   " : "\n");
         fflush(stdout);
       }
+      if (stopped) break;
     }
-    double secs = now() - start;
+    if (stopped) {
+      printf("%strain-lenet: stopped after %lld steps (--stop-after)%s%s\n", tty ? "\n" : "", (long long)done_here,
+             o.c.checkpoint ? ", saved in " : "", o.c.checkpoint ? o.c.checkpoint : "");
+      break;
+    }
+    h.seconds += tc_now() - start;
     double acc = evaluate(net, &test);
     epoch_stats *s = &stats[e - 1];
-    *s = (epoch_stats){ .epoch = e, .train_loss = loss_sum / (double)steps, .accuracy = acc,
-                        .images_per_s = (double)images / secs, .seconds = secs, .rss = rss_bytes(),
-                        .ledger_live = ta_summary_get().live_bytes };
+    *s = (epoch_stats){ .epoch = e, .train_loss = h.loss_sum / (double)steps, .accuracy = acc,
+                        .images_per_s = (double)h.images / h.seconds, .seconds = h.seconds, .rss = tc_rss_bytes() };
+    tc_tag_live_now(&s->by_tag);
+    s->ledger_live = tc_tag_live_total(&s->by_tag);
     printf("%sepoch %d: train loss %.4f, test accuracy %.2f%%, %.0f images/s, %.1f s, rss %.1f MiB, "
            "ledger live %.1f MiB, tape blocks live after steps %llu\n",
-           tty ? "\r" : "", e, s->train_loss, 100 * acc, s->images_per_s, secs, (double)s->rss / 1048576.0,
-           (double)s->ledger_live / 1048576.0, (unsigned long long)tape_leaks);
+           tty ? "\r" : "", e, s->train_loss, 100 * acc, s->images_per_s, h.seconds, (double)s->rss / 1048576.0,
+           (double)s->ledger_live / 1048576.0, (unsigned long long)tc.leaks);
     fflush(stdout);
-    if (o.json) write_json(o.json, stats, e, &o);
+    if (o.c.json) write_json(o.c.json, stats, e, &o);
+    if (o.c.checkpoint && e == o.epochs) {   /* the end of the run */
+      h.nstats = e;
+      save(&o, net, opt, e, steps, rng, &h, stats, order);
+    }
   }
 
   tensor_pool_use(NULL);
@@ -339,9 +412,12 @@ int main(int argc, char **argv) {
   tensor_free(test.x);
   tensor_free(test.y);
   free(stats);
+  free(order);
   ta_scan();
   size_t findings = ta_findings_count(NULL);
-  printf("train-lenet: %.1f s in all; ledger findings: %zu%s\n", now() - t0, findings,
-         tape_leaks ? " (and tape blocks left live after a step)" : "");
-  return findings || tape_leaks ? 1 : 0;
+  int html_failed = o.c.html && tc_write_html(o.c.html, argc, argv) != 0;
+  printf("train-lenet: %.1f s in all; ledger findings: %zu%s\n", tc_now() - t0, findings,
+         tc.leaks ? " (and tape blocks left live after a step)" : "");
+  if (o.c.html && !html_failed) printf("train-lenet: the ledger's report is in %s\n", o.c.html);
+  return findings || tc.leaks || html_failed ? 1 : 0;
 }
