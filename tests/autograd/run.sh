@@ -84,6 +84,70 @@ lenet_bad_input() {
   out=$("$BUILD"/train-lenet --resume /nonexistent.ckpt 2>&1)
   [ $? -eq 2 ] && [ "$out" = "train-lenet: --resume /nonexistent.ckpt: No such file or directory" ]
 }
+# train-charlm: 300 iterations with a point every 100 (the JSON keys, no
+# findings, nothing live on the tape, the loss going down), the same run
+# stopped after 150 iterations and resumed (the same points bit for bit), bad input.
+points() { grep -o '"iter": [0-9]*, "train_loss": [-0-9.e]*, "val_loss": [-0-9.e]*' "$1"; }
+charlm_probe() {
+  local dir=$LENET_DIR out ok=1
+  out=$("$BUILD"/train-charlm --iters 300 --every 100 --val-batches 4 --seed 2 --json "$dir/lm.json" 2>&1)
+  [ $? -eq 0 ] || { echo "    exit $?"; ok=0; }
+  grep -q 'ledger findings: 0$' <<<"$out" || ok=0
+  grep -q 'iter 300: .*tape blocks live after iterations 0$' <<<"$out" || ok=0
+  for k in '"points"' '"iter": 100' '"iter": 300' '"train_loss"' '"val_loss"' '"iters_per_s"' '"rss_bytes"' \
+           '"ledger_live_bytes": [1-9]' '"ledger_live_by_tag": {'; do
+    grep -q "$k" "$dir/lm.json" 2>/dev/null || { echo "    no $k in the JSON"; ok=0; }
+  done
+  # the validation loss falls from the first point to the last
+  local v1 v3
+  v1=$(points "$dir/lm.json" | sed -n 1p | sed 's/.*"val_loss": //')
+  v3=$(points "$dir/lm.json" | sed -n 3p | sed 's/.*"val_loss": //')
+  awk -v a="$v1" -v b="$v3" 'BEGIN { exit !(b < a && a < 4.8) }' || { echo "    val loss $v1 -> $v3"; ok=0; }
+  [ $ok -eq 1 ] || sed 's/^/    /' <<<"$out" | tail -n 20
+  [ $ok -eq 1 ]
+}
+charlm_resume() {
+  local dir=$LENET_DIR out ok=1
+  out=$("$BUILD"/train-charlm --iters 300 --every 100 --val-batches 4 --seed 2 --checkpoint "$dir/lm.ck" \
+        --checkpoint-every 40 --stop-after 150 2>&1)
+  [ $? -eq 0 ] && grep -q "stopped after 150 iterations (--stop-after), saved in $dir/lm.ck" <<<"$out" || { sed 's/^/    /' <<<"$out" | tail -n 5; return 1; }
+  out=$("$BUILD"/train-charlm --iters 300 --every 100 --val-batches 4 --resume "$dir/lm.ck" --json "$dir/lm2.json" 2>&1)
+  [ $? -eq 0 ] && grep -q "resumed from $dir/lm.ck at iteration 150" <<<"$out" || { sed 's/^/    /' <<<"$out" | tail -n 5; return 1; }
+  if [ "$(points "$dir/lm.json")" != "$(points "$dir/lm2.json")" ]; then
+    echo "    uninterrupted:"; points "$dir/lm.json" | sed 's/^/      /'
+    echo "    resumed:"; points "$dir/lm2.json" | sed 's/^/      /'
+    ok=0
+  fi
+  [ "$(points "$dir/lm2.json" | wc -l)" -eq 3 ] || ok=0
+  # the same bytes as one --text file resume; one byte changed is another text, refused in one line
+  local f files=()
+  for f in $(LC_ALL=C ls /usr/share/games/fortunes); do
+    case $f in *.dat|*.u8) continue ;; esac
+    [ -f "/usr/share/games/fortunes/$f" ] && files+=("/usr/share/games/fortunes/$f")
+  done
+  cat "${files[@]}" >"$dir/all.txt"
+  out=$("$BUILD"/train-charlm --iters 160 --every 100 --val-batches 4 --text "$dir/all.txt" --resume "$dir/lm.ck" 2>&1)
+  [ $? -eq 0 ] || { echo "    the same text as one file:"; sed 's/^/    /' <<<"$out" | tail -n 3; ok=0; }
+  printf 'b' | dd of="$dir/all.txt" bs=1 seek=1000 conv=notrunc status=none
+  out=$("$BUILD"/train-charlm --text "$dir/all.txt" --resume "$dir/lm.ck" 2>&1 >/dev/null)
+  [ $? -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "lm.ck: saved on another text" <<<"$out" || { echo "    $out"; ok=0; }
+  [ $ok -eq 1 ]
+}
+charlm_bad_input() {
+  local out
+  out=$("$BUILD"/train-charlm --text /nonexistent 2>&1)
+  [ $? -eq 2 ] && [ "$out" = "train-charlm: cannot open /nonexistent: No such file or directory" ] || return 1
+  out=$("$BUILD"/train-charlm --every 0 2>&1)
+  [ $? -eq 2 ] && [ "$out" = "train-charlm: --every wants an integer in 1..100000000, got '0'" ] || return 1
+  printf 'abc' >"$LENET_DIR/tiny.txt"
+  out=$("$BUILD"/train-charlm --text "$LENET_DIR/tiny.txt" 2>&1)
+  [ $? -eq 2 ] && [ "$out" = "train-charlm: $LENET_DIR/tiny.txt: 3 bytes of text, too few for a context of 8" ]
+}
+if [ -x "$BUILD"/train-charlm ] && [ -d /usr/share/games/fortunes ]; then
+  check "train-charlm (300 iterations, --json)" charlm_probe
+  check "train-charlm interrupted and resumed: the same points bit for bit" charlm_resume
+  check "train-charlm bad input" charlm_bad_input
+fi
 if [ -x "$BUILD"/train-lenet ]; then
   check "train-lenet (2 epochs of 6 steps, --json, --html)" lenet_probe
   check "train-lenet interrupted and resumed: the same losses bit for bit" lenet_resume
