@@ -2,6 +2,7 @@
  * embedding lookup.  Row maxima are subtracted before exp (no overflow);
  * sums of exponentials are kept in double. */
 #include "internal.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -22,20 +23,23 @@ static bool split_axis(const char *op, const tensor *x, int *axis, int64_t *oute
   return true;
 }
 
-/* One strided row: y = softmax(x) or log_softmax(x). */
+/* y[k] = exp(x[k] - m) */
+TENSOR_SIMD static void exp_shifted(const float *x, float m, float *y, int64_t n) {
+  for (int64_t k = 0; k < n; k++) y[k] = _tensor_expf(x[k] - m);
+}
+
+/* One strided row: y = softmax(x) or log_softmax(x).  A contiguous row
+ * takes its exponentials in one vectorized loop, then sums them in double. */
 static void softmax_row(const float *x, float *y, int64_t n, int64_t st, bool log_form) {
   float m = x[0];
   for (int64_t k = 1; k < n; k++) m = x[k * st] > m ? x[k * st] : m;
   double s = 0;
   if (st == 1) {
-    for (int64_t k = 0; k < n; k++) {
-      float e = expf(x[k] - m);
-      y[k] = e;
-      s += e;
-    }
+    exp_shifted(x, m, y, n);
+    for (int64_t k = 0; k < n; k++) s += y[k];
   } else {
     for (int64_t k = 0; k < n; k++) {
-      float e = expf(x[k * st] - m);
+      float e = _tensor_expf(x[k * st] - m);
       y[k * st] = e;
       s += e;
     }
@@ -111,7 +115,12 @@ tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels) {
       float m = row[0];
       for (int64_t k = 1; k < C; k++) m = row[k] > m ? row[k] : m;
       double s = 0;
-      for (int64_t k = 0; k < C; k++) s += expf(row[k] - m);
+      float e[256];   /* the exponentials in vectorized chunks, summed in double */
+      for (int64_t k0 = 0; k0 < C; k0 += 256) {
+        int64_t len = C - k0 < 256 ? C - k0 : 256;
+        exp_shifted(row + k0, m, e, len);
+        for (int64_t k = 0; k < len; k++) s += e[k];
+      }
       total += log(s) + m - row[y[i]];
     }
     *(float *)out->data = N ? (float)(total / (double)N) : 0.0f;

@@ -6,6 +6,7 @@
  * inner loop; each kernel has unit-stride and broadcast-scalar fast paths
  * that gcc vectorizes. */
 #include "internal.h"
+#include "vmath.h"
 
 #include <float.h>
 #include <math.h>
@@ -79,7 +80,7 @@ static void run(const tensor_iter *it, int64_t numel, float *o, const float *a, 
 }
 
 #define BINARY_KERNEL(name, EXPR)                                                                  \
-  static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
+  TENSOR_SIMD static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
                    int64_t sb, const float *c) {                                                   \
     (void)c;                                                                                       \
     if (so == 1 && sa == 1 && sb == 1) {                                                           \
@@ -96,7 +97,7 @@ static void run(const tensor_iter *it, int64_t numel, float *o, const float *a, 
   }
 
 #define UNARY_KERNEL(name, EXPR)                                                                   \
-  static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
+  TENSOR_SIMD static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
                    int64_t sb, const float *c) {                                                   \
     (void)b, (void)sb, (void)c;                                                                    \
     if (so == 1 && sa == 1) {                                                                      \
@@ -112,11 +113,11 @@ BINARY_KERNEL(k_mul, x * y)
 BINARY_KERNEL(k_div, x / y)
 BINARY_KERNEL(k_axpby, x * c[0] + y * c[1])
 UNARY_KERNEL(k_neg, -x)
-UNARY_KERNEL(k_exp, expf(x))
+UNARY_KERNEL(k_exp, _tensor_expf(x))
 UNARY_KERNEL(k_log, logf(x))
-UNARY_KERNEL(k_tanh, tanhf(x))
+UNARY_KERNEL(k_tanh, _tensor_tanhf(x))
 UNARY_KERNEL(k_relu, x > 0.0f ? x : 0.0f)
-UNARY_KERNEL(k_sigmoid, 1.0f / (1.0f + expf(-x)))
+UNARY_KERNEL(k_sigmoid, _tensor_sigmoidf(x))
 UNARY_KERNEL(k_scale, x * c[0])
 
 /* ---- binary ----------------------------------------------------------------- */
