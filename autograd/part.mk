@@ -5,7 +5,7 @@
 AG_SRC   = $(wildcard autograd/*.c)
 AG_OBJ   = $(AG_SRC:%.c=$(BUILD)/obj/%.o)
 AG_HDR   = $(wildcard autograd/*.h) $(wildcard tensor/*.h)
-AG_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3)
+AG_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3) -fno-math-errno
 AG_LINK  = $(BUILD)/libtagalloc-autograd.a $(TENSOR_LINK) -lz
 AG_DEPS  = $(BUILD)/libtagalloc-autograd.a $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
 AG_TESTS = $(patsubst tests/autograd/%.c,$(BUILD)/tests/autograd/%,$(wildcard tests/autograd/test_*.c))
@@ -42,3 +42,11 @@ test-autograd: $(BUILD)/libtagalloc.a autograd-tests
 	  tests/autograd/run.sh build/asan
 
 .PHONY: test-autograd autograd-tests
+
+# make bench-autograd: train-lenet and train-charlm against PyTorch at 1 and 2
+# threads, and the ledger's own cost (bench/autograd/README.md).
+PART_BENCH += bench-autograd
+bench-autograd: $(BUILD)/train-lenet $(BUILD)/train-charlm
+	/usr/bin/python3 bench/autograd/run.py --build $(BUILD)
+
+.PHONY: bench-autograd
