@@ -96,4 +96,28 @@ void _tensor_broadcast_strides(const tensor *t, int ndim, const int64_t *shape, 
 
 static inline int _tensor_axis(int axis, int ndim) { return axis < 0 ? axis + ndim : axis; }
 
+/* ---- direct convolution of stride 1 (conv_direct.c) ----
+ * A plan for images [C][H][W] padded by (ph, pw), O output channels,
+ * [KH][KW] taps; out [O][OH][OW]. */
+typedef struct {
+  int64_t C, H, W, O, KH, KW, ph, pw, Hp, Wp, OH, OW, T, L, ldw, plane, Opad;
+  int vl;
+} _tensor_dconv;
+/* whether the direct kernels serve this size (else im2col + sgemm) */
+bool _tensor_dconv_fits(int64_t C, int64_t O, int64_t KH, int64_t KW);
+void _tensor_dconv_plan(_tensor_dconv *d, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
+                        int64_t ph, int64_t pw);
+/* floats of scratch per thread */
+int64_t _tensor_dconv_fwd_scratch(const _tensor_dconv *d);
+int64_t _tensor_dconv_dw_scratch(const _tensor_dconv *d);
+/* The weights in the kernels' order (O * T floats).  grad_input: w is the
+ * forward weight [C_fwd = d->O][O_fwd = d->C][KH][KW], transposed and flipped. */
+void _tensor_dconv_pack(const _tensor_dconv *d, const float *w, bool grad_input, float *wt);
+/* out[n] = bias + conv(x[n]) for images [n0, n1); bias may be NULL */
+void _tensor_dconv_fwd(const _tensor_dconv *d, const float *x, int64_t n0, int64_t n1, const float *wt,
+                       const float *bias, float *out, float *scratch);
+/* acc [T][Opad] = sum over images [n0, n1) of dL/dw, tap-major */
+void _tensor_dconv_dw(const _tensor_dconv *d, const float *x, const float *dy, int64_t n0, int64_t n1, float *acc,
+                      float *scratch);
+
 #endif

@@ -5,6 +5,7 @@
  * transposed view is sgemm's Trans with the same leading dimension); only a
  * view with no unit stride is copied first. */
 #include "internal.h"
+#include "vmath.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -273,6 +274,26 @@ static void conv_dw_part(void *ctx, int64_t lo, int64_t hi, int part) {
   }
 }
 
+/* The direct kernels' job (conv_direct.c): one plan, scratch per part. */
+typedef struct {
+  _tensor_dconv d;
+  const float *x, *dy, *wt, *bias;
+  float *out, *scratch;
+  int64_t scratch_size;
+} dconv_job;
+
+static void dconv_fwd_part(void *ctx, int64_t lo, int64_t hi, int part) {
+  const dconv_job *j = ctx;
+  _tensor_dconv_fwd(&j->d, j->x, lo, hi, j->wt, j->bias, j->out, j->scratch + part * j->scratch_size);
+}
+
+/* scratch per part: the tap-major partial dL/dw [T][Opad], then the kernel's */
+static void dconv_dw_part(void *ctx, int64_t lo, int64_t hi, int part) {
+  const dconv_job *j = ctx;
+  float *acc = j->scratch + part * j->scratch_size;
+  _tensor_dconv_dw(&j->d, j->x, j->dy, lo, hi, acc, acc + j->d.T * j->d.Opad);
+}
+
 static int conv_parts(const conv_geom *g) {
   int t = _tensor_threads();
   return t > g->N ? (int)(g->N > 0 ? g->N : 1) : t;
@@ -296,6 +317,21 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
   }
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
   int parts = conv_parts(&g);
+  if (g.s == 1 && _tensor_dconv_fits(g.C, g.O, g.KH, g.KW)) {
+    /* direct: scratch per thread, then the packed weights and the bias */
+    dconv_job dj;
+    _tensor_dconv_plan(&dj.d, g.C, g.H, g.W, g.O, g.KH, g.KW, g.p, g.p);
+    dj.scratch_size = _tensor_dconv_fwd_scratch(&dj.d);
+    if (!(col = _tensor_out(op, TENSOR_F32, 1, (int64_t[]){ parts * dj.scratch_size + CKK * g.O + g.O }))) goto fail;
+    if (!(out = _tensor_out(op, TENSOR_F32, 4, (int64_t[]){ g.N, g.O, g.OH, g.OW }))) goto fail;
+    float *wt = (float *)col->data + parts * dj.scratch_size, *bv = wt + CKK * g.O;
+    _tensor_dconv_pack(&dj.d, wc->data, false, wt);
+    for (int64_t o = 0; bias && o < g.O; o++) bv[o] = ((const float *)bias->data)[o * bias->strides[0]];
+    dj.x = xc->data, dj.dy = NULL, dj.wt = wt, dj.bias = bias ? bv : NULL, dj.out = out->data;
+    dj.scratch = col->data;
+    if (P && g.O) _tensor_parallel(g.N, parts, dconv_fwd_part, &dj);
+    goto done;
+  }
   if (!(col = _tensor_out(op, TENSOR_F32, 3, (int64_t[]){ parts, CKK, P }))) goto fail;
   if (!(out = _tensor_out(op, TENSOR_F32, 4, (int64_t[]){ g.N, g.O, g.OH, g.OW }))) goto fail;
   if (P && g.O) {
@@ -303,6 +339,7 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
                    CKK, P, out->data, col->data, CKK * P };
     _tensor_parallel(g.N, parts, conv_fwd_part, &j);
   }
+done:
   _tensor_unborrow(x, xc);
   _tensor_unborrow(w, wc);
   tensor_free(col);
@@ -337,6 +374,19 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
   if (!conv_geometry(op, x_shape, w->shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
   int parts = conv_parts(&g);
+  if (g.s == 1 && g.p <= g.KH - 1 && g.p <= g.KW - 1 && _tensor_dconv_fits(g.O, g.C, g.KH, g.KW)) {
+    /* the forward of dy padded by K-1-p, with w transposed and flipped */
+    dconv_job dj;
+    _tensor_dconv_plan(&dj.d, g.O, g.OH, g.OW, g.C, g.KH, g.KW, g.KH - 1 - g.p, g.KW - 1 - g.p);
+    dj.scratch_size = _tensor_dconv_fwd_scratch(&dj.d);
+    if (!(dcol = _tensor_out(op, TENSOR_F32, 1, (int64_t[]){ parts * dj.scratch_size + CKK * g.O }))) goto fail;
+    if (!(dx = _tensor_out(op, TENSOR_F32, 4, x_shape))) goto fail;
+    float *wt = (float *)dcol->data + parts * dj.scratch_size;
+    _tensor_dconv_pack(&dj.d, wc->data, true, wt);
+    dj.x = dyc->data, dj.dy = NULL, dj.wt = wt, dj.bias = NULL, dj.out = dx->data, dj.scratch = dcol->data;
+    if (dx->numel) _tensor_parallel(g.N, parts, dconv_fwd_part, &dj);
+    goto done;
+  }
   if (!(dcol = _tensor_out(op, TENSOR_F32, 3, (int64_t[]){ parts, CKK, P }))) goto fail;
   if (!(dx = _tensor_out(op, TENSOR_F32, 4, x_shape))) goto fail;
   if (P && CKK && g.O) {
@@ -345,6 +395,7 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
   } else {
     memset(dx->data, 0, (size_t)dx->numel * 4);
   }
+done:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(w, wc);
   tensor_free(dcol);
@@ -370,6 +421,26 @@ tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, c
   if (!conv_geometry(op, x->shape, w_shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, per = CKK * P + g.O * CKK;
   int parts = conv_parts(&g);
+  if (g.s == 1 && _tensor_dconv_fits(g.C, g.O, g.KH, g.KW)) {
+    dconv_job dj;
+    _tensor_dconv_plan(&dj.d, g.C, g.H, g.W, g.O, g.KH, g.KW, g.p, g.p);
+    int64_t Opad = dj.d.Opad;
+    dj.scratch_size = CKK * Opad + _tensor_dconv_dw_scratch(&dj.d);
+    if (!(scratch = _tensor_out(op, TENSOR_F32, 1, (int64_t[]){ parts * dj.scratch_size }))) goto fail;
+    if (!(dw = _tensor_out(op, TENSOR_F32, 4, w_shape))) goto fail;
+    memset(dw->data, 0, (size_t)dw->numel * 4);
+    if (P && CKK && g.O) {
+      dj.x = xc->data, dj.dy = dyc->data, dj.wt = NULL, dj.bias = NULL, dj.out = NULL, dj.scratch = scratch->data;
+      parts = _tensor_parallel(g.N, parts, dconv_dw_part, &dj);
+      float *d = dw->data;
+      for (int p = 0; p < parts; p++) {
+        const float *acc = (const float *)scratch->data + p * dj.scratch_size;
+        for (int64_t o = 0; o < g.O; o++)
+          for (int64_t t = 0; t < CKK; t++) d[o * CKK + t] += acc[t * Opad + o];
+      }
+    }
+    goto done;
+  }
   if (!(scratch = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ parts, per }))) goto fail;
   if (!(dw = _tensor_out(op, TENSOR_F32, 4, w_shape))) goto fail;
   memset(dw->data, 0, (size_t)dw->numel * 4);
@@ -382,6 +453,7 @@ tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, c
       for (int64_t i = 0; i < g.O * CKK; i++) d[i] += part[i];
     }
   }
+done:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(x, xc);
   tensor_free(scratch);
@@ -392,6 +464,19 @@ fail:
   tensor_free(scratch);
   tensor_free(dw);
   return NULL;
+}
+
+/* A plane's sum in 16 interleaved float partial sums (vectorized), added
+ * in double. */
+TENSOR_SIMD static double plane_sum(const float *p, int64_t n) {
+  float part[16] = { 0 };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; k++) part[k] += p[i + k];
+  double s = 0;
+  for (; i < n; i++) s += p[i];
+  for (int k = 0; k < 16; k++) s += part[k];
+  return s;
 }
 
 tensor *tensor_conv2d_grad_bias(const tensor *dy) {
@@ -405,12 +490,7 @@ tensor *tensor_conv2d_grad_bias(const tensor *dy) {
     float *d = db->data;
     for (int64_t o = 0; o < O; o++) {
       double s = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *p = src + (n * O + o) * P;
-        float part = 0;
-        for (int64_t i = 0; i < P; i++) part += p[i];
-        s += part;
-      }
+      for (int64_t n = 0; n < N; n++) s += plane_sum(src + (n * O + o) * P, P);
       d[o] = (float)s;
     }
   }
@@ -436,6 +516,30 @@ static tensor *pool_prepare(const char *op, const tensor *x, int k, int stride, 
   return xc;
 }
 
+/* The 2x2, stride-2 window over one plane: the same scan order as the
+ * general loop (row by row, the first of equal maxima), as selects that
+ * gcc vectorizes. */
+TENSOR_SIMD static void max_pool_2x2(const float *p, int64_t W, int64_t OH, int64_t OW, float *o, int32_t *ai) {
+  for (int64_t oh = 0; oh < OH; oh++) {
+    const float *r0 = p + 2 * oh * W, *r1 = r0 + W;
+    float *orow = o + oh * OW;
+    int32_t base = (int32_t)(2 * oh * W), w = (int32_t)W;
+    for (int64_t ow = 0; ow < OW; ow++) {
+      float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+      float m = a;
+      int32_t at = 0;
+      at = b > m ? 1 : at;
+      m = b > m ? b : m;
+      at = c > m ? w : at;
+      m = c > m ? c : m;
+      at = d > m ? w + 1 : at;
+      m = d > m ? d : m;
+      orow[ow] = m;
+      if (ai) ai[oh * OW + ow] = base + 2 * (int32_t)ow + at;
+    }
+  }
+}
+
 tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax) {
   const char *op = "tensor_max_pool2d";
   int64_t shape[4];
@@ -453,6 +557,11 @@ tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax) {
   const float *in = xc->data;
   float *o = out->data;
   int32_t *ai = am ? am->data : NULL;
+  if (k == 2 && stride == 2) {
+    for (int64_t pl = 0; pl < shape[0] * shape[1]; pl++)
+      max_pool_2x2(in + pl * H * W, W, OH, OW, o + pl * OH * OW, ai ? ai + pl * OH * OW : NULL);
+    goto done;
+  }
   for (int64_t pl = 0; pl < shape[0] * shape[1]; pl++) {
     const float *p = in + pl * H * W;
     for (int64_t oh = 0; oh < OH; oh++)
@@ -468,6 +577,7 @@ tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax) {
         if (ai) *ai++ = (int32_t)best;
       }
   }
+done:
   _tensor_unborrow(x, xc);
   if (argmax) *argmax = am;
   return out;

@@ -14,6 +14,8 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* |got - want| within rel of |want|, or within abs_tol where want is tiny. */
 static void check_close(const char *what, int64_t i, double x, double got, double want, double rel, double abs_tol) {
@@ -105,11 +107,166 @@ static void test_softmax_rows_vs_double(void **state) {
   TA_ASSERT_NO_LEAKS_SINCE(m);
 }
 
-int main(void) {
+/* ---- conv2d ------------------------------------------------------------- */
+
+typedef struct { int N, C, H, W, O, KH, KW, S, P, threads; } conv_case;
+
+static void check_conv_case(const conv_case *k, uint64_t seed) {
+  int N = k->N, C = k->C, H = k->H, W = k->W, O = k->O, KH = k->KH, KW = k->KW, S = k->S, PD = k->P;
+  int OH = (H + 2 * PD - KH) / S + 1, OW = (W + 2 * PD - KW) / S + 1;
+  tensor_set_threads(k->threads);
+  tensor_scope_begin();
+  tensor *x = tensor_randn(TS(N, C, H, W), 1.0f, seed), *w = tensor_randn(TS(O, C, KH, KW), 0.5f, seed + 1);
+  tensor *b = tensor_randn(TS(O), 1.0f, seed + 2), *dy = tensor_randn(TS(N, O, OH, OW), 1.0f, seed + 3);
+  size_t ny = (size_t)N * O * OH * OW, nx = (size_t)N * C * H * W, nw = (size_t)O * C * KH * KW;
+  double *y = calloc(ny, sizeof *y), *dx = calloc(nx, sizeof *dx), *dw = calloc(nw, sizeof *dw);
+  double *db = calloc((size_t)O, sizeof *db);
+  /* the sums of |terms|: a float sum of n terms is off by up to about
+   * eps * sum |terms| (cancellation), whichever order it adds them in */
+  double *ay = calloc(ny, sizeof *ay), *adx = calloc(nx, sizeof *adx), *adw = calloc(nw, sizeof *adw);
+  double *adb = calloc((size_t)O, sizeof *adb);
+  const float *xp = x->data, *wp = w->data, *bp = b->data, *gp = dy->data;
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < O; o++)
+      for (int oh = 0; oh < OH; oh++)
+        for (int ow = 0; ow < OW; ow++) {
+          size_t yi = (((size_t)n * O + o) * OH + oh) * OW + ow;
+          double acc = bp[o], g = gp[yi], aacc = fabs(bp[o]);
+          db[o] += g;
+          adb[o] += fabs(g);
+          for (int c = 0; c < C; c++)
+            for (int kh = 0; kh < KH; kh++)
+              for (int kw = 0; kw < KW; kw++) {
+                int ih = oh * S - PD + kh, iw = ow * S - PD + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                size_t xi = (((size_t)n * C + c) * H + ih) * W + iw, wi = (((size_t)o * C + c) * KH + kh) * KW + kw;
+                acc += (double)xp[xi] * wp[wi];
+                dx[xi] += (double)wp[wi] * g;
+                dw[wi] += (double)xp[xi] * g;
+                aacc += fabs((double)xp[xi] * wp[wi]);
+                adx[xi] += fabs((double)wp[wi] * g);
+                adw[wi] += fabs((double)xp[xi] * g);
+              }
+          y[yi] = acc;
+          ay[yi] = aacc;
+        }
+  tensor *gy = tensor_conv2d(x, w, b, S, PD);
+  tensor *gx = tensor_conv2d_grad_input(dy, w, TS(N, C, H, W), S, PD);
+  tensor *gw = tensor_conv2d_grad_weight(dy, x, TS(O, C, KH, KW), S, PD);
+  tensor *gb = tensor_conv2d_grad_bias(dy);
+  tensor *gy0 = tensor_conv2d(x, w, NULL, S, PD);   /* no bias */
+  if (!gy || !gx || !gw || !gb || !gy0) fail_msg("conv case %dx%dx%dx%d o%d k%dx%d: %s", N, C, H, W, O, KH, KW, tensor_error());
+  expect_shape(gy, N, O, OH, OW);
+  struct { const char *name; const tensor *t; const double *want, *abs_sum; size_t n; } cmp[] = {
+    { "y", gy, y, ay, ny }, { "dx", gx, dx, adx, nx }, { "dw", gw, dw, adw, nw }, { "db", gb, db, adb, (size_t)O },
+  };
+  for (int q = 0; q < 4; q++)
+    for (size_t i = 0; i < cmp[q].n; i++)
+      if (fabs(tensor_f32(cmp[q].t)[i] - cmp[q].want[i]) > 1e-5 * fabs(cmp[q].want[i]) + 1e-7 * cmp[q].abs_sum[i] + 1e-6)
+        fail_msg("case N%d C%d %dx%d O%d k%dx%d s%d p%d, %s[%zu]: %.9g, want %.9g", N, C, H, W, O, KH, KW, S, PD,
+                 cmp[q].name, i, tensor_f32(cmp[q].t)[i], cmp[q].want[i]);
+  for (size_t i = 0; i < ny; i++) {
+    double want = y[i] - bp[(i / ((size_t)OH * OW)) % O];
+    if (fabs(tensor_f32(gy0)[i] - want) > 1e-5 * fabs(want) + 1e-7 * ay[i] + 1e-6) fail_msg("no bias, y[%zu]", i);
+  }
+  free(y), free(dx), free(dw), free(db), free(ay), free(adx), free(adw), free(adb);
+  tensor_scope_end();
+  tensor_set_threads(1);
+}
+
+/* stride 1 takes the direct kernels (for dL/dx only while padding <= K-1),
+ * other strides and many channels im2col + sgemm */
+static const conv_case conv_cases[] = {
+  { 3, 1, 28, 28, 6, 5, 5, 1, 2, 1 },    /* LeNet conv1 */
+  { 3, 6, 14, 14, 16, 5, 5, 1, 0, 2 },   /* LeNet conv2, 2 threads */
+  { 2, 3, 7, 9, 13, 3, 2, 1, 1, 1 },     /* 13 channels: tiles 8 + 4 + 1; rectangular kernel */
+  { 2, 2, 5, 6, 3, 2, 3, 1, 2, 1 },      /* padding beyond K-1: dL/dx by col2im */
+  { 1, 2, 3, 3, 9, 3, 3, 1, 1, 1 },      /* an image narrower than a vector */
+  { 2, 5, 4, 4, 17, 1, 1, 1, 0, 2 },     /* 1x1 kernel, 17 channels */
+  { 1, 1, 2, 2, 2, 3, 3, 1, 2, 1 },      /* padding wider than the image */
+  { 3, 7, 11, 10, 5, 4, 4, 1, 3, 2 },    /* 7 input channels, even kernel */
+  { 1, 70, 4, 4, 3, 3, 3, 1, 1, 1 },     /* 70 channels: im2col + sgemm */
+  { 2, 3, 9, 8, 4, 3, 3, 2, 1, 1 },      /* stride 2: im2col + sgemm */
+};
+
+static void test_conv2d_kernels_vs_loops(void **state) {
+  (void)state;
+  ta_mark m = ta_mark_now();
+  for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) check_conv_case(&conv_cases[i], 100 + 10 * i);
+  assert_int_equal(n_errors, 0);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+}
+
+/* ---- max pooling ---------------------------------------------------------- */
+
+static void check_max_pool(int k, int s, uint64_t seed) {
+  enum { N = 2, C = 3, H = 9, W = 11 };
+  tensor_scope_begin();
+  tensor *x = tensor_randn(TS(N, C, H, W), 1.0f, seed);
+  float *xv = tensor_f32(x);
+  for (int i = 0; i < N * C * H * W; i++) xv[i] = roundf(xv[i] * 2.0f);   /* few levels: ties */
+  tensor *am;
+  tensor *y = tensor_max_pool2d(x, k, s, &am);
+  int OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+  expect_shape(y, N, C, OH, OW);
+  for (int pl = 0; pl < N * C; pl++)
+    for (int oh = 0; oh < OH; oh++)
+      for (int ow = 0; ow < OW; ow++) {
+        int best = oh * s * W + ow * s;
+        for (int i = 0; i < k; i++)
+          for (int j = 0; j < k; j++)
+            if (xv[pl * H * W + (oh * s + i) * W + ow * s + j] > xv[pl * H * W + best]) best = (oh * s + i) * W + ow * s + j;
+        int at = (pl * OH + oh) * OW + ow;
+        if (tensor_i32(am)[at] != best || tensor_f32(y)[at] != xv[pl * H * W + best])
+          fail_msg("max_pool k%d s%d plane %d (%d,%d): %g at %d, want %g at %d", k, s, pl, oh, ow, tensor_f32(y)[at],
+                   tensor_i32(am)[at], xv[pl * H * W + best], best);
+      }
+  tensor *y2 = tensor_max_pool2d(x, k, s, NULL);   /* no argmax */
+  for (int i = 0; i < N * C * OH * OW; i++) assert_true(tensor_f32(y2)[i] == tensor_f32(y)[i]);
+  tensor_scope_end();
+}
+
+static void test_max_pool_vs_loop(void **state) {
+  (void)state;
+  ta_mark m = ta_mark_now();
+  check_max_pool(2, 2, 7);   /* the 2x2 kernel, odd sizes (the last row and column dropped) */
+  check_max_pool(3, 2, 8);   /* the general loop */
+  check_max_pool(2, 1, 9);
+  assert_int_equal(n_errors, 0);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+}
+
+int main(int argc, char **argv) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_exp_tanh_sigmoid_vs_libm, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_softmax_rows_vs_double, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_conv2d_kernels_vs_loops, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_max_pool_vs_loop, errors_setup, errors_teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  const struct CMUnitTest conv_only[] = {
+    cmocka_unit_test_setup_teardown(test_conv2d_kernels_vs_loops, errors_setup, errors_teardown),
+  };
+  if (argc > 1 && strcmp(argv[1], "--conv-only") == 0) return cmocka_run_group_tests(conv_only, NULL, NULL);
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  /* the direct convolution's AVX2 and baseline kernels, in child processes
+   * (the kernels are picked once per process, TENSOR_CONV_ISA forces one) */
+  if (getenv("TENSOR_CONV_ISA") == NULL) {
+    const char *isa[] = { "v3", "base" };
+    for (int i = 0; i < 2; i++) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        setenv("TENSOR_CONV_ISA", isa[i], 1);
+        execl("/proc/self/exe", argv[0], "--conv-only", (char *)NULL);
+        _exit(127);
+      }
+      int st = 0;
+      waitpid(pid, &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "conv2d kernels with TENSOR_CONV_ISA=%s failed\n", isa[i]);
+        failed++;
+      }
+    }
+  }
+  return failed;
 }
