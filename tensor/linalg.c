@@ -526,13 +526,16 @@ TENSOR_SIMD static void max_pool_2x2(const float *p, int64_t W, int64_t OH, int6
     int32_t base = (int32_t)(2 * oh * W), w = (int32_t)W;
     for (int64_t ow = 0; ow < OW; ow++) {
       float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+      /* masks, not branches: random data mispredicts them */
       float m = a;
-      int32_t at = 0;
-      at = b > m ? 1 : at;
+      int32_t at = 0, gt = -(int32_t)(b > m);
+      at = (at & ~gt) | (1 & gt);
       m = b > m ? b : m;
-      at = c > m ? w : at;
+      gt = -(int32_t)(c > m);
+      at = (at & ~gt) | (w & gt);
       m = c > m ? c : m;
-      at = d > m ? w + 1 : at;
+      gt = -(int32_t)(d > m);
+      at = (at & ~gt) | ((w + 1) & gt);
       m = d > m ? d : m;
       orow[ow] = m;
       if (ai) ai[oh * OW + ow] = base + 2 * (int32_t)ow + at;
