@@ -28,7 +28,14 @@ enum {
   TR_MODULE = 1, TR_STACK = 2, TR_TAG = 3, TR_ALLOC = 4, TR_FREE = 5, TR_REALLOC = 6,
   TR_REF = 7, TR_HOLD = 8, TR_ARENA_RESET = 9, TR_MARK = 10, TR_THREAD_START = 11,
   TR_THREAD_END = 12, TR_TIME = 13, TR_FINDING_EVENT = 14, TR_FINDING = 15, TR_END = 16,
+  TR_PACKED = 17,
 };
+
+/* PACKED: a run of one thread's ALLOC and FREE events, varint-encoded (see
+ * TRACE.md): the fixed part, then the events, then zero bytes to the end. */
+typedef struct { uint32_t thread, pad; } tr_packed;
+enum { TR_PK_ALLOC = 1, TR_PK_ARENA = 2, TR_PK_FREE = 4 };
+#define TR_PK_EVENT_MAX 64          /* bytes an encoded event may take, at most */
 
 typedef struct { uint64_t lo, hi, offset; /* then the path, NUL-terminated */ } tr_module;
 typedef struct { uint32_t id; uint16_t n, pad; /* then n uint64 return addresses */ } tr_stack;

@@ -196,7 +196,7 @@ const char *report_trace_type_name(unsigned type) {
     [TR_FREE] = "FREE", [TR_REALLOC] = "REALLOC", [TR_REF] = "REF", [TR_HOLD] = "HOLD",
     [TR_ARENA_RESET] = "ARENA_RESET", [TR_MARK] = "MARK", [TR_THREAD_START] = "THREAD_START",
     [TR_THREAD_END] = "THREAD_END", [TR_TIME] = "TIME", [TR_FINDING_EVENT] = "FINDING_EVENT",
-    [TR_FINDING] = "FINDING", [TR_END] = "END",
+    [TR_FINDING] = "FINDING", [TR_END] = "END", [TR_PACKED] = "PACKED",
   };
   return type < sizeof names / sizeof *names && names[type] ? names[type] : "?";
 }
@@ -221,6 +221,7 @@ static int layout(unsigned type, size_t *fixed) {
   case TR_FINDING_EVENT: *fixed = sizeof(tr_finding_event); return 1;
   case TR_FINDING:       *fixed = sizeof(tr_finding); return 3;
   case TR_END:           *fixed = sizeof(tr_end); return 0;
+  case TR_PACKED:        *fixed = sizeof(tr_packed); return 0;
   default:               return -1;
   }
 }
@@ -248,9 +249,81 @@ void report_trace_iter_init(report_trace_iter *it, const report_trace *t) {
   it->off = t->first;
 }
 
+static bool get_uv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  uint64_t x = 0;
+  for (int shift = 0; *p < end && shift < 64; shift += 7) {
+    unsigned char c = *(*p)++;
+    x |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) {
+      *v = x;
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool get_sv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  uint64_t z;
+  if (!get_uv(p, end, &z)) return false;
+  *v = (z >> 1) ^ (uint64_t)-(int64_t)(z & 1);
+  return true;
+}
+
+/* The next event of the open PACKED record into r; false at its end (or
+ * at damage, then it->done). */
+static bool packed_next(report_trace_iter *it, report_trace_rec *r) {
+  const unsigned char *p = it->pk, *end = it->pk_end;
+  if (p == end || *p == 0) {                         /* the end, or the zero padding */
+    it->pk = NULL;
+    it->records++;
+    return false;
+  }
+  unsigned kind = *p++;
+  uint64_t ds, da, size = 0, stack = 0, tag = 0, arena = 0;
+  bool ok = (kind == TR_PK_FREE || kind == TR_PK_ALLOC || kind == (TR_PK_ALLOC | TR_PK_ARENA)) &&
+            get_sv(&p, end, &ds) && get_sv(&p, end, &da);
+  if (ok && kind & TR_PK_ALLOC)
+    ok = get_uv(&p, end, &size) && get_uv(&p, end, &stack) && get_uv(&p, end, &tag) &&
+         (!(kind & TR_PK_ARENA) || get_uv(&p, end, &arena));
+  else if (ok)
+    ok = get_uv(&p, end, &stack);
+  if (!ok || stack > UINT32_MAX || tag > UINT16_MAX || arena > UINT8_MAX) {
+    size_t at = (size_t)(it->pk - (it->t->data + it->pk_off));
+    it->pk = NULL;
+    it->records++;                                   /* its events before were whole */
+    damage(it, it->pk_off, "event %" PRIu64 " of a PACKED record (at byte %zu of it) is %s",
+           it->pk_events, at,
+           ok ? "out of range"
+              : kind != TR_PK_FREE && kind != TR_PK_ALLOC && kind != (TR_PK_ALLOC | TR_PK_ARENA)
+                    ? "of an unknown kind" : "cut short");
+    return false;
+  }
+  it->pk = p;
+  it->pk_events++;
+  it->pk_seq += ds;
+  it->pk_addr += da;
+  if (kind & TR_PK_ALLOC) {
+    it->pk_ev.a = (tr_alloc){ it->pk_seq, it->pk_addr, size, (uint32_t)stack, (uint16_t)tag,
+                              (uint8_t)arena, 0, it->pk_thread };
+    r->type = TR_ALLOC;
+    r->payload_size = sizeof(tr_alloc);
+  } else {
+    it->pk_ev.f = (tr_free){ it->pk_seq, it->pk_addr, (uint32_t)stack, it->pk_thread };
+    r->type = TR_FREE;
+    r->payload_size = sizeof(tr_free);
+  }
+  r->payload = &it->pk_ev;
+  r->offset = it->pk_off;
+  return true;
+}
+
 bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
   const report_trace *t = it->t;
   while (!it->done) {
+    if (it->pk) {
+      if (packed_next(it, r)) return true;
+      continue;
+    }
     uint64_t off = it->off, left = t->size - off;
     if (left == 0) {
       it->done = true;
@@ -300,8 +373,18 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
       at = (size_t)(z - p) + 1;
     }
 #undef tn
-    it->records++;
     it->off += h.size;
+    if (h.type == TR_PACKED) {          /* its events come next; it counts when they are read */
+      tr_packed pk;
+      memcpy(&pk, p, sizeof pk);
+      it->pk = p + sizeof pk;
+      it->pk_end = p + psize;
+      it->pk_off = off;
+      it->pk_seq = it->pk_addr = it->pk_events = 0;
+      it->pk_thread = pk.thread;
+      continue;
+    }
+    it->records++;
     r->type = h.type;
     r->payload = p;
     r->payload_size = (uint32_t)psize;

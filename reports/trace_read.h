@@ -65,7 +65,10 @@ size_t                report_trace_size(const report_trace *t);   /* bytes of th
 const char           *report_trace_name(const report_trace *t);
 
 /* One record.  payload points just after the 8-byte record header, inside
- * the file, 8-byte aligned; payload_size = record size - 8 (a multiple of 8). */
+ * the file, 8-byte aligned; payload_size = record size - 8 (a multiple of 8).
+ * PACKED records are not yielded: each of their events is, as an ALLOC or
+ * FREE record whose payload is in the iterator (until the next call) and
+ * whose offset is the PACKED record's. */
 typedef struct {
   uint8_t     type;          /* TR_* (unknown types are never yielded) */
   const void *payload;
@@ -82,6 +85,12 @@ typedef struct {
   bool     damaged;          /* stopped at damage (or a truncated tail) */
   uint64_t damage_offset;    /* offset of the damaged record; also = bytes of whole records read */
   char     message[512];     /* one line naming the file: where and why; "" if not damaged */
+  /* inside a PACKED record, whose events are yielded one by one as ALLOC
+   * and FREE records (payload: pk_ev, valid until the next call) */
+  const unsigned char *pk, *pk_end;
+  uint64_t pk_off, pk_seq, pk_addr, pk_events;
+  uint32_t pk_thread;
+  union { tr_alloc a; tr_free f; } pk_ev;
 } report_trace_iter;
 
 void report_trace_iter_init(report_trace_iter *it, const report_trace *t);

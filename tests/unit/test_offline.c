@@ -30,8 +30,10 @@ NOIPA static void offline_double_free(ta_tag tag) {
   KEEP();
 }
 
+/* Enough events to fill 4 KiB trace buffers a few times (a packed ALLOC
+ * takes ~8 bytes): what was flushed before the SIGKILL is in the trace. */
 NOIPA static void offline_many(ta_tag tag) {
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < 2000; i++) {
     void **p = ta_alloc(tag, 16);
     *p = (void *)g_keep;
     g_keep = p;   /* reachable: a chain */
