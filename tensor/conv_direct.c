@@ -26,16 +26,20 @@ typedef void fwd_fn(const float *xp, const int32_t *off, int T, const float *wt,
                     int64_t ldw, int64_t L);
 typedef void dw_fn(const float *xp, const int32_t *off, const float *dyt, int64_t ldd, int64_t OH, int64_t OW,
                    int64_t Wp, float *acc, int64_t lda);
+typedef void dws_fn(const float *xp, const int32_t *off, const float *dyw, int64_t ldw, int64_t L, float *acc);
 typedef struct {
   int vl;
-  fwd_fn *fwd[4];   /* 1, 2, 4, 8 channels */
-  dw_fn *dw[3];     /* 1, 4, 8 taps */
+  fwd_fn *fwd[4];      /* 1, 2, 4, 8 channels */
+  dw_fn *dw[3];        /* 1, 4, 8 taps */
+  dws_fn *dws[2][4];   /* [1, 2 taps][1, 2, 4, 8 channels] */
 } conv_kernels;
 
 #define SFX base
 typedef float vf4 __attribute__((vector_size(16)));
 #define VT vf4
 #define VL 4
+#define NV8 1
+#define NV4 2
 #include "conv_kern.h"
 #undef SFX
 #undef VT
@@ -61,6 +65,10 @@ typedef float vf8 __attribute__((vector_size(32)));
 typedef float vf16 __attribute__((vector_size(64)));
 #define VT vf16
 #define VL 16
+#undef NV8
+#undef NV4
+#define NV8 2
+#define NV4 4
 #include "conv_kern.h"
 #undef SFX
 #undef VT
@@ -111,8 +119,74 @@ int64_t _tensor_dconv_fwd_scratch(const _tensor_dconv *d) {
   return xp_size(d) + 8 * d->ldw + (d->T + 15) / 16 * 16;   /* + the tap offsets (int32) */
 }
 
+static void fill_padded(const _tensor_dconv *d, const float *x, float *xp);
+static void copy_rows(float *dst, int64_t lddst, const float *src, int64_t ldsrc, int64_t rows, int64_t cols);
+static void tap_offsets(const _tensor_dconv *d, int32_t *off);
+static int tile_of(int64_t left);
+static int tile_index(int ob);
+
+/* dL/dw over positions (few output channels, wide images) when that is
+ * fewer vector FMAs than over channels */
+static bool dw_spatial(const _tensor_dconv *d) {
+  int64_t vl = d->vl;
+  return d->O * ((d->L + vl - 1) / vl) < d->OH * d->OW * (d->Opad / vl);
+}
+
 int64_t _tensor_dconv_dw_scratch(const _tensor_dconv *d) {
-  return xp_size(d) + d->OH * d->OW * d->Opad + d->T * d->Opad + (d->T + 15) / 16 * 16;
+  int64_t chan = d->OH * d->OW * d->Opad, spat = d->O * d->ldw + d->O * d->T * d->vl;
+  return xp_size(d) + (chan > spat ? chan : spat) + (d->T + 15) / 16 * 16;
+}
+
+/* the largest channel tile of the spatial dL/dw kernels: 8 x 2 taps takes
+ * 26 vector registers */
+static int dws_tile_of(const _tensor_dconv *d, int64_t left) {
+  int ob = tile_of(left);
+  return d->vl == 16 ? ob : ob > 4 ? 4 : ob;
+}
+
+static void dconv_dw_spatial(const _tensor_dconv *d, const conv_kernels *k, const float *x, const float *dy,
+                             int64_t n0, int64_t n1, float *acc, float *scratch) {
+  int64_t P = d->OH * d->OW, in = d->C * d->H * d->W, vl = d->vl;
+  float *xp = scratch, *dyw = xp + xp_size(d), *accs = dyw + d->O * d->ldw;
+  int32_t *off = (int32_t *)(accs + d->O * d->T * vl);
+  tap_offsets(d, off);
+  memset(xp, 0, (size_t)xp_size(d) * 4);
+  memset(dyw, 0, (size_t)(d->O * d->ldw) * 4);   /* the extra columns and the tail stay 0 */
+  memset(accs, 0, (size_t)(d->O * d->T * vl) * 4);
+  for (int64_t n = n0; n < n1; n++) {
+    fill_padded(d, x + n * in, xp);
+    for (int64_t o = 0; o < d->O; o++) copy_rows(dyw + o * d->ldw, d->Wp, dy + (n * d->O + o) * P, d->OW, d->OH, d->OW);
+    float *blk = accs;
+    for (int64_t o0 = 0; o0 < d->O;) {
+      int ob = dws_tile_of(d, d->O - o0);
+      for (int64_t t = 0; t < d->T;) {
+        int tb = d->T - t >= 2 ? 2 : 1;
+        k->dws[tb - 1][tile_index(ob)](xp, off + t, dyw + o0 * d->ldw, d->ldw, d->L, blk);
+        blk += ob * tb * vl;
+        t += tb;
+      }
+      o0 += ob;
+    }
+  }
+  /* the lanes' sums, in the tiles' order, into acc [T][Opad] */
+  memset(acc, 0, (size_t)(d->T * d->Opad) * 4);
+  const float *blk = accs;
+  for (int64_t o0 = 0; o0 < d->O;) {
+    int ob = dws_tile_of(d, d->O - o0);
+    for (int64_t t = 0; t < d->T;) {
+      int tb = d->T - t >= 2 ? 2 : 1;
+      for (int o = 0; o < ob; o++)
+        for (int j = 0; j < tb; j++) {
+          const float *v = blk + (o * tb + j) * vl;
+          double sum = 0;
+          for (int64_t l = 0; l < vl; l++) sum += v[l];
+          acc[(t + j) * d->Opad + o0 + o] = (float)sum;
+        }
+      blk += ob * tb * vl;
+      t += tb;
+    }
+    o0 += ob;
+  }
 }
 
 static void tap_offsets(const _tensor_dconv *d, int32_t *off) {
@@ -181,6 +255,10 @@ void _tensor_dconv_fwd(const _tensor_dconv *d, const float *x, int64_t n0, int64
 void _tensor_dconv_dw(const _tensor_dconv *d, const float *x, const float *dy, int64_t n0, int64_t n1, float *acc,
                       float *scratch) {
   const conv_kernels *k = kernels();
+  if (dw_spatial(d)) {
+    dconv_dw_spatial(d, k, x, dy, n0, n1, acc, scratch);
+    return;
+  }
   int64_t P = d->OH * d->OW, in = d->C * d->H * d->W, Opad = d->Opad;
   float *xp = scratch, *dyt = xp + xp_size(d);
   int32_t *off = (int32_t *)(dyt + P * Opad);

@@ -2,8 +2,9 @@
  * included once per instruction set with SFX (a name suffix), VT (a gcc
  * vector of VL floats) and the target pragma in force.
  *
- * Accumulators are named variables a0..a7, never an array: gcc keeps them
- * in registers.  With OB, NV and TB constants, the branches on them fold. */
+ * NV8 and NV4: the vectors of positions per call of the 8- and 4-channel
+ * forward kernels (16 accumulators where there are 32 vector registers).
+ * With OB, NV and TB constants, the loops unroll and the branches fold. */
 
 #define KN_CAT2(a, b) a##b
 #define KN_CAT(a, b) KN_CAT2(a, b)
@@ -18,52 +19,37 @@ static inline __attribute__((always_inline)) void KN_CAT(kstore_, SFX)(float *p,
 
 /* wide[o][q] = bias[o] + sum_t wt[t][o] * xp[off[t] + q] for o < OB and
  * q < L rounded up to VL*NV; accumulator k holds channel k / NV, vector
- * k % NV of the chunk.  OB * NV <= 8. */
+ * k % NV of the chunk.  OB * NV <= 16: the unrolled loops over constant
+ * counts leave the accumulators in registers. */
 static inline __attribute__((always_inline)) void KN_CAT(fwd_body_, SFX)(const float *xp, const int32_t *off, int T,
                                                                         const float *wt, const float *bias, float *wide,
                                                                         int64_t ldw, int64_t L, const int OB,
                                                                         const int NV) {
-  const int K = OB * NV;
   for (int64_t q = 0; q < L; q += VL * NV) {
-    VT z = { 0 };
-    VT a0 = z + bias[0 / NV], a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z;
-    if (K > 1) a1 = z + bias[1 / NV];
-    if (K > 2) a2 = z + bias[2 / NV], a3 = z + bias[3 / NV];
-    if (K > 4) a4 = z + bias[4 / NV], a5 = z + bias[5 / NV], a6 = z + bias[6 / NV], a7 = z + bias[7 / NV];
+    VT acc[16], z = { 0 };
+#pragma GCC unroll 16
+    for (int k = 0; k < OB * NV; k++) acc[k] = z + bias[k / NV];
     const float *src = xp + q;
     for (int t = 0; t < T; t++) {
       const float *s = src + off[t], *wr = wt + (int64_t)t * OB;
-      VT x0 = KN_CAT(kload_, SFX)(s), x1 = z, x2 = z, x3 = z;
-      if (NV > 1) x1 = KN_CAT(kload_, SFX)(s + VL);
-      if (NV > 2) x2 = KN_CAT(kload_, SFX)(s + 2 * VL), x3 = KN_CAT(kload_, SFX)(s + 3 * VL);
-#define KX(i) ((i) == 0 ? x0 : (i) == 1 ? x1 : (i) == 2 ? x2 : x3)
-      a0 += wr[0 / NV] * KX(0 % NV);
-      if (K > 1) a1 += wr[1 / NV] * KX(1 % NV);
-      if (K > 2) a2 += wr[2 / NV] * KX(2 % NV), a3 += wr[3 / NV] * KX(3 % NV);
-      if (K > 4) {
-        a4 += wr[4 / NV] * KX(4 % NV);
-        a5 += wr[5 / NV] * KX(5 % NV);
-        a6 += wr[6 / NV] * KX(6 % NV);
-        a7 += wr[7 / NV] * KX(7 % NV);
-      }
-#undef KX
+      VT x[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) x[v] = KN_CAT(kload_, SFX)(s + v * VL);
+#pragma GCC unroll 16
+      for (int k = 0; k < OB * NV; k++) acc[k] += wr[k / NV] * x[k % NV];
     }
-#define KST(k, a) KN_CAT(kstore_, SFX)(wide + (int64_t)((k) / NV) * ldw + q + ((k) % NV) * VL, a)
-    KST(0, a0);
-    if (K > 1) KST(1, a1);
-    if (K > 2) KST(2, a2), KST(3, a3);
-    if (K > 4) KST(4, a4), KST(5, a5), KST(6, a6), KST(7, a7);
-#undef KST
+#pragma GCC unroll 16
+    for (int k = 0; k < OB * NV; k++) KN_CAT(kstore_, SFX)(wide + (int64_t)(k / NV) * ldw + q + (k % NV) * VL, acc[k]);
   }
 }
 
 static void KN_CAT(fwd8_, SFX)(const float *xp, const int32_t *off, int T, const float *wt, const float *bias,
                                float *wide, int64_t ldw, int64_t L) {
-  KN_CAT(fwd_body_, SFX)(xp, off, T, wt, bias, wide, ldw, L, 8, 1);
+  KN_CAT(fwd_body_, SFX)(xp, off, T, wt, bias, wide, ldw, L, 8, NV8);
 }
 static void KN_CAT(fwd4_, SFX)(const float *xp, const int32_t *off, int T, const float *wt, const float *bias,
                                float *wide, int64_t ldw, int64_t L) {
-  KN_CAT(fwd_body_, SFX)(xp, off, T, wt, bias, wide, ldw, L, 4, 2);
+  KN_CAT(fwd_body_, SFX)(xp, off, T, wt, bias, wide, ldw, L, 4, NV4);
 }
 static void KN_CAT(fwd2_, SFX)(const float *xp, const int32_t *off, int T, const float *wt, const float *bias,
                                float *wide, int64_t ldw, int64_t L) {
@@ -120,9 +106,50 @@ static void KN_CAT(dw1_, SFX)(const float *xp, const int32_t *off, const float *
   KN_CAT(dw_body_, SFX)(xp, off, dyt, ldd, OH, OW, Wp, acc, lda, 1);
 }
 
+/* The spatial form of dL/dw for few output channels: for o < OB and taps
+ * k < TB, acc[(o*TB + k) * VL ...] += the lane-wise sums over wide
+ * positions q < L (in VL-chunks) of dyw[o][q] * xp[off[k] + q] (dyw is dy on
+ * the wide grid, zero in the Wp - OW extra columns and past L).  One image's
+ * sums start from zero in registers. */
+static inline __attribute__((always_inline)) void KN_CAT(dws_body_, SFX)(const float *xp, const int32_t *off,
+                                                                        const float *dyw, int64_t ldw, int64_t L,
+                                                                        float *acc, const int OB, const int TB) {
+  VT a[16], z = { 0 };
+#pragma GCC unroll 16
+  for (int k = 0; k < OB * TB; k++) a[k] = z;
+  for (int64_t q = 0; q < L; q += VL) {
+    VT g[8], x[2];
+#pragma GCC unroll 8
+    for (int o = 0; o < OB; o++) g[o] = KN_CAT(kload_, SFX)(dyw + o * ldw + q);
+#pragma GCC unroll 2
+    for (int k = 0; k < TB; k++) x[k] = KN_CAT(kload_, SFX)(xp + off[k] + q);
+#pragma GCC unroll 16
+    for (int i = 0; i < OB * TB; i++) a[i] += g[i / TB] * x[i % TB];
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < OB * TB; i++) KN_CAT(kstore_, SFX)(acc + i * VL, KN_CAT(kload_, SFX)(acc + i * VL) + a[i]);
+}
+
+#define KN_DWS(OB, TB)                                                                                     \
+  static void KN_CAT(KN_CAT(dws##OB##_, TB), SFX)(const float *xp, const int32_t *off, const float *dyw, \
+                                                  int64_t ldw, int64_t L, float *acc) {                 \
+    KN_CAT(dws_body_, SFX)(xp, off, dyw, ldw, L, acc, OB, TB);                                           \
+  }
+KN_DWS(1, 1)
+KN_DWS(2, 1)
+KN_DWS(4, 1)
+KN_DWS(8, 1)
+KN_DWS(1, 2)
+KN_DWS(2, 2)
+KN_DWS(4, 2)
+KN_DWS(8, 2)
+#undef KN_DWS
+
 static const conv_kernels KN_CAT(kernels_, SFX) = {
   VL, { KN_CAT(fwd1_, SFX), KN_CAT(fwd2_, SFX), KN_CAT(fwd4_, SFX), KN_CAT(fwd8_, SFX) },
   { KN_CAT(dw1_, SFX), KN_CAT(dw4_, SFX), KN_CAT(dw8_, SFX) },
+  { { KN_CAT(dws1_1, SFX), KN_CAT(dws2_1, SFX), KN_CAT(dws4_1, SFX), KN_CAT(dws8_1, SFX) },
+    { KN_CAT(dws1_2, SFX), KN_CAT(dws2_2, SFX), KN_CAT(dws4_2, SFX), KN_CAT(dws8_2, SFX) } },
 };
 
 #undef KN_CAT
