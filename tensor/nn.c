@@ -23,26 +23,59 @@ static bool split_axis(const char *op, const tensor *x, int *axis, int64_t *oute
   return true;
 }
 
-/* y[k] = exp(x[k] - m) */
-TENSOR_SIMD static void exp_shifted(const float *x, float m, float *y, int64_t n) {
+/* A contiguous row's maximum in 16 interleaved partial maxima (the same
+ * value as a scan: a NaN counts only in x[0]). */
+TENSOR_SIMD static float row_max(const float *x, int64_t n) {
+  float pm[16];
+  for (int k = 0; k < 16; k++) pm[k] = x[0];
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; k++) pm[k] = x[i + k] > pm[k] ? x[i + k] : pm[k];
+  float m = x[0];
+  for (; i < n; i++) m = x[i] > m ? x[i] : m;
+  for (int k = 0; k < 16; k++) m = pm[k] > m ? pm[k] : m;
+  return m;
+}
+
+/* y[k] = exp(x[k] - m); returns their sum, in 8 interleaved double partial
+ * sums. */
+TENSOR_SIMD static double exp_shifted(const float *x, float m, float *y, int64_t n) {
   for (int64_t k = 0; k < n; k++) y[k] = _tensor_expf(x[k] - m);
+  double ps[8] = { 0 };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) ps[k] += y[i + k];
+  double s = 0;
+  for (; i < n; i++) s += y[i];
+  for (int k = 0; k < 8; k++) s += ps[k];
+  return s;
+}
+
+/* y = x * s or y = x - s, contiguous */
+TENSOR_SIMD static void scale_row(float *y, int64_t n, float s) {
+  for (int64_t k = 0; k < n; k++) y[k] *= s;
+}
+TENSOR_SIMD static void shift_row(const float *x, float *y, int64_t n, float s) {
+  for (int64_t k = 0; k < n; k++) y[k] = x[k] - s;
 }
 
 /* One strided row: y = softmax(x) or log_softmax(x).  A contiguous row
- * takes its exponentials in one vectorized loop, then sums them in double. */
+ * runs vectorized loops; sums of exponentials are kept in double. */
 static void softmax_row(const float *x, float *y, int64_t n, int64_t st, bool log_form) {
+  if (st == 1) {
+    float m = row_max(x, n);
+    double s = exp_shifted(x, m, y, n);
+    if (log_form) shift_row(x, y, n, (float)log(s) + m);
+    else scale_row(y, n, (float)(1.0 / s));
+    return;
+  }
   float m = x[0];
   for (int64_t k = 1; k < n; k++) m = x[k * st] > m ? x[k * st] : m;
   double s = 0;
-  if (st == 1) {
-    exp_shifted(x, m, y, n);
-    for (int64_t k = 0; k < n; k++) s += y[k];
-  } else {
-    for (int64_t k = 0; k < n; k++) {
-      float e = _tensor_expf(x[k * st] - m);
-      y[k * st] = e;
-      s += e;
-    }
+  for (int64_t k = 0; k < n; k++) {
+    float e = _tensor_expf(x[k * st] - m);
+    y[k * st] = e;
+    s += e;
   }
   if (log_form) {
     float ls = (float)log(s) + m;
@@ -112,15 +145,10 @@ tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels) {
     double total = 0;
     for (int64_t i = 0; i < N; i++) {
       const float *row = x + i * C;
-      float m = row[0];
-      for (int64_t k = 1; k < C; k++) m = row[k] > m ? row[k] : m;
+      float m = row_max(row, C);
       double s = 0;
-      float e[256];   /* the exponentials in vectorized chunks, summed in double */
-      for (int64_t k0 = 0; k0 < C; k0 += 256) {
-        int64_t len = C - k0 < 256 ? C - k0 : 256;
-        exp_shifted(row + k0, m, e, len);
-        for (int64_t k = 0; k < len; k++) s += e[k];
-      }
+      float e[256];   /* the exponentials in vectorized chunks */
+      for (int64_t k0 = 0; k0 < C; k0 += 256) s += exp_shifted(row + k0, m, e, C - k0 < 256 ? C - k0 : 256);
       total += log(s) + m - row[y[i]];
     }
     *(float *)out->data = N ? (float)(total / (double)N) : 0.0f;
@@ -140,7 +168,7 @@ tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels) {
     for (int64_t i = 0; i < N; i++) {
       softmax_row((const float *)lc->data + i * C, g + i * C, C, 1, false);
       g[i * C + y[i]] -= 1.0f;
-      for (int64_t k = 0; k < C; k++) g[i * C + k] *= inv;
+      scale_row(g + i * C, C, inv);
     }
   }
   _tensor_unborrow(logits, lc);

@@ -4,6 +4,8 @@
  *   2. conv2d at LeNet-5 sizes, batch 64: forward, and the backward products
  *      (dL/dx, dL/dw, dL/db) vs torch conv2d and aten convolution_backward;
  *   both with 1 and 2 threads (OpenBLAS and torch);
+ *   tanh, sigmoid, exp [64,256], softmax and cross-entropy [64,114] (the char
+ *   LM's sizes) and 2x2 max pooling [64,6,28,28] with 1 thread;
  *   3. the ledger's overhead on a full LeNet-5 forward pass (batch 64, with
  *      cross-entropy): TAGALLOC_RECORD=1 (stacks, the default) vs
  *      TAGALLOC_RECORD=0 (counting only), each in a fresh process, rounds
@@ -84,6 +86,31 @@ static void run_conv_bwd(void *p) {
   tensor_free(tensor_conv2d_grad_input(c->dy, c->w, 4, c->xs, 1, c->pad));
   tensor_free(tensor_conv2d_grad_weight(c->dy, c->x, 4, c->ws, 1, c->pad));
   tensor_free(tensor_conv2d_grad_bias(c->dy));
+}
+
+/* ---- elementwise and row ops at the char LM's and LeNet's sizes ---------------- */
+
+#define N_EW 6
+typedef struct { tensor *h, *l, *y, *p; } ew_arg;
+static const char *ew_names[N_EW] = { "tanh", "sigmoid", "exp", "softmax", "cross_entropy", "max_pool2d" };
+static const char *ew_shapes[N_EW] = { "[64,256]", "[64,256]", "[64,256]", "[64,114] rows", "[64,114], labels [64]",
+                                       "[64,6,28,28] 2x2/2, with argmax" };
+static int ew_which;
+
+static void run_ew(void *p) {
+  ew_arg *e = p;
+  tensor *am = NULL, *r;
+  switch (ew_which) {
+  case 0: r = tensor_tanh(e->h); break;
+  case 1: r = tensor_sigmoid(e->h); break;
+  case 2: r = tensor_exp(e->h); break;
+  case 3: r = tensor_softmax(e->l, 1); break;
+  case 4: r = tensor_cross_entropy(e->l, e->y); break;
+  default: r = tensor_max_pool2d(e->p, 2, 2, &am); break;
+  }
+  if (r == NULL) exit(1);
+  tensor_free(r);
+  tensor_free(am);
 }
 
 /* ---- the reference side ------------------------------------------------------- */
@@ -255,6 +282,11 @@ int main(int argc, char **argv) {
     tensor_free(y);
   }
 
+  ew_arg ew = { tensor_randn(TS(64, 256), 2.0f, 70), tensor_randn(TS(64, 114), 3.0f, 71),
+                tensor_zeros(TENSOR_I32, TS(64)), tensor_randn(TS(64, 6, 28, 28), 1.0f, 72) };
+  for (int i = 0; i < 64; i++) tensor_i32(ew.y)[i] = (i * 7) % 114;
+  double ce[MAX_CYCLES][N_EW], re[MAX_CYCLES][N_EW], ours_e[N_EW], ref_e[N_EW];
+
   double ours_g[2][3], ours_c[2][2][2], heap_c[2][2][2], ref_g[2][3], ref_c[2][2][2];
   tensor_pool *pool = tensor_pool_new();
   /* cycles x threads, ours then the reference's each time: drift of the
@@ -276,12 +308,20 @@ int main(int argc, char **argv) {
         cc[cy][t][i][1] = time_it(run_conv_bwd, &conv[i], 5);
         tensor_pool_use(NULL);
       }
-      ref_cell cells[16];
-      int nc = run_ref(t + 1, cells, 16);
+      ref_cell cells[32];
+      int nc = run_ref(t + 1, cells, 32);
       char name[32];
       for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "sgemm%d", sizes[i]);
         rg[cy][t][i] = ref_get(cells, nc, name);
+      }
+      if (t == 0) {   /* elementwise: 1 thread only */
+        tensor_pool_use(pool);
+        for (ew_which = 0; ew_which < N_EW; ew_which++) {
+          ce[cy][ew_which] = time_it(run_ew, &ew, 20);
+          re[cy][ew_which] = ref_get(cells, nc, ew_names[ew_which]);
+        }
+        tensor_pool_use(NULL);
       }
       for (int i = 0; i < 2; i++) {
         snprintf(name, sizeof name, "%s_fwd", conv[i].name);
@@ -306,6 +346,11 @@ int main(int argc, char **argv) {
       }
   }
 
+  for (int i = 0; i < N_EW; i++) {
+    MED(ours_e[i], ce[cy][i]);
+    MED(ref_e[i], re[cy][i]);
+  }
+
   printf("reference: %s (%s)\n\n", ref_versions, python);
   printf("## sgemm (tensor_gemm_out vs numpy.matmul)\n\n");
   printf("| n | threads | tensor GFLOP/s | numpy GFLOP/s | tensor / numpy |\n|---|---|---|---|---|\n");
@@ -328,6 +373,12 @@ int main(int argc, char **argv) {
         printf("| %s | %s | %d | %.3f | %.3f | %.3f | %.2f |\n", conv[i].name, p ? "bwd" : "fwd", t + 1,
                ours_c[t][i][p] * 1e3, heap_c[t][i][p] * 1e3, ref_c[t][i][p] * 1e3,
                ours_c[t][i][p] > 0 ? ref_c[t][i][p] / ours_c[t][i][p] : 0);
+
+  printf("\n## elementwise and row ops, 1 thread (vs PyTorch CPU; results from a tensor pool)\n\n");
+  printf("| op | shape | tensor us | torch us | torch time / tensor time |\n|---|---|---|---|---|\n");
+  for (int i = 0; i < N_EW; i++)
+    printf("| %s | %s | %.2f | %.2f | %.2f |\n", ew_names[i], ew_shapes[i], ours_e[i] * 1e6, ref_e[i] * 1e6,
+           ours_e[i] > 0 ? ref_e[i] / ours_e[i] : 0);
 
   /* the ledger's overhead */
   double rec[64], cnt[64];
@@ -370,6 +421,10 @@ int main(int argc, char **argv) {
     tensor_free(g[i].c);
   }
   tensor_pool_free(pool);
+  tensor_free(ew.h);
+  tensor_free(ew.l);
+  tensor_free(ew.y);
+  tensor_free(ew.p);
   for (int i = 0; i < 2; i++) {
     tensor_free(conv[i].x);
     tensor_free(conv[i].w);

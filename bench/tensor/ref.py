@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """ref.py - the reference side of bench/tensor: numpy sgemm and PyTorch CPU
 conv2d (forward, and the backward products dL/dx, dL/dw, dL/db) at the
-sizes bench_tensor.c measures, with THREADS threads.  Prints one line per
+sizes bench_tensor.c measures, with THREADS threads; with 1 thread also
+tanh, sigmoid, exp, softmax, cross-entropy and 2x2 max pooling.  Prints one line per
 cell, "name median_seconds", for bench_tensor.c to read.
 
     /usr/bin/python3 bench/tensor/ref.py THREADS REPS
@@ -54,3 +55,16 @@ for name, (xs, ws, pad) in {"conv1": ((64, 1, 28, 28), (6, 1, 5, 5), 2),
             return torch.ops.aten.convolution_backward(dy, x, w, [ws[0]], [1, 1], [pad, pad], [1, 1], False,
                                                        [0, 0], 1, [True, True, True])
         print("%s_bwd %.9f" % (name, median_time(backward, reps, 5)), flush=True)
+
+# elementwise and row ops (bench_tensor.c's N_EW cells), 1 thread only
+if threads == 1:
+    with torch.no_grad():
+        h = torch.randn(64, 256) * 2
+        lg = torch.randn(64, 114) * 3
+        lab = torch.arange(64) * 7 % 114
+        p = torch.randn(64, 6, 28, 28)
+        cells = {"tanh": lambda: torch.tanh(h), "sigmoid": lambda: torch.sigmoid(h), "exp": lambda: torch.exp(h),
+                 "softmax": lambda: torch.softmax(lg, 1), "cross_entropy": lambda: F.cross_entropy(lg, lab),
+                 "max_pool2d": lambda: F.max_pool2d(p, 2, 2, return_indices=True)}
+        for name, fn in cells.items():
+            print("%s %.9f" % (name, median_time(fn, reps, 20)), flush=True)
