@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""make bench-autograd: train-lenet and train-charlm against the same models in
+PyTorch (lenet_torch.py, charlm_torch.py), at 1 and 2 threads, in one run;
+then the ledger's own cost (TAGALLOC_RECORD=off, counting only, against the
+default, recording every stack), in alternating pairs.  Prints markdown.
+
+  /usr/bin/python3 bench/autograd/run.py [--build build] [--threads 1,2] [--lenet-epochs 3]
+                                         [--lenet-steps 300] [--charlm-iters 2000] [--reps 3]
+
+Throughputs are the medians over a run's epochs (LeNet) or its points
+(charlm, one every 1000 iterations); peak RSS is the child's ru_maxrss.
+OPENBLAS_NUM_THREADS is set to the thread count for both implementations;
+train-* get --threads N, the PyTorch scripts torch.set_num_threads(N).
+"""
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3"
+
+p = argparse.ArgumentParser()
+p.add_argument("--build", default="build")
+p.add_argument("--threads", default="1,2")
+p.add_argument("--lenet-epochs", type=int, default=3)
+p.add_argument("--lenet-steps", type=int, default=300)
+p.add_argument("--charlm-iters", type=int, default=2000)
+p.add_argument("--reps", type=int, default=3)
+a = p.parse_args()
+tmp = tempfile.mkdtemp(prefix="bench-autograd-")
+# Copies of the programs: a rebuild of the build folder during the run
+# (a shared tree) must not change or remove what is measured.
+for prog in ("train-lenet", "train-charlm"):
+    shutil.copy2(os.path.join(a.build, prog), os.path.join(tmp, prog))
+
+
+def run(cmd, threads, env_extra=None):
+    """Runs cmd; returns (its JSON, its peak RSS in bytes)."""
+    out = os.path.join(tmp, "out.json")
+    if os.path.exists(out):
+        os.unlink(out)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), **(env_extra or {}))
+    env.pop("TAGALLOC_TRACE", None)
+    child = subprocess.Popen(cmd + ["--json", out], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        sys.exit("bench-autograd: %s failed (%d): %s" % (" ".join(cmd), child.returncode,
+                                                         err.decode(errors="replace")[-2000:]))
+    with open(out) as f:
+        return json.load(f), usage.ru_maxrss * 1024
+
+
+def lenet(ours, threads, epochs, steps, env=None):
+    if ours:
+        cmd = [os.path.join(tmp, "train-lenet"), "--threads", str(threads)]
+    else:
+        cmd = [PY, os.path.join(HERE, "lenet_torch.py"), "--threads", str(threads)]
+    return run(cmd + ["--epochs", str(epochs), "--steps", str(steps)], threads, env)
+
+
+def charlm(ours, threads, iters, env=None):
+    if ours:
+        cmd = [os.path.join(tmp, "train-charlm"), "--threads", str(threads)]
+    else:
+        cmd = [PY, os.path.join(HERE, "charlm_torch.py"), "--threads", str(threads)]
+    return run(cmd + ["--iters", str(iters), "--every", "1000"], threads, env)
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def mib(b):
+    return "%.0f MiB" % (b / 1048576)
+
+
+start = time.time()
+rows = []
+for t in [int(x) for x in a.threads.split(",")]:
+    print("bench-autograd: %d thread(s): LeNet-5 ..." % t, file=sys.stderr, flush=True)
+    lo, lo_rss = lenet(True, t, a.lenet_epochs, a.lenet_steps)
+    lt, lt_rss = lenet(False, t, a.lenet_epochs, a.lenet_steps)
+    print("bench-autograd: %d thread(s): charlm ..." % t, file=sys.stderr, flush=True)
+    co, co_rss = charlm(True, t, a.charlm_iters)
+    ct, ct_rss = charlm(False, t, a.charlm_iters)
+    ips_o = med([e["images_per_s"] for e in lo["epochs"]])
+    ips_t = med([e["images_per_s"] for e in lt["epochs"]])
+    its_o = med([q["iters_per_s"] for q in co["points"]])
+    its_t = med([q["iters_per_s"] for q in ct["points"]])
+    acc = lambda d: " / ".join("%.2f" % (100 * e["test_accuracy"]) for e in d["epochs"])
+    rows += [
+        ("LeNet-5 training images/s (median of %d epochs)" % a.lenet_epochs, t, "%.0f" % ips_o, "%.0f" % ips_t,
+         "%.2fx" % (ips_o / ips_t), ">= 1.5x"),
+        ("LeNet-5 test accuracy % after each epoch", t, acc(lo), acc(lt), "", ""),
+        ("LeNet-5 peak RSS", t, mib(lo_rss), mib(lt_rss), "%.2fx" % (lo_rss / lt_rss), "< 1x"),
+        ("charlm iterations/s (median of %d points)" % len(co["points"]), t, "%.0f" % its_o, "%.0f" % its_t,
+         "%.2fx" % (its_o / its_t), ">= 3x"),
+        ("charlm val loss after %d iterations" % a.charlm_iters, t, "%.4f" % co["points"][-1]["val_loss"],
+         "%.4f" % ct["points"][-1]["val_loss"], "", ""),
+        ("charlm peak RSS", t, mib(co_rss), mib(ct_rss), "%.2fx" % (co_rss / ct_rss), "< 1x"),
+    ]
+
+print("| workload | threads | train-* (ours) | PyTorch %s | ours / PyTorch | target |" % lt["impl"].split()[-1])
+print("| --- | ---: | ---: | ---: | ---: | --- |")
+for r in rows:
+    print("| %s | %d | %s | %s | %s | %s |" % r)
+print(flush=True)
+print("bench-autograd: the ledger's cost (%d alternating pairs, 1 thread) ..." % a.reps, file=sys.stderr, flush=True)
+cost = {"lenet": ([], []), "charlm": ([], [])}
+for r in range(a.reps):
+    for name in cost:
+        for k, env in enumerate([{"TAGALLOC_RECORD": "off"}, {}]):
+            if name == "lenet":
+                d, _ = lenet(True, 1, 1, a.lenet_steps, env)
+                cost[name][k].append(d["epochs"][0]["images_per_s"])
+            else:
+                d, _ = charlm(True, 1, 1000, env)
+                cost[name][k].append(d["points"][0]["iters_per_s"])
+
+print("| ledger cost (1 thread) | counting only (`TAGALLOC_RECORD=off`) | recording (default) | cost | target |")
+print("| --- | ---: | ---: | ---: | --- |")
+for name, unit in (("lenet", "LeNet-5 images/s, 1 epoch of %d steps" % a.lenet_steps),
+                   ("charlm", "charlm iterations/s, 1000 iterations")):
+    off, on = med(cost[name][0]), med(cost[name][1])
+    print("| %s (median of %d) | %.0f | %.0f | %+.1f%% | < 3%% |" % (unit, a.reps, off, on, 100 * (off / on - 1)))
+print()
+print("(%.0f s; LeNet-5: %d epochs of %d steps of batch 64, the whole test set after each; charlm: %d iterations)"
+      % (time.time() - start, a.lenet_epochs, a.lenet_steps, a.charlm_iters))
