@@ -18,6 +18,7 @@
  * The kernels (conv_kern.h) are compiled for AVX-512 (x86-64-v4), AVX2 + FMA
  * (x86-64-v3) and the baseline, and picked once by the CPU. */
 #include "internal.h"
+#include "vmath.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -218,7 +219,7 @@ void _tensor_dconv_pack(const _tensor_dconv *d, const float *w, bool grad_input,
 
 /* Rows are short (10 to 30 floats): loops, not memcpy calls (gcc would make
  * the loops calls). */
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void copy_rows(float *dst, int64_t lddst,
+TENSOR_SIMD __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void copy_rows(float *dst, int64_t lddst,
                                                                                       const float *src, int64_t ldsrc,
                                                                                       int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; r++)

@@ -112,6 +112,10 @@ BINARY_KERNEL(k_sub, x - y)
 BINARY_KERNEL(k_mul, x * y)
 BINARY_KERNEL(k_div, x / y)
 BINARY_KERNEL(k_axpby, x * c[0] + y * c[1])
+/* x = dy, y = the forward's output */
+BINARY_KERNEL(k_relu_grad, y > 0.0f ? x : 0.0f)
+BINARY_KERNEL(k_tanh_grad, x * (1.0f - y * y))
+BINARY_KERNEL(k_sigmoid_grad, x * y * (1.0f - y))
 UNARY_KERNEL(k_neg, -x)
 UNARY_KERNEL(k_exp, _tensor_expf(x))
 UNARY_KERNEL(k_log, logf(x))
@@ -202,6 +206,17 @@ tensor_status tensor_mul_out(tensor *o, const tensor *a, const tensor *b) {
 tensor_status tensor_div_out(tensor *o, const tensor *a, const tensor *b) {
   return binary_out("tensor_div_out", o, a, b, k_div, NULL);
 }
+
+#define GRAD_API(op)                                                                            \
+  tensor *tensor_##op##_grad(const tensor *dy, const tensor *y) {                              \
+    return binary("tensor_" #op "_grad", dy, y, k_##op##_grad, NULL);                          \
+  }                                                                                             \
+  tensor_status tensor_##op##_grad_out(tensor *out, const tensor *dy, const tensor *y) {        \
+    return binary_out("tensor_" #op "_grad_out", out, dy, y, k_##op##_grad, NULL);             \
+  }
+GRAD_API(relu)
+GRAD_API(tanh)
+GRAD_API(sigmoid)
 
 tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tensor *b, float t) {
   float c[2] = { s, t };

@@ -183,6 +183,16 @@ tensor_status tensor_sigmoid_out(tensor *out, const tensor *a);
 /* out = a * s + b * t (b may be NULL): the axpy of optimizers. */
 tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tensor *b, float t);
 
+/* The backward of relu, tanh and sigmoid from dy and the forward's OUTPUT
+ * y (same shape, or broadcasting): dy * (y > 0), dy * (1 - y*y),
+ * dy * y * (1 - y).  Vectorized, no branches; out= forms as above. */
+tensor *tensor_relu_grad(const tensor *dy, const tensor *y);
+tensor *tensor_tanh_grad(const tensor *dy, const tensor *y);
+tensor *tensor_sigmoid_grad(const tensor *dy, const tensor *y);
+tensor_status tensor_relu_grad_out(tensor *out, const tensor *dy, const tensor *y);
+tensor_status tensor_tanh_grad_out(tensor *out, const tensor *dy, const tensor *y);
+tensor_status tensor_sigmoid_grad_out(tensor *out, const tensor *dy, const tensor *y);
+
 /* In place: a op= b (b broadcast to a's shape); a op= s.  Return status. */
 tensor_status tensor_add_(tensor *a, const tensor *b);
 tensor_status tensor_sub_(tensor *a, const tensor *b);

@@ -1,4 +1,5 @@
 /* test_tensor_kernels.c - the fast kernels against plain references:
+ *   - tensor_relu_grad, tanh_grad, sigmoid_grad against their formulas;
  *   - tensor_exp, tensor_tanh, tensor_sigmoid (vectorized polynomials, not
  *     libm) against libm in double over [-110, 110] and at 0, -0, +-inf and
  *     NaN, contiguous and strided; softmax and cross-entropy rows likewise;
@@ -103,6 +104,41 @@ static void test_softmax_rows_vs_double(void **state) {
   }
   check_close("cross_entropy", 0, 0, tensor_item(ce), total / R, 1e-5, 1e-6);
   assert_int_equal(n_errors, 0);
+  tensor_scope_end();
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+}
+
+/* relu, tanh and sigmoid backward from the forward's output, against the
+ * formulas in double; contiguous, transposed and out= forms. */
+static void test_activation_grads(void **state) {
+  (void)state;
+  ta_mark m = ta_mark_now();
+  tensor_scope_begin();
+  enum { R = 37, C = 53 };
+  tensor *x = tensor_randn(TS(R, C), 2.0f, 21), *dy = tensor_randn(TS(R, C), 1.0f, 22);
+  tensor_f32(x)[5] = 0.0f;   /* relu'(0) = 0, as relu's backward takes it */
+  tensor *ys[3] = { tensor_relu(x), tensor_tanh(x), tensor_sigmoid(x) };
+  tensor *(*grad[3])(const tensor *, const tensor *) = { tensor_relu_grad, tensor_tanh_grad, tensor_sigmoid_grad };
+  tensor_status (*grad_out[3])(tensor *, const tensor *, const tensor *) = {
+    tensor_relu_grad_out, tensor_tanh_grad_out, tensor_sigmoid_grad_out };
+  const char *names[3] = { "relu_grad", "tanh_grad", "sigmoid_grad" };
+  for (int k = 0; k < 3; k++) {
+    tensor *g = grad[k](dy, ys[k]);
+    tensor *gt = grad[k](tensor_transpose(dy, 0, 1), tensor_transpose(ys[k], 0, 1));   /* strided */
+    tensor *go = tensor_empty(TENSOR_F32, TS(R, C));
+    assert_int_equal(grad_out[k](go, dy, ys[k]), TENSOR_OK);
+    for (int i = 0; i < R * C; i++) {
+      double d = tensor_f32(dy)[i], y = tensor_f32(ys[k])[i];
+      double want = k == 0 ? (y > 0 ? d : 0.0) : k == 1 ? d * (1 - y * y) : d * y * (1 - y);
+      check_close(names[k], i, y, tensor_f32(g)[i], want, 1e-6, 1e-7);
+      check_close(names[k], i, y, tensor_f32(go)[i], want, 1e-6, 1e-7);
+      check_close(names[k], i, y, tensor_f32(gt)[(i % C) * R + i / C], want, 1e-6, 1e-7);
+    }
+  }
+  assert_true(tensor_f32(tensor_relu_grad(dy, ys[0]))[5] == 0.0f);
+  assert_int_equal(n_errors, 0);
+  assert_null(tensor_relu_grad(dy, tensor_empty(TENSOR_F32, TS(3))));   /* shapes that do not broadcast */
+  assert_int_equal(n_errors, 1);
   tensor_scope_end();
   TA_ASSERT_NO_LEAKS_SINCE(m);
 }
@@ -241,6 +277,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_exp_tanh_sigmoid_vs_libm, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_softmax_rows_vs_double, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_activation_grads, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_conv2d_kernels_vs_loops, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_max_pool_vs_loop, errors_setup, errors_teardown),
   };
