@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "vmath.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,8 +110,10 @@ void _tensor_dconv_plan(_tensor_dconv *d, int64_t C, int64_t H, int64_t W, int64
   d->Opad = (O + d->vl - 1) / d->vl * d->vl;
 }
 
-bool _tensor_dconv_fits(int64_t C, int64_t O, int64_t KH, int64_t KW) {
-  return C * KH * KW <= 4096 && O <= 64 && C <= 64 && C * KH * KW * (O > C ? O : C) <= (int64_t)1 << 20;
+bool _tensor_dconv_fits(int64_t C, int64_t O, int64_t KH, int64_t KW, int64_t Hp, int64_t Wp) {
+  /* tap offsets and positions are int32: the padded image must fit them */
+  return C * KH * KW <= 4096 && O <= 64 && C <= 64 && C * KH * KW * (O > C ? O : C) <= (int64_t)1 << 20 &&
+         Hp < (1 << 20) && Wp < (1 << 20) && C * Hp * Wp + 2 * CHUNK + Wp < INT32_MAX;
 }
 
 /* floats of the padded image (with the tail that the last chunk reads) */

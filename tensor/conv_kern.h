@@ -19,13 +19,15 @@ static inline __attribute__((always_inline)) void KN_CAT(kstore_, SFX)(float *p,
 
 /* wide[o][q] = bias[o] + sum_t wt[t][o] * xp[off[t] + q] for o < OB and
  * q < L rounded up to VL*NV; accumulator k holds channel k / NV, vector
- * k % NV of the chunk.  OB * NV <= 16: the unrolled loops over constant
- * counts leave the accumulators in registers. */
+ * k % NV of the chunk; the vectors that do not fill a chunk go one at a
+ * time.  OB * NV <= 16: the unrolled loops over constant counts leave the
+ * accumulators in registers. */
 static inline __attribute__((always_inline)) void KN_CAT(fwd_body_, SFX)(const float *xp, const int32_t *off, int T,
                                                                         const float *wt, const float *bias, float *wide,
                                                                         int64_t ldw, int64_t L, const int OB,
                                                                         const int NV) {
-  for (int64_t q = 0; q < L; q += VL * NV) {
+  int64_t Lv = (L + VL - 1) / VL * VL, q = 0;
+  for (; q + VL * NV <= Lv; q += VL * NV) {
     VT acc[16], z = { 0 };
 #pragma GCC unroll 16
     for (int k = 0; k < OB * NV; k++) acc[k] = z + bias[k / NV];
@@ -40,6 +42,21 @@ static inline __attribute__((always_inline)) void KN_CAT(fwd_body_, SFX)(const f
     }
 #pragma GCC unroll 16
     for (int k = 0; k < OB * NV; k++) KN_CAT(kstore_, SFX)(wide + (int64_t)(k / NV) * ldw + q + (k % NV) * VL, acc[k]);
+  }
+  /* the last vectors one at a time: conv2's 136 positions are 4 x 32 + 16,
+   * not 5 x 32 */
+  for (; q < Lv; q += VL) {
+    VT acc[8], z = { 0 };
+#pragma GCC unroll 8
+    for (int o = 0; o < OB; o++) acc[o] = z + bias[o];
+    for (int t = 0; t < T; t++) {
+      VT x = KN_CAT(kload_, SFX)(xp + q + off[t]);
+      const float *wr = wt + (int64_t)t * OB;
+#pragma GCC unroll 8
+      for (int o = 0; o < OB; o++) acc[o] += wr[o] * x;
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < OB; o++) KN_CAT(kstore_, SFX)(wide + (int64_t)o * ldw + q, acc[o]);
   }
 }
 

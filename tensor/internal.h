@@ -103,8 +103,9 @@ typedef struct {
   int64_t C, H, W, O, KH, KW, ph, pw, Hp, Wp, OH, OW, T, L, ldw, plane, Opad;
   int vl;
 } _tensor_dconv;
-/* whether the direct kernels serve this size (else im2col + sgemm) */
-bool _tensor_dconv_fits(int64_t C, int64_t O, int64_t KH, int64_t KW);
+/* whether the direct kernels serve this size (else im2col + sgemm); Hp, Wp:
+ * the padded input of the plan */
+bool _tensor_dconv_fits(int64_t C, int64_t O, int64_t KH, int64_t KW, int64_t Hp, int64_t Wp);
 void _tensor_dconv_plan(_tensor_dconv *d, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
                         int64_t ph, int64_t pw);
 /* floats of scratch per thread */

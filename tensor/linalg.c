@@ -317,7 +317,7 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
   }
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
   int parts = conv_parts(&g);
-  if (g.s == 1 && _tensor_dconv_fits(g.C, g.O, g.KH, g.KW)) {
+  if (g.s == 1 && _tensor_dconv_fits(g.C, g.O, g.KH, g.KW, g.H + 2 * g.p, g.W + 2 * g.p)) {
     /* direct: scratch per thread, then the packed weights and the bias */
     dconv_job dj;
     _tensor_dconv_plan(&dj.d, g.C, g.H, g.W, g.O, g.KH, g.KW, g.p, g.p);
@@ -374,7 +374,8 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
   if (!conv_geometry(op, x_shape, w->shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
   int parts = conv_parts(&g);
-  if (g.s == 1 && g.p <= g.KH - 1 && g.p <= g.KW - 1 && _tensor_dconv_fits(g.O, g.C, g.KH, g.KW)) {
+  if (g.s == 1 && g.p <= g.KH - 1 && g.p <= g.KW - 1 &&
+      _tensor_dconv_fits(g.O, g.C, g.KH, g.KW, g.OH + 2 * (g.KH - 1 - g.p), g.OW + 2 * (g.KW - 1 - g.p))) {
     /* the forward of dy padded by K-1-p, with w transposed and flipped */
     dconv_job dj;
     _tensor_dconv_plan(&dj.d, g.O, g.OH, g.OW, g.C, g.KH, g.KW, g.KH - 1 - g.p, g.KW - 1 - g.p);
@@ -421,7 +422,7 @@ tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, c
   if (!conv_geometry(op, x->shape, w_shape, stride, pad, &g) || !check_dy(op, dy, &g)) goto fail;
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, per = CKK * P + g.O * CKK;
   int parts = conv_parts(&g);
-  if (g.s == 1 && _tensor_dconv_fits(g.C, g.O, g.KH, g.KW)) {
+  if (g.s == 1 && _tensor_dconv_fits(g.C, g.O, g.KH, g.KW, g.H + 2 * g.p, g.W + 2 * g.p)) {
     dconv_job dj;
     _tensor_dconv_plan(&dj.d, g.C, g.H, g.W, g.O, g.KH, g.KW, g.p, g.p);
     int64_t Opad = dj.d.Opad;
