@@ -131,22 +131,29 @@ static node *find(uint32_t id, uint32_t stop, uint32_t h, const uintptr_t *pcs, 
 }
 
 /* Takes space for a node of n frames; never straddles chunks. */
+/* Room for a node of n frames: a CAS on `used`, so that a node never
+ * straddles two chunks.  One that would goes to the start of the next
+ * chunk, and the rest of this one is marked skipped (when a header fits;
+ * the reader skips a shorter rest by itself).  (With a fetch-and-add, the
+ * straddling space was lost at the start of the next chunk too, as a node
+ * that never became ready: the trace writer waited on it at every flush
+ * once the depot passed 64 MiB.) */
 static uint64_t take(size_t n) {
   uint64_t size = sizeof(node) + n * sizeof(uintptr_t);
+  uint64_t cur = atomic_load_explicit(&used, memory_order_relaxed);
   for (;;) {
-    uint64_t off = atomic_fetch_add_explicit(&used, size, memory_order_relaxed);
+    uint64_t room = CHUNK_SIZE - (cur & (CHUNK_SIZE - 1));
+    uint64_t off = room < size ? cur + room : cur;
     uint64_t end = off + size;
     if (end > (uint64_t)MAX_CHUNKS << CHUNK_SHIFT) return 0;
-    if ((off >> CHUNK_SHIFT) == ((end - 1) >> CHUNK_SHIFT)) {
-      if (chunk_get(off >> CHUNK_SHIFT) == NULL) return 0;
-      return off;
-    }
-    /* Straddles: mark the rest of this chunk as skipped, if a header fits. */
-    if (CHUNK_SIZE - (off & (CHUNK_SIZE - 1)) >= sizeof(node) && chunk_get(off >> CHUNK_SHIFT)) {
-      node *nd = node_at(off);
+    if (!atomic_compare_exchange_weak_explicit(&used, &cur, end, memory_order_relaxed,
+                                               memory_order_relaxed))
+      continue;
+    if (off != cur && room >= sizeof(node) && chunk_get(cur >> CHUNK_SHIFT)) {
+      node *nd = node_at(cur);
       atomic_store_explicit(&nd->state, NODE_SKIP, memory_order_release);
     }
-    /* The next chunk's start may have been taken by others already: retry. */
+    return chunk_get(off >> CHUNK_SHIFT) ? off : 0;
   }
 }
 

@@ -5,8 +5,10 @@
  * different call sites): depth 21 gives 2^21 - 1 nodes, each with a stack of
  * its own (`test_depot 21`; make test uses depth 18, 262,143 stacks).  Proves that every distinct stack gets a distinct id, that equal
  * stacks share one, that ids read back the same frames, and that the counts
- * stay exact. */
+ * stay exact; and that the trace writer's walk of the depot sees every
+ * stack once. */
 #include "harness.h"
+#include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +125,35 @@ static void test_frames_read_back(void **state) {
   assert_int_equal(ta_stack_frames(0x7fffffff, &fa), 0);
 }
 
+/* The trace writer's walk of the depot (every node in the order it was
+ * placed) sees each distinct stack once, across the 64 MiB chunks the tree
+ * filled (depth 18: ~260,000 stacks of ~40 frames, over 80 MiB), and its
+ * frames are the ones the id reads back.  A node that would have straddled
+ * two chunks once left a never-ready node at the next chunk's start, where
+ * the walk stopped. */
+typedef struct { size_t n, frames_bad; } walk_acc;
+
+static void walk_one(uint32_t id, const uintptr_t *pcs, size_t n, void *arg) {
+  walk_acc *a = arg;
+  const uintptr_t *got;
+  a->n++;
+  if (_ta_depot_get(id, &got) != n || memcmp(got, pcs, n * sizeof *pcs) != 0) a->frames_bad++;
+}
+
+static void test_walk_all(void **state) {
+  (void)state;
+  size_t stacks = _ta_depot_count();
+  assert_true(stacks > 200000);
+  walk_acc a = { 0 };
+  uint64_t cursor = 0;
+  _ta_depot_each_since(&cursor, walk_one, &a);
+  assert_int_equal(a.n, stacks);
+  assert_int_equal(a.frames_bad, 0);
+  walk_acc again = { 0 };
+  _ta_depot_each_since(&cursor, walk_one, &again);   /* nothing new since */
+  assert_int_equal(again.n, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) depth = atoi(argv[1]);
   setenv("TAGALLOC_REPORT", "0", 1);
@@ -132,6 +163,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_frames_read_back),
     cmocka_unit_test(test_many_stacks),
+    cmocka_unit_test(test_walk_all),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
