@@ -63,6 +63,8 @@ void _ta_write_all(int fd, const void *buf, size_t n);
 size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode);
 /* Forget cached rules in [lo, hi) (a module was unloaded). */
 void   _ta_unwind_forget(uintptr_t lo, uintptr_t hi);
+/* Mark records held now (ledger.c; freed marks leave). */
+size_t _ta_marks_kept(void);
 /* Exact mode: rules this process computed with libdw (cache misses filled). */
 size_t _ta_unwind_rules_computed(void);
 

@@ -821,16 +821,62 @@ void _ta_quarantine_check_all(void) {
 
 /* ---- marks and counts ---------------------------------------------------------- */
 
+/* Marks are kept until ta_mark_free: marks[0 .. nmarks) in the order of
+ * their ids (1, 2, ...; found by binary search).  A freed mark hands the
+ * peak of its interval to the live mark before it (or to dropped_peak when
+ * there is none), so that ta_since of an older mark still sees every
+ * interval's peak, and leaves the array - but the last one, whose interval
+ * is still open.  So a loop that takes a mark, checks and frees it each
+ * iteration keeps one or two records, not one per iteration. */
 typedef struct {
+  ta_mark id;
   uint64_t seq;
   uint32_t ntags;
-  ta_tag_counts_plain *counts;  /* at the mark, per tag */
+  bool freed;
+  ta_tag_counts_plain *counts;  /* at the mark, per tag (NULL once freed) */
   uint64_t *peak_after;         /* peak per tag between this mark and the next */
 } mark_rec;
 
 static pthread_mutex_t mark_lock = PTHREAD_MUTEX_INITIALIZER;
 static mark_rec *marks;
 static size_t nmarks, cap_marks;
+static ta_mark last_mark;
+static uint64_t dropped_peak[TA_MAX_TAGS];   /* the peaks of the intervals of marks gone */
+
+/* The live mark m, or NULL; mark_lock held. */
+static mark_rec *mark_get(ta_mark m) {
+  size_t lo = 0, hi = nmarks;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (marks[mid].id < m) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < nmarks && marks[lo].id == m && !marks[lo].freed ? &marks[lo] : NULL;
+}
+
+/* Folds the interval peaks of freed marks into the live mark before them
+ * (or dropped_peak) and drops them; the last mark's interval is still
+ * open, so it stays.  mark_lock held. */
+static void marks_compact(void) {
+  for (size_t i = nmarks; i-- > 0;) {
+    mark_rec *r = &marks[i];
+    if (!r->freed || r->peak_after == NULL || i + 1 == nmarks) continue;
+    uint64_t *into = dropped_peak;
+    uint32_t n = TA_MAX_TAGS;
+    for (size_t j = i; j-- > 0;)
+      if (!marks[j].freed) { into = marks[j].peak_after; n = marks[j].ntags; break; }
+    for (uint32_t k = 0; k < r->ntags; k++) {
+      uint64_t *d = k < n ? &into[k] : &dropped_peak[k];
+      if (r->peak_after[k] > *d) *d = r->peak_after[k];
+    }
+    _ta_meta_free(r->peak_after);
+    r->peak_after = NULL;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < nmarks; i++)
+    if (!marks[i].freed || i + 1 == nmarks) marks[n++] = marks[i];
+  nmarks = n;
+}
 
 ta_mark ta_mark_now(void) {
   _ta_ensure();
@@ -867,8 +913,9 @@ ta_mark ta_mark_now(void) {
     uint64_t p = atomic_exchange(&peak_cur[i], live);
     if (prev && i < prev->ntags) prev->peak_after[i] = p > live ? p : live;
   }
-  marks[nmarks] = (mark_rec){ seq, ntags, counts, peak_after };
-  ta_mark id = ++nmarks;
+  ta_mark id = ++last_mark;
+  marks[nmarks++] = (mark_rec){ id, seq, ntags, false, counts, peak_after };
+  if (prev && prev->freed) marks_compact();    /* its interval just closed */
   pthread_mutex_unlock(&mark_lock);
   if (_ta_tracing) _ta_trace_mark(t, id, seq);
   return id;
@@ -957,19 +1004,21 @@ ta_counts ta_since(ta_mark m, ta_tag tag) {
   uint64_t seq = 0;
   uint64_t peak = atomic_load(&peak_cur[tag]);
   pthread_mutex_lock(&mark_lock);
-  if (m > nmarks) {
+  mark_rec *r = m ? mark_get(m) : NULL;
+  if (m && r == NULL) {
     pthread_mutex_unlock(&mark_lock);
-    _ta_error(TA_EINVAL, "ta_since: %lu is not a mark", (unsigned long)m);
+    _ta_error(TA_EINVAL, "ta_since: %lu is not a mark (or it was freed)", (unsigned long)m);
     return c;
   }
   if (m == 0) {
     peak = atomic_load(&peak_run);
     if (tag) {     /* no whole-run peak per tag: the intervals since the first mark */
+      if (dropped_peak[tag] > peak) peak = dropped_peak[tag];
       for (size_t i = 0; i < nmarks; i++)
-        if (tag < marks[i].ntags && marks[i].peak_after[tag] > peak) peak = marks[i].peak_after[tag];
+        if (marks[i].peak_after && tag < marks[i].ntags && marks[i].peak_after[tag] > peak)
+          peak = marks[i].peak_after[tag];
     }
   } else {
-    mark_rec *r = &marks[m - 1];
     seq = r->seq;
     if (tag < r->ntags) {
       c.allocs = now[tag].allocs - r->counts[tag].allocs;
@@ -978,8 +1027,9 @@ ta_counts ta_since(ta_mark m, ta_tag tag) {
       c.allocs = now[tag].allocs;
       c.frees = now[tag].frees;
     }
-    for (size_t i = m - 1; i + 1 < nmarks; i++)
-      if (tag < marks[i].ntags && marks[i].peak_after[tag] > peak) peak = marks[i].peak_after[tag];
+    for (size_t i = (size_t)(r - marks); i + 1 < nmarks; i++)
+      if (marks[i].peak_after && tag < marks[i].ntags && marks[i].peak_after[tag] > peak)
+        peak = marks[i].peak_after[tag];
   }
   pthread_mutex_unlock(&mark_lock);
   if (m == 0) {
@@ -994,13 +1044,38 @@ ta_counts ta_since(ta_mark m, ta_tag tag) {
   return c;
 }
 
+void ta_mark_free(ta_mark m) {
+  if (m == 0) return;
+  _ta_ensure();
+  pthread_mutex_lock(&mark_lock);
+  mark_rec *r = mark_get(m);
+  if (r == NULL) {
+    pthread_mutex_unlock(&mark_lock);
+    _ta_error(TA_EINVAL, "ta_mark_free: %lu is not a mark (or it was freed)", (unsigned long)m);
+    return;
+  }
+  r->freed = true;
+  _ta_meta_free(r->counts);
+  r->counts = NULL;
+  marks_compact();
+  pthread_mutex_unlock(&mark_lock);
+}
+
+size_t _ta_marks_kept(void) {
+  pthread_mutex_lock(&mark_lock);
+  size_t n = nmarks;
+  pthread_mutex_unlock(&mark_lock);
+  return n;
+}
+
 void ta_live_since(ta_mark m, ta_tag tag,
                    void (*fn)(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg),
                    void *arg) {
   _ta_ensure();
   uint64_t seq = 0;
   pthread_mutex_lock(&mark_lock);
-  if (m > 0 && m <= nmarks) seq = marks[m - 1].seq;
+  mark_rec *r = mark_get(m);
+  if (r) seq = r->seq;
   pthread_mutex_unlock(&mark_lock);
   since_walk w = { .fn = fn, .arg = arg };
   live_since(seq, tag, &w);

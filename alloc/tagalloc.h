@@ -112,6 +112,9 @@ typedef struct {
 
 ta_mark   ta_mark_now(void);
 ta_counts ta_since(ta_mark m, ta_tag tag);   /* tag TA_ANY: all tags */
+/* Forgets m (ta_since(m) is then an error).  A mark holds its counts per
+ * tag until freed: a loop that marks every iteration frees them. */
+void      ta_mark_free(ta_mark m);
 /* Calls fn for each block made since m (of tag, or any) that is still live. */
 void      ta_live_since(ta_mark m, ta_tag tag,
                         void (*fn)(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg),

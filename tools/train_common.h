@@ -142,12 +142,11 @@ static inline void tc_tag_live_json(FILE *f, const tc_tag_live *t) {
 
 /* ---- tape blocks left live after an iteration ------------------------------------ */
 
-/* A mark every TC_MARK_EVERY iterations, and after each iteration the tape
- * blocks made since it that are still live (none, for a correct stack).  A
- * mark per iteration would make the ledger's mark table grow by ~0.5 KB an
- * iteration (marks are kept for the whole run); 50 iterations' births stay
- * within the ledger's ring of recent births, so the count needs no walk of
- * the live table. */
+/* A mark every TC_MARK_EVERY iterations (the one before freed, so the
+ * ledger keeps no record per iteration), and after each iteration the tape
+ * blocks made since it that are still live (none, for a correct stack);
+ * 50 iterations' births stay within the ledger's ring of recent births, so
+ * the count needs no walk of the live table. */
 #define TC_MARK_EVERY 50
 typedef struct {
   ta_mark mark;
@@ -156,7 +155,10 @@ typedef struct {
 } tc_tape_check;
 
 static inline void tc_tape_check_begin(tc_tape_check *c) {
-  if (c->iters++ % TC_MARK_EVERY == 0) c->mark = ta_mark_now();
+  if (c->iters++ % TC_MARK_EVERY == 0) {
+    if (c->mark) ta_mark_free(c->mark);
+    c->mark = ta_mark_now();
+  }
 }
 
 /* After ag_tape_reset. */

@@ -3,10 +3,12 @@
  * moves, copies; NULL allocates with tag "realloc"), ta_aligned, the block
  * queries, tags, and exact ta_since counts per tag and for TA_ANY (allocs,
  * frees, live blocks and bytes, peak bytes) after scripted sequences and over
- * 10,000 iterations; the assertion macros pass when they should and abort
+ * 10,000 iterations; ta_mark_free (a freed mark's peak still counts, a loop
+ * of mark/check/free keeps no records); the assertion macros pass when they should and abort
  * (in a forked child) when they should not. */
 #include "harness.h"
 #include "child.h"
+#include "internal.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -279,6 +281,45 @@ static void test_counts_scripted(void **state) {
   ta_error_handler(NULL, NULL);
 }
 
+/* ta_mark_free: a freed mark's interval still counts toward the peak of an
+ * older mark; the freed mark is an error for ta_since and a second free;
+ * a loop that marks, checks and frees each iteration keeps no records. */
+static void test_mark_free(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("markfree");
+  size_t kept0 = _ta_marks_kept();
+  ta_mark m = ta_mark_now();
+  ta_free(ta_alloc(T, 5000));
+  ta_mark m2 = ta_mark_now();
+  ta_mark_free(m2);                              /* its interval is still open */
+  ta_free(ta_alloc(T, 7000));                    /* the peak, inside m2's interval */
+  ta_mark m3 = ta_mark_now();                    /* closes it: folded into m's */
+  ta_free(ta_alloc(T, 100));
+  assert_int_equal(ta_since(m, T).peak_bytes, 7000);
+  assert_int_equal(ta_since(m, T).allocs, 3);
+  assert_int_equal(ta_since(m3, T).peak_bytes, 100);
+
+  ta_error_handler(on_error, NULL);
+  last_code = 0;
+  assert_int_equal(ta_since(m2, T).allocs, 0);
+  assert_int_equal(last_code, TA_EINVAL);
+  last_code = 0;
+  ta_mark_free(m2);
+  assert_int_equal(last_code, TA_EINVAL);
+  ta_error_handler(NULL, NULL);
+
+  ta_mark_free(m);
+  ta_mark_free(m3);
+  for (size_t i = 0; i < 10000; i++) {
+    ta_mark k = ta_mark_now();
+    void *p = ta_alloc(T, 64);
+    assert_int_equal(ta_since(k, T).live_blocks, 1);
+    ta_free(p);
+    ta_mark_free(k);
+  }
+  assert_true(_ta_marks_kept() <= kept0 + 1);    /* the last one's interval stays open */
+}
+
 typedef struct { size_t n, bytes; } live_acc;
 
 static void count_live(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg) {
@@ -463,6 +504,7 @@ int main(void) {
     cmocka_unit_test_setup(test_aligned, setup),
     cmocka_unit_test_setup(test_tags, setup),
     cmocka_unit_test_setup(test_counts_scripted, setup),
+    cmocka_unit_test_setup(test_mark_free, setup),
     cmocka_unit_test_setup(test_since_loop, setup),
     cmocka_unit_test_setup(test_live_since_visits_once, setup),
     cmocka_unit_test_setup(test_assert_macros_pass, setup),
