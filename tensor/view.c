@@ -5,6 +5,7 @@
  * non-contiguous tensor, tensor_clone, and tensor_reshape when no view can
  * express the new shape. */
 #include "internal.h"
+#include "vmath.h"
 
 #include <string.h>
 
@@ -295,9 +296,14 @@ tensor *tensor_expand(const tensor *t, int ndim, const int64_t *shape) {
 
 /* ---- copies ------------------------------------------------------------------ */
 
-static void copy_row(uint32_t *o, const uint32_t *a, int64_t n, int64_t so, int64_t sa) {
+/* A fill (sa == 0) reads a[0] once: o may alias it, and a reload per
+ * element kept gcc from vectorizing (zero_grad's fills). */
+TENSOR_SIMD static void copy_row(uint32_t *o, const uint32_t *a, int64_t n, int64_t so, int64_t sa) {
   if (so == 1 && sa == 1) memcpy(o, a, (size_t)n * 4);
-  else if (so == 1 && sa == 0) for (int64_t i = 0; i < n; i++) o[i] = a[0];
+  else if (so == 1 && sa == 0) {
+    uint32_t v = a[0];
+    for (int64_t i = 0; i < n; i++) o[i] = v;
+  }
   else if (so == 1) for (int64_t i = 0; i < n; i++) o[i] = a[i * sa];
   else for (int64_t i = 0; i < n; i++) o[i * so] = a[i * sa];
 }

@@ -1,5 +1,6 @@
 /* test_tensor_kernels.c - the fast kernels against plain references:
  *   - tensor_relu_grad, tanh_grad, sigmoid_grad against their formulas;
+ *   - fills and broadcast copies, contiguous and strided;
  *   - tensor_exp, tensor_tanh, tensor_sigmoid (vectorized polynomials, not
  *     libm) against libm in double over [-110, 110] and at 0, -0, +-inf and
  *     NaN, contiguous and strided; softmax and cross-entropy rows likewise;
@@ -143,6 +144,29 @@ static void test_activation_grads(void **state) {
   TA_ASSERT_NO_LEAKS_SINCE(m);
 }
 
+/* fills and broadcast copies (the fill reads its value once) */
+static void test_fill_and_broadcast_copy(void **state) {
+  (void)state;
+  ta_mark m = ta_mark_now();
+  tensor_scope_begin();
+  enum { R = 37, C = 53 };
+  tensor *a = tensor_randn(TS(R, C), 1.0f, 31);
+  assert_int_equal(tensor_fill_(a, 1.5f), TENSOR_OK);
+  for (int i = 0; i < R * C; i++) assert_true(tensor_f32(a)[i] == 1.5f);
+  tensor *cols = tensor_slice(a, 1, 0, C, 2);   /* every other column */
+  assert_int_equal(tensor_fill_(cols, -2.0f), TENSOR_OK);
+  for (int i = 0; i < R * C; i++) assert_true(tensor_f32(a)[i] == ((i % C) % 2 == 0 ? -2.0f : 1.5f));
+  tensor *row = tensor_randn(TS(C), 1.0f, 32);
+  assert_int_equal(tensor_copy_(a, row), TENSOR_OK);   /* the row broadcast to every row */
+  for (int i = 0; i < R * C; i++) assert_true(tensor_f32(a)[i] == tensor_f32(row)[i % C]);
+  tensor *ints = tensor_empty(TENSOR_I32, TS(5, 7));
+  assert_int_equal(tensor_fill_(ints, 3.0f), TENSOR_OK);
+  for (int i = 0; i < 35; i++) assert_int_equal(tensor_i32(ints)[i], 3);
+  assert_int_equal(n_errors, 0);
+  tensor_scope_end();
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+}
+
 /* ---- conv2d ------------------------------------------------------------- */
 
 typedef struct { int N, C, H, W, O, KH, KW, S, P, threads; } conv_case;
@@ -278,6 +302,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_exp_tanh_sigmoid_vs_libm, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_softmax_rows_vs_double, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_activation_grads, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_fill_and_broadcast_copy, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_conv2d_kernels_vs_loops, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_max_pool_vs_loop, errors_setup, errors_teardown),
   };
