@@ -87,7 +87,14 @@ check-valgrind: all
 	tests/integration/run.sh $(BUILD) --valgrind
 
 # ---- demo and benchmarks -------------------------------------------------
-demo: $(BUILD)/demo
+# The main job: LeNet-5 trained on Fashion-MNIST for one epoch with the
+# ledger on, and the ledger's report of the run as an HTML page.
+demo: $(BUILD)/train-lenet
+	$(BUILD)/train-lenet --epochs 1 --html $(BUILD)/lenet-report.html
+	@echo "demo: the ledger's report of the run is $(BUILD)/lenet-report.html"
+
+# The ledger catching three bugs on purpose (examples/demo.c).
+demo-bugs: $(BUILD)/demo
 	$(BUILD)/demo
 
 $(BUILD)/bench-alloc: bench/bench_alloc.c $(BUILD)/libtagalloc.a
@@ -107,5 +114,5 @@ bench-deps:
 clean:
 	rm -rf build
 
-.PHONY: all test test-asan test-integration asan-tests check-valgrind demo bench bench-alloc deps bench-deps clean
+.PHONY: all test test-asan test-integration asan-tests check-valgrind demo demo-bugs bench bench-alloc deps bench-deps clean
 .SECONDARY:
