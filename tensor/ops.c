@@ -280,7 +280,7 @@ tensor_status tensor_sigmoid_(tensor *a) { return unary_out("tensor_sigmoid_", a
 enum { R_SUM, R_MEAN, R_MAX, R_ARGMAX };
 
 /* The input as [outer, n, inner] (contiguous), reduced over n. */
-static void reduce_rows(int kind, const float *a, int64_t outer, int64_t n, int64_t inner, void *outp) {
+TENSOR_SIMD static void reduce_rows(int kind, const float *a, int64_t outer, int64_t n, int64_t inner, void *outp) {
   float *o = outp;
   int32_t *oi = outp;
   for (int64_t p = 0; p < outer; p++) {
