@@ -782,6 +782,23 @@ static size_t packed_events(unsigned char *p) {
   return n;
 }
 
+/* The next record is an ALLOC event of the PACKED record at off, equal to want. */
+static void expect_alloc(report_trace_iter *it, uint64_t off, tr_alloc want) {
+  report_trace_rec r;
+  assert_true(report_trace_next(it, &r));
+  assert_int_equal(r.type, TR_ALLOC);
+  assert_int_equal(r.offset, off);
+  tr_alloc a;
+  memcpy(&a, r.payload, sizeof a);
+  assert_int_equal(a.seq, want.seq);
+  assert_int_equal(a.addr, want.addr);
+  assert_int_equal(a.size, want.size);
+  assert_int_equal(a.stack, want.stack);
+  assert_int_equal(a.tag, want.tag);
+  assert_int_equal(a.arena, want.arena);
+  assert_int_equal(a.thread, want.thread);
+}
+
 static void test_packed_events(void **state) {
   (void)state;
   unsigned char payload[64] = { 0 };
@@ -797,18 +814,8 @@ static void test_packed_events(void **state) {
   report_trace_iter it;
   report_trace_rec r;
   report_trace_iter_init(&it, t);
-  assert_true(report_trace_next(&it, &r));
-  assert_int_equal(r.type, TR_ALLOC);
-  assert_int_equal(r.offset, off);
-  tr_alloc a;
-  memcpy(&a, r.payload, sizeof a);
-  assert_int_equal(a.seq, 10);
-  assert_int_equal(a.addr, 0x1000);
-  assert_int_equal(a.size, 300);
-  assert_int_equal(a.stack, 1);
-  assert_int_equal(a.tag, 1);
-  assert_int_equal(a.arena, 0);
-  assert_int_equal(a.thread, 3);
+  expect_alloc(&it, off, (tr_alloc){ .seq = 10, .addr = 0x1000, .size = 300, .stack = 1, .tag = 1,
+                                      .thread = 3 });
   assert_true(report_trace_next(&it, &r));
   assert_int_equal(r.type, TR_FREE);
   tr_free f;
@@ -817,13 +824,8 @@ static void test_packed_events(void **state) {
   assert_int_equal(f.addr, 0x1040);
   assert_int_equal(f.stack, 2);
   assert_int_equal(f.thread, 3);
-  assert_true(report_trace_next(&it, &r));
-  assert_int_equal(r.type, TR_ALLOC);
-  memcpy(&a, r.payload, sizeof a);
-  assert_int_equal(a.seq, 13);
-  assert_int_equal(a.addr, 0x1040 - 128);
-  assert_int_equal(a.size, 16);
-  assert_int_equal(a.arena, 1);
+  expect_alloc(&it, off, (tr_alloc){ .seq = 13, .addr = 0x1040 - 128, .size = 16, .stack = 1, .tag = 1,
+                                      .arena = 1, .thread = 3 });
   assert_false(report_trace_next(&it, &r));
   assert_false(it.damaged);
   assert_int_equal(it.records, 1);
