@@ -431,9 +431,9 @@ static int64_t poison_changed(const ta_block *b, unsigned char *value) {
  * thread's quarantine holds more than its share of the budget (the budget
  * over the threads alive), the thread takes its own oldest blocks out:
  * checks their poison and gives them back to jemalloc.  A block bigger than
- * an eighth of the budget (8 MiB by default) skips the quarantine: it would
- * push out most of the rest at once, and filling it with poison costs a
- * write of every page (a freed 1 GiB buffer took a second).
+ * an eighth of the budget now (128 KiB to 8 MiB) skips the quarantine: it
+ * would push out much of the rest at once, and filling it with poison costs
+ * a write of every page (a freed 1 GiB buffer took a second).
  * A free, hold or check of an address the live table does not know looks
  * through every thread's ring (slow, and only on such error paths).  A
  * thread's ring is drained when the thread exits; blocks still quarantined
@@ -602,7 +602,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   slot_remove(s, b);
   shard_unlock(s);
   int64_t budget = _ta_opt.quarantine;
-  if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
+  if (TA_UNLIKELY((int64_t)size > quarantine_budget() / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
   freed.state = TA_FREED;
   freed.free_stack = stack;
   if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_retire(&freed)) {}   /* pages made PROT_NONE */
