@@ -11,7 +11,8 @@ run() {
   if [ -n "${VALGRIND:-}" ]; then
     # --aspace-minaddr: blocks above 4 GiB, as jemalloc places them natively
     # (low, a 64 MiB block covers ordinary integers: "possibly lost").
-    valgrind -q --error-exitcode=99 --leak-check=no --aspace-minaddr=0x100000000 "$t" >"$log" 2>&1
+    valgrind -q --error-exitcode=99 --leak-check=no --aspace-minaddr=0x100000000 \
+      --suppressions="$(dirname "$0")/valgrind.supp" "$t" >"$log" 2>&1
   else
     "$t" >"$log" 2>&1
   fi
