@@ -2,33 +2,13 @@
 # Runs every autograd test program under BUILD/tests/autograd; ends with one line
 # "autograd: N passed, N failed".
 BUILD=${1:-build}
-passed=0
-failed=0
-failures=()
+. "$(dirname "$0")/../lib.sh"
 for t in "$BUILD"/tests/autograd/test_*; do
-  [ -x "$t" ] && [ -f "$t" ] || continue
-  log=$(mktemp)
-  "$t" >"$log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $t ($(grep -c '^\[       OK \]' "$log") tests)"
-  else
-    failed=$((failed + 1))
-    failures+=("$t")
-    echo "FAIL $t (exit $rc)"
-    tail -n 40 "$log" | sed 's/^/    /'
-  fi
-  rm -f "$log"
+  [ -x "$t" ] && [ -f "$t" ] && run_program "$t"
 done
 
 # train-lenet: a few steps end to end (the JSON keys scripts rely on, no
 # findings, nothing live on the tape), and a bad option refused in one line.
-check() {   # name, then the command that must succeed
-  local name=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "PASS $name"
-  else failed=$((failed + 1)); failures+=("$name"); echo "FAIL $name"; fi
-}
 # The losses and accuracies of a --json file, one epoch a line (the
 # measurements of time and memory left out).
 losses() { grep -o '"epoch": [0-9]*, "train_loss": [-0-9.e]*, "test_accuracy": [0-9.]*' "$1"; }
@@ -154,6 +134,4 @@ if [ -x "$BUILD"/train-lenet ]; then
   check "train-lenet bad input" lenet_bad_input
 fi
 
-[ $failed -eq 0 ] || printf 'failed: %s\n' "${failures[@]}"
-echo "autograd: $passed passed, $failed failed"
-[ $failed -eq 0 ] && [ $passed -gt 0 ]
+finish autograd

@@ -2,25 +2,8 @@
 # Runs every tensor test program under BUILD/tests/tensor; ends with one line
 # "tensor: N passed, N failed".
 BUILD=${1:-build}
-passed=0
-failed=0
-failures=()
+. "$(dirname "$0")/../lib.sh"
 for t in "$BUILD"/tests/tensor/test_*; do
-  [ -x "$t" ] && [ -f "$t" ] || continue
-  log=$(mktemp)
-  "$t" >"$log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $t ($(grep -c '^\[       OK \]' "$log") tests)"
-  else
-    failed=$((failed + 1))
-    failures+=("$t")
-    echo "FAIL $t (exit $rc)"
-    tail -n 40 "$log" | sed 's/^/    /'
-  fi
-  rm -f "$log"
+  [ -x "$t" ] && [ -f "$t" ] && run_program "$t"
 done
-[ $failed -eq 0 ] || printf 'failed: %s\n' "${failures[@]}"
-echo "tensor: $passed passed, $failed failed"
-[ $failed -eq 0 ] && [ $passed -gt 0 ]
+finish tensor
