@@ -178,10 +178,8 @@ typedef struct {
 } point;
 
 static void write_json(const char *path, const point *p, int n, const options *o, int vocab, size_t text_bytes) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (f == NULL) tc_die("cannot write %s: %s", tmp, strerror(errno));
+  tc_out out;
+  FILE *f = tc_out_open(&out, path);
   fprintf(f, "{\"model\": \"charlm\", \"context\": %d, \"embedding\": %d, \"hidden\": %d, \"vocab\": %d, "
              "\"text_bytes\": %zu, \"optim\": \"%s\", \"batch\": %d, \"lr\": %g, \"threads\": %d, \"seed\": %llu,\n"
              " \"points\": [",
@@ -196,7 +194,7 @@ static void write_json(const char *path, const point *p, int n, const options *o
     fputc('}', f);
   }
   fprintf(f, "\n]}\n");
-  if (fclose(f) != 0 || rename(tmp, path) != 0) tc_die("cannot write %s: %s", path, strerror(errno));
+  tc_out_commit(&out);
 }
 
 /* ---- checkpoints: the caller's bytes ---------------------------------------------- */

@@ -129,6 +129,22 @@ static inline uint64_t tc_tag_live_total(const tc_tag_live *t) {
 }
 
 /* {"tensor.storage": 123, ...}: the tags with live blocks. */
+/* A result file written whole or not at all: into PATH.tmp, renamed over
+ * PATH when complete. */
+typedef struct { FILE *f; const char *path; char tmp[4200]; } tc_out;
+
+static inline FILE *tc_out_open(tc_out *o, const char *path) {
+  o->path = path;
+  snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
+  o->f = fopen(o->tmp, "w");
+  if (o->f == NULL) tc_die("cannot write %s: %s", o->tmp, strerror(errno));
+  return o->f;
+}
+
+static inline void tc_out_commit(tc_out *o) {
+  if (fclose(o->f) != 0 || rename(o->tmp, o->path) != 0) tc_die("cannot write %s: %s", o->path, strerror(errno));
+}
+
 static inline void tc_tag_live_json(FILE *f, const tc_tag_live *t) {
   fputc('{', f);
   int first = 1;

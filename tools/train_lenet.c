@@ -193,10 +193,8 @@ typedef struct {
 } epoch_stats;
 
 static void write_json(const char *path, const epoch_stats *s, int n, const options *o) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (f == NULL) tc_die("cannot write %s: %s", tmp, strerror(errno));
+  tc_out out;
+  FILE *f = tc_out_open(&out, path);
   fprintf(f, "{\"model\": \"lenet5\", \"optim\": \"%s\", \"batch\": %d, \"lr\": %g, \"momentum\": %g, "
              "\"threads\": %d, \"seed\": %llu,\n \"epochs\": [",
           o->c.adam ? "adam" : "sgd", o->c.batch, o->c.lr, o->momentum, o->c.threads,
@@ -210,7 +208,7 @@ static void write_json(const char *path, const epoch_stats *s, int n, const opti
     fputc('}', f);
   }
   fprintf(f, "\n]}\n");
-  if (fclose(f) != 0 || rename(tmp, path) != 0) tc_die("cannot write %s: %s", path, strerror(errno));
+  tc_out_commit(&out);
 }
 
 /* ---- checkpoints: the caller's bytes --------------------------------------------- */
