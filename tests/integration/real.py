@@ -13,11 +13,12 @@ import filecmp
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+import itest   # beside this file: the suite's way of running a program
 
 TIMEOUT = 180
 
@@ -126,20 +127,8 @@ def cases(tmp):
 
 
 def run(argv, cwd, env, timeout=TIMEOUT):
-    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-        to = False
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)      # our own process group only
-        except ProcessLookupError:
-            pass
-        out, err = p.communicate()
-        to = True
-    rc = p.returncode
-    return (128 - rc if rc < 0 else rc), out, err, to
+    r = itest.run(argv, timeout, env=env, cwd=cwd)
+    return r.status, r.stdout, r.stderr, r.timed_out
 
 
 def one(case, tagalloc, tmp):
