@@ -394,22 +394,27 @@ static void scan_range(marker *m, uintptr_t lo, uintptr_t hi, bool definite) {
   for (uintptr_t p = lo; p + 8 <= hi; p += 8) push_ptr(m, *(const uintptr_t *)p, definite);
 }
 
+/* The next part of [*lo, hi) inside one of maps (sorted): *lo and *end
+ * set to it; false when none is left. */
+static bool next_piece(const mvec *maps, uintptr_t *lo, uintptr_t hi, uintptr_t *end) {
+  while (*lo < hi) {
+    range r = map_of(maps, *lo);
+    if (r.hi) {
+      *end = r.hi < hi ? r.hi : hi;
+      return true;
+    }
+    const range *v = maps->v;           /* not mapped here: to the next mapping */
+    uintptr_t next = hi;
+    for (size_t i = 0; i < maps->n; i++)
+      if (v[i].lo > *lo) { next = v[i].lo; break; }
+    *lo = next;
+  }
+  return false;
+}
+
 /* A root range, clipped to what is readable. */
 static void scan_root(marker *m, uintptr_t lo, uintptr_t hi) {
-  while (lo < hi) {
-    range r = map_of(m->maps, lo);
-    if (r.hi == 0) {                    /* not mapped here: to the next mapping */
-      const range *v = m->maps->v;
-      uintptr_t next = hi;
-      for (size_t i = 0; i < m->maps->n; i++)
-        if (v[i].lo > lo) { next = v[i].lo; break; }
-      lo = next;
-      continue;
-    }
-    uintptr_t end = r.hi < hi ? r.hi : hi;
-    scan_range(m, lo, end, true);
-    lo = end;
-  }
+  for (uintptr_t end; next_piece(m->maps, &lo, hi, &end); lo = end) scan_range(m, lo, end, true);
 }
 
 /* A thread's static TLS and its struct pthread, less the holes. */
@@ -474,23 +479,7 @@ static void scan_touched(marker *m, uintptr_t lo, uintptr_t hi, bool definite) {
 
 /* A mapping the program made: its writable pages that were touched. */
 static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t hi) {
-  const size_t chunk = (size_t)64 << 20;
-  lo &= ~(uintptr_t)4095;
-  while (lo < hi) {
-    range r = map_of(wmaps, lo);
-    if (r.hi == 0) {                    /* not writable here: to the next writable mapping */
-      const range *v = wmaps->v;
-      uintptr_t next = hi;
-      for (size_t i = 0; i < wmaps->n; i++)
-        if (v[i].lo > lo) { next = v[i].lo; break; }
-      lo = next;
-      continue;
-    }
-    uintptr_t end = r.hi < hi ? r.hi : hi;
-    if (end - lo > chunk) end = lo + chunk;
-    scan_touched(m, lo, end, true);
-    lo = end;
-  }
+  for (uintptr_t end; next_piece(wmaps, &lo, hi, &end); lo = end) scan_touched(m, lo, end, true);
 }
 
 static void drain(marker *m) {
