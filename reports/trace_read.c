@@ -280,8 +280,8 @@ static bool packed_next(report_trace_iter *it, report_trace_rec *r) {
   }
   unsigned kind = *p++;
   uint64_t ds, da, size = 0, stack = 0, tag = 0, arena = 0;
-  bool ok = (kind == TR_PK_FREE || kind == TR_PK_ALLOC || kind == (TR_PK_ALLOC | TR_PK_ARENA)) &&
-            get_sv(&p, end, &ds) && get_sv(&p, end, &da);
+  bool known = kind == TR_PK_FREE || kind == TR_PK_ALLOC || kind == (TR_PK_ALLOC | TR_PK_ARENA);
+  bool ok = known && get_sv(&p, end, &ds) && get_sv(&p, end, &da);
   if (ok && kind & TR_PK_ALLOC)
     ok = get_uv(&p, end, &size) && get_uv(&p, end, &stack) && get_uv(&p, end, &tag) &&
          (!(kind & TR_PK_ARENA) || get_uv(&p, end, &arena));
@@ -293,9 +293,7 @@ static bool packed_next(report_trace_iter *it, report_trace_rec *r) {
     it->records++;                                   /* its events before were whole */
     damage(it, it->pk_off, "event %" PRIu64 " of a PACKED record (at byte %zu of it) is %s",
            it->pk_events, at,
-           ok ? "out of range"
-              : kind != TR_PK_FREE && kind != TR_PK_ALLOC && kind != (TR_PK_ALLOC | TR_PK_ARENA)
-                    ? "of an unknown kind" : "cut short");
+           ok ? "out of range" : known ? "cut short" : "of an unknown kind");
     return false;
   }
   it->pk = p;
