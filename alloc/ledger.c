@@ -488,8 +488,6 @@ static bool quarantine_ring(ta_thread *t) {
   return true;
 }
 
-static int64_t quarantine_share(void);
-
 /* Doubles a full ring in place: the entries that wrapped to the front
  * move to just past the old end, so every entry keeps its position from
  * the head.  Other threads reading the ring verify what they read. */
@@ -500,10 +498,12 @@ static void quarantine_grow(ta_thread *t) {
   t->qcap = cap * 2;
 }
 
-static bool quarantine_push(ta_thread *t, const ta_block *b) {
+static int64_t quarantine_share(int64_t budget);
+
+static bool quarantine_push(ta_thread *t, const ta_block *b, int64_t budget) {
   if (t->q == NULL && !quarantine_ring(t)) return false;
   if (t->qlen == t->qcap) {                            /* full: grow, or the oldest leaves */
-    if (t->qcap < t->qmax && t->qbytes < quarantine_share()) quarantine_grow(t);
+    if (t->qcap < t->qmax && t->qbytes < quarantine_share(budget)) quarantine_grow(t);
     else quarantine_evict(t);
   }
   t->q[(t->qhead + t->qlen) & (t->qcap - 1)] = *b;
@@ -524,13 +524,14 @@ static inline int64_t quarantine_budget(void) {
   return b < _ta_opt.quarantine ? b : _ta_opt.quarantine;
 }
 
-static int64_t quarantine_share(void) {
+/* Each thread's share of a budget: the budget over the live threads. */
+static int64_t quarantine_share(int64_t budget) {
   int n = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed);
-  return quarantine_budget() / (n > 1 ? n : 1);
+  return budget / (n > 1 ? n : 1);
 }
 
-static void quarantine_trim(ta_thread *t) {
-  int64_t share = quarantine_share();
+static void quarantine_trim(ta_thread *t, int64_t budget) {
+  int64_t share = quarantine_share(budget);
   for (int k = 0; k < 8 && t->qlen > 0 && t->qbytes > share; k++) quarantine_evict(t);
 }
 
@@ -601,15 +602,15 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   ta_block freed = *b;
   slot_remove(s, b);
   shard_unlock(s);
-  int64_t budget = _ta_opt.quarantine;
-  if (TA_UNLIKELY((int64_t)size > quarantine_budget() / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
+  int64_t budget = quarantine_budget();          /* 0: no quarantine */
+  if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
   freed.state = TA_FREED;
   freed.free_stack = stack;
   if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_retire(&freed)) {}   /* pages made PROT_NONE */
   else if (budget > 0) memset((void *)a, (int)_ta_opt.poison, size);
-  if (budget > 0 && quarantine_push(t, &freed)) {
+  if (budget > 0 && quarantine_push(t, &freed, budget)) {
     t->qbytes += q_charge(a, size);
-    quarantine_trim(t);
+    quarantine_trim(t, budget);
   } else {
     raw_free(t, a);
   }
