@@ -25,6 +25,10 @@ PRELOAD_SRC = $(wildcard tools/preload*.c)
 PRELOAD_OBJ = $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC  = $(wildcard tools/tagalloc*.c)
 
+# `make` builds everything: the parts' makefiles below bring rules of
+# their own, and the first of those would otherwise be the default.
+.DEFAULT_GOAL := all
+
 # Each part of the project beyond the ledger and the auditor (tensor/,
 # autograd/, ...) brings a PART/part.mk that adds its targets to these lists.
 PART_ALL   :=
