@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <emmintrin.h>
 
 _Atomic uint64_t _ta_seq = 1;
 _Atomic uint64_t _ta_seq_epoch;
@@ -98,6 +99,7 @@ static inline uint64_t addr_hash(uintptr_t a) {
 static inline shard *shard_of(uintptr_t a) { return &shards[addr_hash(a >> 12) >> 56]; }
 
 static inline void shard_lock(shard *s) {
+  _ta_solo_check();
   int spins = 0;
   while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
     while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
@@ -109,6 +111,15 @@ static inline void shard_lock(shard *s) {
 
 static inline void shard_unlock(shard *s) {
   atomic_store_explicit(&s->lock, 0, memory_order_release);
+}
+
+/* The solo thread, inside a solo section, needs no lock (ta_thread: solo). */
+static inline void shard_lock_if(shard *s, bool solo) {
+  if (!solo) shard_lock(s);
+}
+
+static inline void shard_unlock_if(shard *s, bool solo) {
+  if (!solo) shard_unlock(s);
 }
 
 static ta_block *slot_find(shard *s, uintptr_t a) {
@@ -195,6 +206,17 @@ static inline void publish(ta_tag tag, int64_t delta) {
   }
 }
 
+/* The same, by the solo thread in a solo section: plain loads and stores. */
+static inline void publish_solo(ta_tag tag, int64_t delta) {
+  uint64_t v = (uint64_t)(atomic_load_explicit(&live_bytes[tag], memory_order_relaxed) + delta);
+  atomic_store_explicit(&live_bytes[tag], (int64_t)v, memory_order_relaxed);
+  if (delta > 0 && v > atomic_load_explicit(&peak_cur[tag], memory_order_relaxed)) {
+    atomic_store_explicit(&peak_cur[tag], v, memory_order_relaxed);
+    if (tag == 0 && v > atomic_load_explicit(&peak_run, memory_order_relaxed))
+      atomic_store_explicit(&peak_run, v, memory_order_relaxed);
+  }
+}
+
 void _ta_counts_publish(ta_thread *t) {
   for (size_t i = 0; i < TA_MAX_TAGS; i++)
     if (t->pending[i]) {
@@ -204,7 +226,12 @@ void _ta_counts_publish(ta_thread *t) {
   t->batching = false;
 }
 
-static inline void live_change(ta_thread *t, ta_tag tag, int64_t delta) {
+static inline void live_change(ta_thread *t, ta_tag tag, int64_t delta, bool solo) {
+  if (solo && TA_LIKELY(!t->batching)) {
+    if (tag) publish_solo(tag, delta);
+    publish_solo(0, delta);
+    return;
+  }
   bool batch = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed) > 1;
   if (TA_LIKELY(!batch)) {
     if (TA_UNLIKELY(t->batching)) _ta_counts_publish(t);
@@ -225,7 +252,8 @@ static inline void bump(_Atomic uint64_t *c, uint64_t v) {   /* single writer */
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v, memory_order_relaxed);
 }
 
-static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_t addr, uint64_t seq) {
+static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_t addr, uint64_t seq,
+                               bool solo) {
   ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
   bump(&c->allocs, 1);
   bump(&c->alloc_bytes, size);
@@ -233,7 +261,7 @@ static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_
     bump(&all->allocs, 1);
     bump(&all->alloc_bytes, size);
   }
-  live_change(t, tag, (int64_t)size);
+  live_change(t, tag, (int64_t)size, solo);
   uint64_t h = atomic_load_explicit(&t->ring_head, memory_order_relaxed);
   ta_birth *r = &t->ring[h % TA_RING];
   atomic_store_explicit(&r->addr, addr, memory_order_relaxed);
@@ -241,7 +269,7 @@ static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_
   atomic_store_explicit(&t->ring_head, h + 1, memory_order_release);
 }
 
-static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size) {
+static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size, bool solo) {
   ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
   bump(&c->frees, 1);
   bump(&c->free_bytes, size);
@@ -249,7 +277,7 @@ static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size) {
     bump(&all->frees, 1);
     bump(&all->free_bytes, size);
   }
-  live_change(t, tag, -(int64_t)size);
+  live_change(t, tag, -(int64_t)size, solo);
 }
 
 /* ---- stacks ---------------------------------------------------------------- */
@@ -303,9 +331,10 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   }
   if (_ta_opt.fill >= 0) memset(p, (int)_ta_opt.fill, size);
   uintptr_t a = (uintptr_t)p;
-  uint64_t seq = _ta_next_seq(t);
+  bool solo = _ta_solo_enter(t);
+  uint64_t seq = _ta_next_seq(t, solo);
   shard *s = shard_of(a);
-  shard_lock(s);
+  shard_lock_if(s, solo);
   ta_block *b = slot_find(s, a);
   if (b == NULL) b = slot_insert(s, a);
   if (b) {
@@ -318,13 +347,15 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
     b->state = TA_LIVE;
     b->flags = 0;
   }
-  shard_unlock(s);
+  shard_unlock_if(s, solo);
   if (TA_UNLIKELY(b == NULL)) {
+    _ta_solo_leave(t, solo);
     raw_free(t, a);
     _ta_error(TA_ENOMEM, "out of memory for the ledger's own table");
     return NULL;
   }
-  count_alloc(t, tag, size, a, seq);
+  count_alloc(t, tag, size, a, seq, solo);
+  _ta_solo_leave(t, solo);
   if (_ta_tracing) _ta_trace_alloc(t, a, size, tag, stack, seq, 0);
   return p;
 }
@@ -407,19 +438,31 @@ static void report_write_after_free(const ta_block *b, int64_t at, unsigned char
 
 typedef struct { ta_block b; int64_t at; unsigned char value; } evicted_block;
 
-/* Offset of the first byte of b that is not poison, or -1. */
+/* Offset of the first byte of b that is not poison, or -1.  Every block
+ * that leaves the quarantine is read whole, so this goes 64 bytes at a
+ * time with SSE2 (four loads, one branch), then a word at a time, and
+ * looks for the exact byte only once something differs. */
 static int64_t poison_changed(const ta_block *b, unsigned char *value) {
   if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(b->addr)) return -1;   /* PROT_NONE, not poisoned */
   const unsigned char *p = (const unsigned char *)b->addr;
   unsigned char poison = (unsigned char)_ta_opt.poison;
-  uint64_t word = 0x0101010101010101ull * poison, i = 0;
-  /* a word at a time (blocks are 16-byte aligned), then the tail */
-  for (; i + 8 <= b->size; i += 8) {
+  uint64_t size = b->size, i = 0;
+  const __m128i pv = _mm_set1_epi8((char)poison);
+  for (; i + 64 <= size; i += 64) {                /* blocks are 16-byte aligned */
+    const __m128i *v = (const __m128i *)(p + i);
+    __m128i d = _mm_or_si128(_mm_or_si128(_mm_xor_si128(_mm_load_si128(v), pv),
+                                          _mm_xor_si128(_mm_load_si128(v + 1), pv)),
+                             _mm_or_si128(_mm_xor_si128(_mm_load_si128(v + 2), pv),
+                                          _mm_xor_si128(_mm_load_si128(v + 3), pv)));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi8(d, _mm_setzero_si128())) != 0xFFFF) break;
+  }
+  uint64_t word = 0x0101010101010101ull * poison;
+  for (; i + 8 <= size; i += 8) {
     uint64_t w;
     memcpy(&w, p + i, 8);
     if (w != word) break;
   }
-  for (; i < b->size; i++)
+  for (; i < size; i++)
     if (p[i] != poison) { *value = p[i]; return (int64_t)i; }
   return -1;
 }
@@ -445,8 +488,12 @@ static int64_t poison_changed(const ta_block *b, unsigned char *value) {
 #define Q_PREFETCH 16
 
 static inline void q_prefetch(const ta_thread *t) {
-  if (t->qlen > Q_PREFETCH)
-    __builtin_prefetch((const void *)t->q[(t->qhead + Q_PREFETCH) & (t->qcap - 1)].addr);
+  if (t->qlen > Q_PREFETCH) {
+    const ta_block *e = &t->q[(t->qhead + Q_PREFETCH) & (t->qcap - 1)];
+    const char *p = (const char *)e->addr;
+    uint64_t n = e->size < 4096 ? e->size : 4096;
+    for (uint64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i);
+  }
 }
 
 /* What a quarantined block counts against the budget: its size, or in
@@ -571,13 +618,17 @@ static bool quarantine_find(uintptr_t p, bool interior, ta_block *out) {
   return qs.found;
 }
 
-/* Frees the block at a; `stack` is where.  Returns false for a bad free. */
+/* Frees the block at a; `stack` is where.  Returns false for a bad free.
+ * Two solo sections (the table, the counts): the quarantine between them
+ * may report, and reporting takes locks. */
 static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   shard *s = shard_of(a);
-  shard_lock(s);
+  bool solo = _ta_solo_enter(t);
+  shard_lock_if(s, solo);
   ta_block *b = slot_find(s, a);
   if (TA_UNLIKELY(b == NULL || (b->flags & TA_F_ARENA))) {
-    shard_unlock(s);
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
     ta_block old;
     report_bad_free(a, stack, b == NULL && quarantine_find(a, false, &old) ? &old : NULL);
     return false;
@@ -587,21 +638,25 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   ta_tag tag = b->tag;
   if (TA_UNLIKELY(flags & (TA_F_REF | TA_F_HOLD))) {
     /* Holds and refcounts take their own locks: leave ours first. */
-    shard_unlock(s);
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
     if (flags & TA_F_REF) _ta_ref_on_free(a, stack);
     if (flags & TA_F_HOLD) _ta_hold_on_free(a, size, stack);
-    shard_lock(s);
+    solo = _ta_solo_enter(t);
+    shard_lock_if(s, solo);
     b = slot_find(s, a);
     if (b == NULL) {                          /* freed meanwhile by another thread */
-      shard_unlock(s);
+      shard_unlock_if(s, solo);
+      _ta_solo_leave(t, solo);
       report_bad_free(a, stack, NULL);
       return false;
     }
   }
-  uint64_t seq = _ta_tracing ? atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed) : 0;
+  uint64_t seq = _ta_tracing ? _ta_seq_take(solo) : 0;
   ta_block freed = *b;
   slot_remove(s, b);
-  shard_unlock(s);
+  shard_unlock_if(s, solo);
+  _ta_solo_leave(t, solo);
   int64_t budget = quarantine_budget();          /* 0: no quarantine */
   if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
   freed.state = TA_FREED;
@@ -614,7 +669,9 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   } else {
     raw_free(t, a);
   }
-  count_free(t, tag, size);
+  solo = _ta_solo_enter(t);
+  count_free(t, tag, size, solo);
+  _ta_solo_leave(t, solo);
   if (seq) _ta_trace_free(t, a, stack, seq);   /* seq taken before the memory could be reused */
   return true;
 }
@@ -750,7 +807,7 @@ void _ta_block_flag(uintptr_t a, uint8_t flags) {
 }
 
 void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uint32_t stack) {
-  uint64_t seq = _ta_next_seq(t);
+  uint64_t seq = _ta_next_seq(t, false);
   shard *s = shard_of(a);
   shard_lock(s);
   ta_block *b = slot_find(s, a);
@@ -765,7 +822,7 @@ void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uin
   }
   shard_unlock(s);
   if (b == NULL) return;
-  count_alloc(t, tag, size, a, seq);
+  count_alloc(t, tag, size, a, seq, false);
   if (_ta_tracing) _ta_trace_alloc(t, a, size, tag, stack, seq, 1);
 }
 
@@ -779,7 +836,7 @@ void _ta_block_drop_arena(ta_thread *t, uintptr_t a, uint32_t stack) {
   uint64_t seq = _ta_tracing ? atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed) : 0;
   slot_remove(s, b);
   shard_unlock(s);
-  count_free(t, tag, size);
+  count_free(t, tag, size, false);
   if (seq) _ta_trace_free(t, a, stack, seq);
 }
 

@@ -160,7 +160,7 @@ TA_NOINLINE void ta_ref_init(void *obj, long count) {
   uint32_t stack = _ta_stack_capture(1);
   uintptr_t a = (uintptr_t)obj;
   int sh = shard_of(a);
-  uint64_t seq = _ta_next_seq(t);
+  uint64_t seq = _ta_next_seq(t, false);
   pthread_mutex_lock(&shards[sh].lock);
   ref_rec *r = _ta_map_get(&shards[sh].map, a);
   if (r) {
@@ -187,7 +187,7 @@ TA_NOINLINE long ta_ref_acquire(void *obj) {
   uint32_t stack = _ta_stack_capture(1);
   uintptr_t a = (uintptr_t)obj;
   int sh = shard_of(a);
-  uint64_t seq = _ta_next_seq(t);
+  uint64_t seq = _ta_next_seq(t, false);
   pthread_mutex_lock(&shards[sh].lock);
   ref_rec *r = rec_get(sh, a);
   bool fresh = false;
@@ -224,7 +224,7 @@ TA_NOINLINE long ta_ref_release(void *obj) {
   uint32_t stack = _ta_stack_capture(1);
   uintptr_t a = (uintptr_t)obj;
   int sh = shard_of(a);
-  uint64_t seq = _ta_next_seq(t);
+  uint64_t seq = _ta_next_seq(t, false);
   pthread_mutex_lock(&shards[sh].lock);
   ref_rec *r = rec_get(sh, a);
   long count;

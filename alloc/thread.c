@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -20,6 +22,43 @@ static uint32_t next_id = 1;
 static ta_tag_counts_plain retired[TA_MAX_TAGS];
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+/* ---- solo mode (internal.h) ------------------------------------------------ */
+
+_Atomic(ta_thread *) _ta_solo;
+static pthread_mutex_t solo_lock = PTHREAD_MUTEX_INITIALIZER;  /* revocations, one at a time */
+static bool solo_ok;                 /* membarrier works in this process */
+
+static bool solo_register(void) {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+/* solo_lock is held. */
+static void solo_revoke_locked(void) {
+  ta_thread *s = atomic_load(&_ta_solo);
+  if (s != NULL && s != _ta_self) {
+    atomic_store(&_ta_solo, NULL);
+    /* Every thread of the process now runs a full barrier: the solo thread
+     * either had entered a section (and we see its depth) or will read
+     * the cleared pointer. */
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) abort();
+    for (int spins = 0; atomic_load_explicit(&s->solo_depth, memory_order_acquire) != 0; )
+      if (++spins > 64) { sched_yield(); spins = 0; }
+      else __builtin_ia32_pause();
+  }
+}
+
+void _ta_solo_revoke(void) {
+  pthread_mutex_lock(&solo_lock);
+  solo_revoke_locked();
+  pthread_mutex_unlock(&solo_lock);
+}
+
+/* The registry is locked: makes the one live thread solo, if there is one. */
+static void solo_grant(void) {
+  if (solo_ok && registry != NULL && registry->next == NULL && !registry->dead)
+    atomic_store(&_ta_solo, registry);
+}
 
 void _ta_thread_lock(void) { pthread_mutex_lock(&registry_lock); }
 void _ta_thread_unlock(void) { pthread_mutex_unlock(&registry_lock); }
@@ -41,12 +80,16 @@ static void thread_exit(void *arg) {
   _ta_quarantine_drain(t);
   _ta_counts_publish(t);
   _ta_trace_thread_exit(t);
+  pthread_mutex_lock(&solo_lock);          /* no revoker may be waiting on t */
+  if (atomic_load(&_ta_solo) == t) atomic_store(&_ta_solo, NULL);
   pthread_mutex_lock(&registry_lock);
   atomic_fetch_sub(&_ta_threads_live, 1);
   fold(t);
   if (t->prev) t->prev->next = t->next; else registry = t->next;
   if (t->next) t->next->prev = t->prev;
+  solo_grant();                            /* the thread left alone runs solo again */
   pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_unlock(&solo_lock);
   _ta_self = NULL;
   _ta_meta_free(t);
 }
@@ -78,13 +121,18 @@ ta_thread *_ta_thread_slow(void) {
   stack_bounds(&t->stack_lo, &t->stack_hi);
   pthread_once(&key_once, make_key);
   pthread_setspecific(exit_key, t);
+  pthread_mutex_lock(&solo_lock);
   pthread_mutex_lock(&registry_lock);
+  if (next_id == 1) solo_ok = solo_register();
   t->id = next_id++;
   t->next = registry;
   if (registry) registry->prev = t;
   registry = t;
   atomic_fetch_add(&_ta_threads_live, 1);
+  solo_revoke_locked();                    /* before this thread touches anything shared */
+  solo_grant();
   pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_unlock(&solo_lock);
   t->guard = 0;
   _ta_trace_thread_start(t);
   return t;
@@ -199,6 +247,7 @@ bool _ta_thread_each_try(void (*fn)(ta_thread *t, void *arg), void *arg) {
 
 void _ta_thread_fork(int phase) {
   if (phase == TA_FORK_PREPARE) {
+    pthread_mutex_lock(&solo_lock);
     pthread_mutex_lock(&registry_lock);
     return;
   }
@@ -217,6 +266,10 @@ void _ta_thread_fork(int phase) {
       _ta_meta_free(t);
     }
     if (self) self->tid = (int)syscall(SYS_gettid);
+    atomic_store(&_ta_solo, NULL);
+    solo_ok = solo_ok && solo_register();     /* a new mm: register again */
+    solo_grant();
   }
   pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_unlock(&solo_lock);
 }
