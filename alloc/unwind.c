@@ -36,10 +36,11 @@
  *
  * The cache is a global open-addressing table of 2^16 slots keyed by the
  * return address (the rule is the one of pc - 1), slot = the low 16 bits of
- * the address, linear probing over at most PROBE_MAX slots.  A slot is three
- * parallel arrays: key, flags (the low half of the rule) and cfa_off (the
- * high half, sign-extended, so that the walk adds it to sp or bp with no
- * decoding: pc -> slot -> cfa -> next pc is the critical path of a walk).
+ * the address, linear probing over at most PROBE_MAX slots.  A slot is 16
+ * bytes, one cache line touched per frame: key, flags (the low half of the
+ * rule) and cfa_off (the high half, sign-extended, so that the walk adds it
+ * to sp or bp with no decoding: pc -> slot -> cfa -> next pc is the
+ * critical path of a walk).
  * Readers take no lock: they load the key, on a match the flags (acquire)
  * and cfa_off; flags 0 is a miss.  A miss takes the one mutex that guards
  * libdw, looks again, computes the rule with elfutils (Dwfl of the own
@@ -229,15 +230,20 @@ static inline int16_t  flags_rbp_off(uint32_t f) { return (int16_t)(uint16_t)(f 
 #define CACHE_SIZE ((size_t)1 << CACHE_BITS)
 #define PROBE_MAX  32
 
-/* Three arrays, so that each is one scaled load: the key (0 = empty, never
- * removed), the flags half of the rule (0 = not known) and its cfa_off half,
- * which the walk loads straight into the address of the next return address.
- * The writer stores cfa_off, then the flags with release; readers load the
- * flags with acquire, then cfa_off. */
+/* A slot is 16 bytes: the key (0 = empty, never removed), the flags half
+ * of the rule (0 = not known) and its cfa_off half.  One cache line per
+ * frame: when the program's own work (a matrix product) has pushed the
+ * cache out between two walks, each frame costs one miss, where three
+ * parallel arrays cost three.  The writer stores cfa_off, then the flags
+ * with release; readers load the flags with acquire, then cfa_off. */
 typedef struct {
-  _Atomic uintptr_t key[CACHE_SIZE];
-  _Atomic uint32_t  flags[CACHE_SIZE];
-  _Atomic intptr_t  off[CACHE_SIZE];
+  _Atomic uintptr_t key;
+  _Atomic uint32_t  flags;
+  _Atomic int32_t   off;
+} rule_slot;
+
+typedef struct {
+  rule_slot slot[CACHE_SIZE];
 } rule_cache;
 
 /* Shared with the forked children.  A rule depends only on the code at its
@@ -274,10 +280,11 @@ static inline uint32_t cache_get(uintptr_t ra, intptr_t *off)
   size_t h = rule_hash(ra);
   for (size_t i = 0; i < PROBE_MAX; i++) {
     size_t j = (h + i) & (CACHE_SIZE - 1);
-    uintptr_t k = atomic_load_explicit(&c->key[j], memory_order_relaxed);
+    rule_slot *e = &c->slot[j];
+    uintptr_t k = atomic_load_explicit(&e->key, memory_order_relaxed);
     if (TA_LIKELY(k == ra)) {
-      uint32_t f = atomic_load_explicit(&c->flags[j], memory_order_acquire);
-      *off = atomic_load_explicit(&c->off[j], memory_order_relaxed);
+      uint32_t f = atomic_load_explicit(&e->flags, memory_order_acquire);
+      *off = atomic_load_explicit(&e->off, memory_order_relaxed);
       return f;
     }
     if (k == 0)
@@ -293,10 +300,11 @@ static void cache_put(uintptr_t ra, uint64_t rule)
   size_t h = rule_hash(ra);
   for (size_t i = 0; i < PROBE_MAX; i++) {
     size_t j = (h + i) & (CACHE_SIZE - 1);
-    uintptr_t k = atomic_load_explicit(&c->key[j], memory_order_relaxed);
+    rule_slot *e = &c->slot[j];
+    uintptr_t k = atomic_load_explicit(&e->key, memory_order_relaxed);
     if (k == 0) {
       uintptr_t empty = 0;
-      if (atomic_compare_exchange_strong_explicit(&c->key[j], &empty, ra,
+      if (atomic_compare_exchange_strong_explicit(&e->key, &empty, ra,
                                                   memory_order_relaxed,
                                                   memory_order_relaxed))
         k = ra;
@@ -304,8 +312,8 @@ static void cache_put(uintptr_t ra, uint64_t rule)
         k = empty;
     }
     if (k == ra) {
-      atomic_store_explicit(&c->off[j], rule_cfa_off(rule), memory_order_relaxed);
-      atomic_store_explicit(&c->flags[j], rule_flags(rule), memory_order_release);
+      atomic_store_explicit(&e->off, rule_cfa_off(rule), memory_order_relaxed);
+      atomic_store_explicit(&e->flags, rule_flags(rule), memory_order_release);
       return;
     }
   }
@@ -620,9 +628,9 @@ void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
     cache_unshare();              /* the other processes keep the module */
   rule_cache *c = cache_now();
   for (size_t i = 0; i < CACHE_SIZE; i++) {
-    uintptr_t k = atomic_load_explicit(&c->key[i], memory_order_relaxed);
+    uintptr_t k = atomic_load_explicit(&c->slot[i].key, memory_order_relaxed);
     if (k >= lo && k < hi && k != 0)
-      atomic_store_explicit(&c->flags[i], 0, memory_order_relaxed);
+      atomic_store_explicit(&c->slot[i].flags, 0, memory_order_relaxed);
   }
   dw_stale = true;
   pthread_mutex_unlock(&dw_lock);
