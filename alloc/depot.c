@@ -157,12 +157,64 @@ static uint64_t take(size_t n) {
   }
 }
 
+/* Each thread's memo of the stacks it put recently: direct-mapped by hash,
+ * each entry a full copy of its frames, compared whole before its id is
+ * used, so a hit is exact.  A hit reads only the thread's own memory; the
+ * depot's bucket and node are cold whenever the program's own work (a
+ * matrix product between two tensor allocations) has pushed them out of
+ * the CPU's caches, and they cost about half of a stack's recording in a
+ * training loop.  Stacks deeper than MEMO_FRAMES go to the depot. */
+#define MEMO_BITS   8
+#define MEMO_FRAMES 32
+
+typedef struct {
+  uint32_t hash, id, n, pad;
+  uintptr_t pcs[MEMO_FRAMES];
+} memo_entry;
+
+struct ta_stack_memo { memo_entry e[1u << MEMO_BITS]; };
+
+static inline bool same_pcs(const uintptr_t *a, const uintptr_t *b, size_t n) {
+  uintptr_t diff = 0;
+  for (size_t i = 0; i < n; i++) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h);
+
 uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
   if (n == 0) return 0;
   if (n > TA_MAX_DEPTH) n = TA_MAX_DEPTH;
+  uint32_t h = hash_pcs(pcs, n);
+  ta_thread *t = _ta_self;
+  if (t == NULL || n > MEMO_FRAMES || t->stack_memo_busy) return depot_put(pcs, n, h);
+  t->stack_memo_busy = 1;
+  atomic_signal_fence(memory_order_seq_cst);   /* a nested call (a signal) sees busy */
+  if (TA_UNLIKELY(t->stack_memo == NULL)) t->stack_memo = _ta_meta_calloc(1, sizeof *t->stack_memo);
+  uint32_t id;
+  if (TA_LIKELY(t->stack_memo != NULL)) {
+    memo_entry *e = &t->stack_memo->e[h & ((1u << MEMO_BITS) - 1)];
+    if (e->hash == h && e->n == n && same_pcs(e->pcs, pcs, n)) {
+      id = e->id;
+    } else {
+      id = depot_put(pcs, n, h);
+      e->n = 0;                          /* no entry while it is written */
+      memcpy(e->pcs, pcs, n * sizeof *pcs);
+      e->hash = h;
+      e->id = id;
+      e->n = id ? (uint32_t)n : 0;
+    }
+  } else {
+    id = depot_put(pcs, n, h);
+  }
+  atomic_signal_fence(memory_order_seq_cst);
+  t->stack_memo_busy = 0;
+  return id;
+}
+
+static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h) {
   _Atomic uint32_t *b = buckets_get();
   if (b == NULL) return 0;
-  uint32_t h = hash_pcs(pcs, n);
   _Atomic uint32_t *head = &b[h & ((1u << BUCKET_BITS) - 1)];
   uint32_t first = atomic_load_explicit(head, memory_order_acquire), id;
   if (find(first, 0, h, pcs, n, &id)) return id;

@@ -118,6 +118,8 @@ struct ta_thread {
   int64_t      qbytes;         /* bytes in this thread's quarantine */
   uint64_t     seq_next, seq_end, seq_epoch;   /* a block of sequence numbers */
   _Atomic int  solo_depth;     /* >0 while inside a solo section (thread.c) */
+  struct ta_stack_memo *stack_memo;   /* recent stacks and their ids (depot.c) */
+  int          stack_memo_busy;       /* inside _ta_depot_put (a signal may nest) */
   bool         batching;       /* live-byte deltas are published in batches */
   int64_t      pending[TA_MAX_TAGS];           /* unpublished live-byte deltas */
   _Atomic uint64_t ring_head;  /* births written so far */

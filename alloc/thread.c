@@ -91,6 +91,7 @@ static void thread_exit(void *arg) {
   pthread_mutex_unlock(&registry_lock);
   pthread_mutex_unlock(&solo_lock);
   _ta_self = NULL;
+  _ta_meta_free(t->stack_memo);
   _ta_meta_free(t);
 }
 
@@ -263,6 +264,7 @@ void _ta_thread_fork(int phase) {
       if (t->next) t->next->prev = t->prev;
       _ta_meta_free(t->trace);
       _ta_meta_free(t->q);           /* its blocks stay quarantined for good */
+      _ta_meta_free(t->stack_memo);
       _ta_meta_free(t);
     }
     if (self) self->tid = (int)syscall(SYS_gettid);
