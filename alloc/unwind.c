@@ -630,7 +630,7 @@ static TA_NO_ASAN size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip,
 static inline TA_NO_ASAN void prefetch_rules(uintptr_t fp, uintptr_t hi, size_t frames)
 {
   rule_cache *c = cache_now();
-  for (size_t i = 0; i < frames && fp + 16 <= hi && (fp & 7) == 0; i++) {
+  for (size_t i = 0; i < frames && fp < hi && hi - fp >= 16 && (fp & 7) == 0; i++) {
     __builtin_prefetch(&c->slot[rule_hash(peek(fp + 8))]);
     uintptr_t next = peek(fp);
     if (next <= fp)
