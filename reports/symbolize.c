@@ -14,6 +14,7 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <dwarf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <link.h>
@@ -35,7 +36,7 @@ struct report_ctx {
   pthread_mutex_t mu;
   Dwfl           *dwfl;
   Dwfl_Callbacks  callbacks;       /* dwfl keeps a pointer to it */
-  char           *debuginfo_path;  /* NULL: the standard path */
+  char           *debuginfo_path;  /* NULL: the standard path (find_debuginfo assumes it) */
   pid_t           pid;             /* the process the modules were reported for */
   int             offline;         /* another process's modules, reported once */
   report_module  *mods;            /* offline: the modules as given (paths owned) */
@@ -272,11 +273,133 @@ static Dwfl_Module *module_of(report_ctx *c, uintptr_t addr) {
   return addrmodule(c->dwfl, addr);
 }
 
+/* ---- debug files: the local ones, and debuginfod only when it is configured -- */
+
+/* dwfl_standard_find_debuginfo, when it finds no local debug file for a
+ * module with a build ID, asks the debuginfod client, and libdw 0.188 then
+ * dlopen()s libdebuginfod whether or not a server is configured: libcurl,
+ * GnuTLS, Kerberos, LDAP and 20 more libraries, their constructors, ~8 MB
+ * of memory and 15-30 ms in every process that symbolizes one frame of a
+ * program without debug information - for nothing, as the client asks no
+ * server and reads no cache when DEBUGINFOD_URLS is unset or empty (as at
+ * the preload's exit report: __libc_freeres has cleared the environment;
+ * getenv here sees what the client would see).  So then the standard
+ * search runs only when one of the files it would open exists (the
+ * candidates below are a superset of its build-ID and debuglink paths);
+ * otherwise the answer is its own: nothing, errno 0. */
+
+static bool debuginfod_configured(void) {
+  const char *u = getenv("DEBUGINFOD_URLS");
+  return u && *u;
+}
+
+static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* DIR/SUB/NAME (either of DIR and SUB may be NULL) exists. */
+static bool exists3(const char *dir, const char *sub, const char *name) {
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, "%s%s%s%s%s", dir ? dir : "", dir ? "/" : "", sub ? sub : "",
+                   sub ? "/" : "", name);
+  return n <= 0 || (size_t)n >= sizeof buf || file_exists(buf);   /* too long: let libdw look */
+}
+
+/* libdwfl's debug path (the contexts here never set another). */
+#define DEBUG_PATH ":.debug:/usr/lib/debug"
+
+/* Any file the debuglink search of file_name (find_debuginfo_in_path in
+ * libdwfl) would try, for each element of the debug path: "" the file's
+ * directory, "/abs" abs/D for each tail D of the file's directory and abs
+ * itself, "rel" the file's directory/rel; the debuglink name, or
+ * BASENAME.debug and (but in the file's own directory) BASENAME without one. */
+static bool debuglink_candidate(const char *file_name, const char *link) {
+  if (!file_name) return false;
+  const char *base = strrchr(file_name, '/');
+  base = base ? base + 1 : file_name;
+  char dirbuf[4096];
+  const char *dir = NULL;
+  if (base != file_name) {
+    size_t n = (size_t)(base - 1 - file_name);
+    if (n >= sizeof dirbuf) return true;
+    memcpy(dirbuf, file_name, n);
+    dirbuf[n] = '\0';
+    dir = dirbuf;
+  }
+  char linkbuf[1024];
+  int nnames = 1;
+  if (!link) {   /* a made-up name: the basename is tried too (not beside the file) */
+    if (snprintf(linkbuf, sizeof linkbuf, "%s.debug", base) >= (int)sizeof linkbuf) return true;
+    link = linkbuf;
+    nnames = 2;
+  }
+  const char *names[2] = { link, base };
+  char copy[] = DEBUG_PATH;
+  char *rest = copy, *e;
+  while ((e = strsep(&rest, ":")) != NULL) {
+    if (*e == '+' || *e == '-') e++;
+    for (int k = 0; k < nnames; k++) {
+      if (*e == '\0') {
+        if (k == 0 && exists3(dir, NULL, names[k])) return true;
+      } else if (*e == '/') {
+        if (exists3(e, NULL, names[k])) return true;
+        for (const char *sub = dir; sub; sub = strchr(sub, '/')) {
+          if (*sub == '/') sub++;
+          if (*sub && exists3(e, sub, names[k])) return true;
+        }
+      } else if (exists3(dir, e, names[k])) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* dwfl_standard_find_debuginfo without the debuginfod client when no
+ * server is configured (see above). */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, GElf_Addr base,
+                          const char *file_name, const char *debuglink_file, GElf_Word debuglink_crc,
+                          char **debuginfo_file_name) {
+  const char *debugfile = NULL;
+  const unsigned char *bits = NULL;
+  GElf_Addr vaddr;
+  int bits_len = dwfl_module_build_id(mod, &bits, &vaddr);
+  dwfl_module_info(mod, NULL, NULL, NULL, NULL, NULL, NULL, &debugfile);
+  /* a debug file's alternate (dwz) file, a module without a build ID (the
+   * client is not asked then), or a server to ask: libdw's search as is */
+  if (debugfile || bits_len <= 0 || bits_len > 64 || debuginfod_configured()) goto standard;
+
+  /* by build ID: DIR/.build-id/xx/rest.debug for each absolute DIR */
+  char hex[2 * 64 + 1];
+  for (int i = 0; i < bits_len; i++) snprintf(hex + 2 * i, 3, "%02x", bits[i]);
+  char copy[] = DEBUG_PATH;
+  char *rest = copy, *e;
+  while ((e = strsep(&rest, ":")) != NULL) {
+    if (*e == '+' || *e == '-') e++;
+    if (*e != '/') continue;
+    char name[256];
+    snprintf(name, sizeof name, "%s/.build-id/%.2s/%s.debug", e, hex, hex + 2);
+    if (file_exists(name)) goto standard;
+  }
+  /* by debuglink, for the file's name and the name it links to */
+  if (debuglink_candidate(file_name, debuglink_file)) goto standard;
+  if (file_name) {
+    char *canon = realpath(file_name, NULL);
+    bool other = canon && strcmp(canon, file_name) != 0 && debuglink_candidate(canon, debuglink_file);
+    free(canon);
+    if (other) goto standard;
+  }
+  errno = 0;
+  return -1;
+
+standard:
+  return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
+                                      debuglink_crc, debuginfo_file_name);
+}
+
 report_ctx *report_ctx_new(void) {
   report_ctx *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->callbacks.find_elf = dwfl_linux_proc_find_elf;
-  c->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  c->callbacks.find_debuginfo = find_debuginfo;
   c->callbacks.debuginfo_path = &c->debuginfo_path;
   c->dwfl = dwfl_begin(&c->callbacks);
   if (!c->dwfl) {
@@ -344,7 +467,7 @@ report_ctx *report_ctx_new_offline(const report_module *mods, size_t n) {
   if (!c) return NULL;
   c->offline = 1;
   c->callbacks.find_elf = dwfl_build_id_find_elf;
-  c->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  c->callbacks.find_debuginfo = find_debuginfo;
   c->callbacks.section_address = dwfl_offline_section_address;
   c->callbacks.debuginfo_path = &c->debuginfo_path;
   c->dwfl = dwfl_begin(&c->callbacks);
