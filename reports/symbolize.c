@@ -13,13 +13,17 @@
 #include <dlfcn.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
+#include <elfutils/libdwelf.h>
 #include <dwarf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
+#include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- the context --------------------------------------------------------- */
@@ -35,7 +39,7 @@ struct report_ctx {
   pthread_mutex_t mu;
   Dwfl           *dwfl;
   Dwfl_Callbacks  callbacks;       /* dwfl keeps a pointer to it */
-  char           *debuginfo_path;  /* NULL: the standard path */
+  char           *debuginfo_path;  /* NULL: the standard path (find_debuginfo assumes it) */
   pid_t           pid;             /* the process the modules were reported for */
   int             offline;         /* another process's modules, reported once */
   report_module  *mods;            /* offline: the modules as given (paths owned) */
@@ -272,11 +276,277 @@ static Dwfl_Module *module_of(report_ctx *c, uintptr_t addr) {
   return addrmodule(c->dwfl, addr);
 }
 
+/* ---- debug files: the local ones, and debuginfod only when it is configured -- */
+
+/* dwfl_standard_find_debuginfo, when it finds no local debug file for a
+ * module with a build ID, asks the debuginfod client, and libdw 0.188 then
+ * dlopen()s libdebuginfod whether or not a server is configured: libcurl,
+ * GnuTLS, Kerberos, LDAP and 20 more libraries, their constructors, ~8 MB
+ * of memory and 15-30 ms in every process that symbolizes one frame of a
+ * program without debug information - for nothing, as the client asks no
+ * server and reads no cache when DEBUGINFOD_URLS is unset or empty (as at
+ * the preload's exit report: __libc_freeres has cleared the environment;
+ * getenv here sees what the client would see).  So then the standard
+ * search runs only when one of the files it would open exists (the
+ * candidates below are a superset of its build-ID and debuglink paths);
+ * otherwise the answer is its own: nothing, errno 0. */
+
+static bool debuginfod_configured(void) {
+  const char *u = getenv("DEBUGINFOD_URLS");
+  return u && *u;
+}
+
+static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* DIR/SUB/NAME (either of DIR and SUB may be NULL) exists. */
+static bool exists3(const char *dir, const char *sub, const char *name) {
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, "%s%s%s%s%s", dir ? dir : "", dir ? "/" : "", sub ? sub : "",
+                   sub ? "/" : "", name);
+  return n <= 0 || (size_t)n >= sizeof buf || file_exists(buf);   /* too long: let libdw look */
+}
+
+/* libdwfl's debug path (the contexts here never set another). */
+#define DEBUG_PATH ":.debug:/usr/lib/debug"
+
+/* Any file the debuglink search of file_name (find_debuginfo_in_path in
+ * libdwfl) would try, for each element of the debug path: "" the file's
+ * directory, "/abs" abs/D for each tail D of the file's directory and abs
+ * itself, "rel" the file's directory/rel; the debuglink name, or
+ * BASENAME.debug and (but in the file's own directory) BASENAME without one. */
+static bool debuglink_candidate(const char *file_name, const char *link) {
+  if (!file_name) return false;
+  const char *base = strrchr(file_name, '/');
+  base = base ? base + 1 : file_name;
+  char dirbuf[4096];
+  const char *dir = NULL;
+  if (base != file_name) {
+    size_t n = (size_t)(base - 1 - file_name);
+    if (n >= sizeof dirbuf) return true;
+    memcpy(dirbuf, file_name, n);
+    dirbuf[n] = '\0';
+    dir = dirbuf;
+  }
+  char linkbuf[1024];
+  int nnames = 1;
+  if (!link) {   /* a made-up name: the basename is tried too (not beside the file) */
+    if (snprintf(linkbuf, sizeof linkbuf, "%s.debug", base) >= (int)sizeof linkbuf) return true;
+    link = linkbuf;
+    nnames = 2;
+  }
+  const char *names[2] = { link, base };
+  char copy[] = DEBUG_PATH;
+  char *rest = copy, *e;
+  while ((e = strsep(&rest, ":")) != NULL) {
+    if (*e == '+' || *e == '-') e++;
+    for (int k = 0; k < nnames; k++) {
+      if (*e == '\0') {
+        if (k == 0 && exists3(dir, NULL, names[k])) return true;
+      } else if (*e == '/') {
+        if (exists3(e, NULL, names[k])) return true;
+        for (const char *sub = dir; sub; sub = strchr(sub, '/')) {
+          if (*sub == '/') sub++;
+          if (*sub && exists3(e, sub, names[k])) return true;
+        }
+      } else if (exists3(dir, e, names[k])) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* ---- decompressed copies of compressed debug files ------------------------ */
+
+/* Distributions ship debug files with their .debug_* sections compressed
+ * (SHF_COMPRESSED, zlib), and libdw inflates every one of them when it opens
+ * one: for libc6-dbg's libc.so.6 ~10 MB of memory and ~70 ms, in every
+ * audited process whose report names a frame in libc (nearly all: main is
+ * called from there).  So a debug file found by build ID is decompressed
+ * once into a cache directory, named by its build ID, and that copy is what
+ * libdw maps from then on: nothing to inflate, and only the pages read are
+ * resident.  The DWARF is the same bytes, the reports the same.  The copy
+ * is used only while the original is still there (a report names no more
+ * than it would without the cache), and only when its build ID matches.
+ *
+ * TAGALLOC_DEBUG_CACHE: the directory; "", "0", "off" or "no": no cache.
+ * By default $XDG_CACHE_HOME/tagalloc/debug, or ~/.cache/tagalloc/debug.
+ * Read at load: at the exit report __libc_freeres has cleared the
+ * environment. */
+static char debug_cache[PATH_MAX];
+
+__attribute__((constructor)) static void debug_cache_init(void) {
+  const char *d = getenv("TAGALLOC_DEBUG_CACHE"), *x;
+  int n = -1;
+  if (d) {
+    if (*d && strcmp(d, "0") != 0 && strcmp(d, "off") != 0 && strcmp(d, "no") != 0)
+      n = snprintf(debug_cache, sizeof debug_cache, "%s", d);
+  } else if ((x = getenv("XDG_CACHE_HOME")) && x[0] == '/') {
+    n = snprintf(debug_cache, sizeof debug_cache, "%s/tagalloc/debug", x);
+  } else if ((x = getenv("HOME")) && x[0] == '/') {
+    n = snprintf(debug_cache, sizeof debug_cache, "%s/.cache/tagalloc/debug", x);
+  }
+  if (n <= 0 || (size_t)n + 160 >= sizeof debug_cache) debug_cache[0] = '\0';
+}
+
+static bool build_id_is(Elf *e, const unsigned char *bits, int len) {
+  const void *id = NULL;
+  ssize_t n = dwelf_elf_gnu_build_id(e, &id);
+  return n == len && memcmp(id, bits, (size_t)len) == 0;
+}
+
+static bool has_compressed(Elf *e) {
+  for (Elf_Scn *s = NULL; (s = elf_nextscn(e, s));) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(s, &sh) && (sh.sh_flags & SHF_COMPRESSED)) return true;
+  }
+  return false;
+}
+
+/* mkdir -p */
+static bool make_dirs(const char *dir) {
+  char buf[PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(buf, 0700) != 0 && errno != EEXIST) return false;
+    if (!c) return true;
+    *p = c;
+  }
+}
+
+/* oe with its compressed sections inflated, written to path (a temporary
+ * file renamed: a reader sees the whole copy or none). */
+static bool write_decompressed(Elf *oe, const char *path) {
+  char tmp[sizeof debug_cache + 200];
+  snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  Elf *ne = elf_begin(fd, ELF_C_WRITE, NULL);
+  GElf_Ehdr eh;
+  size_t phnum = 0, shstrndx = 0;
+  bool ok = ne && gelf_getehdr(oe, &eh) && gelf_newehdr(ne, gelf_getclass(oe)) &&
+            elf_getphdrnum(oe, &phnum) == 0 && elf_getshdrstrndx(oe, &shstrndx) == 0 &&
+            shstrndx < SHN_LORESERVE;
+  if (ok && phnum) {
+    ok = gelf_newphdr(ne, phnum) != NULL;
+    for (size_t i = 0; ok && i < phnum; i++) {
+      GElf_Phdr ph;
+      ok = gelf_getphdr(oe, (int)i, &ph) && gelf_update_phdr(ne, (int)i, &ph);
+    }
+  }
+  for (Elf_Scn *s = NULL; ok && (s = elf_nextscn(oe, s));) {
+    GElf_Shdr sh;
+    ok = gelf_getshdr(s, &sh) != NULL;
+    if (ok && (sh.sh_flags & SHF_COMPRESSED)) ok = elf_compress(s, 0, 0) >= 0 && gelf_getshdr(s, &sh);
+    Elf_Scn *n = ok ? elf_newscn(ne) : NULL;
+    ok = n != NULL;
+    for (Elf_Data *d = NULL; ok && (d = elf_getdata(s, d));) {
+      Elf_Data *nd = elf_newdata(n);
+      ok = nd != NULL;
+      if (ok) *nd = *d;
+    }
+    ok = ok && gelf_update_shdr(n, &sh);
+  }
+  if (ok) {
+    eh.e_shstrndx = (GElf_Half)shstrndx;
+    ok = gelf_update_ehdr(ne, &eh) && elf_update(ne, ELF_C_WRITE) >= 0;
+  }
+  if (ne) elf_end(ne);
+  if (close(fd) != 0) ok = false;
+  if (ok && rename(tmp, path) == 0) return true;
+  unlink(tmp);
+  return false;
+}
+
+/* The cached copy of the debug file orig (found by its build ID bits):
+ * an open descriptor and its name, made now if there is none; -1 when
+ * there is no cache, orig is not compressed, or anything fails. */
+static int cached_debug(const char *orig, const unsigned char *bits, int len, const char *hex,
+                        char **name_out) {
+  if (!debug_cache[0]) return -1;
+  char path[sizeof debug_cache + 144];
+  snprintf(path, sizeof path, "%s/%s.debug", debug_cache, hex);
+  elf_version(EV_CURRENT);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int in = open(orig, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return -1;
+    Elf *oe = elf_begin(in, ELF_C_READ, NULL);
+    bool ok = oe && elf_kind(oe) == ELF_K_ELF && build_id_is(oe, bits, len) && has_compressed(oe) &&
+              make_dirs(debug_cache) && write_decompressed(oe, path);
+    if (oe) elf_end(oe);
+    close(in);
+    if (!ok || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
+  }
+  Elf *e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+  bool ok = e && elf_kind(e) == ELF_K_ELF && build_id_is(e, bits, len);
+  if (e) elf_end(e);
+  char *name = ok ? strdup(path) : NULL;
+  if (!name) {
+    close(fd);
+    return -1;
+  }
+  *name_out = name;
+  return fd;
+}
+
+/* dwfl_standard_find_debuginfo, but a debug file found by build ID comes
+ * from the cache of decompressed copies, and without the debuginfod client
+ * when no server is configured (see above). */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, GElf_Addr base,
+                          const char *file_name, const char *debuglink_file, GElf_Word debuglink_crc,
+                          char **debuginfo_file_name) {
+  const char *debugfile = NULL;
+  const unsigned char *bits = NULL;
+  GElf_Addr vaddr;
+  int bits_len = dwfl_module_build_id(mod, &bits, &vaddr);
+  dwfl_module_info(mod, NULL, NULL, NULL, NULL, NULL, NULL, &debugfile);
+  /* a debug file's alternate (dwz) file, a module without a build ID (the
+   * client is not asked then), or a server to ask: libdw's search as is */
+  if (debugfile || bits_len <= 0 || bits_len > 64) goto standard;
+  bool debuginfod = debuginfod_configured();
+
+  /* by build ID: DIR/.build-id/xx/rest.debug for each absolute DIR */
+  char hex[2 * 64 + 1];
+  for (int i = 0; i < bits_len; i++) snprintf(hex + 2 * i, 3, "%02x", bits[i]);
+  char copy[] = DEBUG_PATH;
+  char *rest = copy, *e;
+  while ((e = strsep(&rest, ":")) != NULL) {
+    if (*e == '+' || *e == '-') e++;
+    if (*e != '/') continue;
+    char name[256];
+    snprintf(name, sizeof name, "%s/.build-id/%.2s/%s.debug", e, hex, hex + 2);
+    if (file_exists(name)) {
+      int fd = cached_debug(name, bits, bits_len, hex, debuginfo_file_name);
+      if (fd >= 0) return fd;
+      goto standard;
+    }
+  }
+  if (debuginfod) goto standard;
+  /* by debuglink, for the file's name and the name it links to */
+  if (debuglink_candidate(file_name, debuglink_file)) goto standard;
+  if (file_name) {
+    char *canon = realpath(file_name, NULL);
+    bool other = canon && strcmp(canon, file_name) != 0 && debuglink_candidate(canon, debuglink_file);
+    free(canon);
+    if (other) goto standard;
+  }
+  errno = 0;
+  return -1;
+
+standard:
+  return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
+                                      debuglink_crc, debuginfo_file_name);
+}
+
 report_ctx *report_ctx_new(void) {
   report_ctx *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->callbacks.find_elf = dwfl_linux_proc_find_elf;
-  c->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  c->callbacks.find_debuginfo = find_debuginfo;
   c->callbacks.debuginfo_path = &c->debuginfo_path;
   c->dwfl = dwfl_begin(&c->callbacks);
   if (!c->dwfl) {
@@ -344,7 +614,7 @@ report_ctx *report_ctx_new_offline(const report_module *mods, size_t n) {
   if (!c) return NULL;
   c->offline = 1;
   c->callbacks.find_elf = dwfl_build_id_find_elf;
-  c->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  c->callbacks.find_debuginfo = find_debuginfo;
   c->callbacks.section_address = dwfl_offline_section_address;
   c->callbacks.debuginfo_path = &c->debuginfo_path;
   c->dwfl = dwfl_begin(&c->callbacks);

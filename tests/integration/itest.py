@@ -883,6 +883,36 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
                     res.problems.append(f"exec_parent direct: {d}, expected 111 bytes in 1 block")
             return res
         tasks.append(("exec_parent", nofollow))
+    if "direct_leaks" in by:
+        def debug_cache():
+            # The symbolizer's cache of decompressed debug files: the
+            # reports with it (made, then used) are the ones without it.
+            e = by["direct_leaks"]
+            res = Result("direct_leaks", "TAGALLOC_DEBUG_CACHE")
+            t0 = time.time()
+            cdir = os.path.join(tmp, "debug-cache")
+            shutil.rmtree(cdir, ignore_errors=True)
+            stacks = {}
+            for label, val in (("off", "off"), ("made", cdir), ("used", cdir)):
+                jf = os.path.join(tmp, f"direct_leaks.debugcache.{label}.json")
+                env = dict(os.environ, TAGALLOC_DEBUG_CACHE=val)
+                r = run([tagalloc, "run", "--json", jf, "--"] + program_cmd(e, dirs["exact"]),
+                        RUN_TIMEOUT, env=env)
+                try:
+                    doc = json.load(open(jf))
+                except (OSError, ValueError) as exc:
+                    res.problems.append(f"{label}: JSON: {exc}" + _stderr_tail(r))
+                    return res
+                stacks[label] = [[[{k: v for k, v in fr.items() if k != "address"}   # ASLR
+                                   for fr in f.get("stack") or []]
+                                  for f in p.get("findings") or []]
+                                 for p in doc.get("processes") or []]
+            res.secs = time.time() - t0
+            for label in ("made", "used"):
+                if stacks[label] != stacks["off"]:
+                    res.problems.append(f"the stacks with the debug cache ({label}) differ from those without")
+            return res
+        tasks.append(("direct_leaks", debug_cache))
     return tasks
 
 
