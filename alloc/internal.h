@@ -199,6 +199,11 @@ void     _ta_depot_each_since(uint64_t *cursor,
 
 /* The LD_PRELOAD shim's entry points (ledger.c): the shim captures the stack. */
 void *_ta_alloc_at(ta_tag tag, size_t size, size_t align, bool zero, uint32_t stack);
+/* The same in two steps, so that the stack is taken between them while
+ * the block's table slot loads: the memory (NULL on failure), then its
+ * record (raw may be NULL: the error is reported there). */
+void *_ta_alloc_raw(size_t size, size_t align, bool zero);
+void *_ta_alloc_record(void *raw, ta_tag tag, size_t size, bool zero, uint32_t stack);
 bool  _ta_free_at(void *p, uint32_t stack);                 /* false: a bad free, reported */
 void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);
 /* The exit work (scan, report, trace), callable early: _exit, a fatal
@@ -259,6 +264,7 @@ static inline void _ta_ensure(void) {
 }
 
 bool   _ta_block_get(uintptr_t addr, ta_block *out);       /* exact, live or quarantined */
+void   _ta_block_prefetch(const void *p);                  /* its table slot, a hint */
 bool   _ta_block_find(uintptr_t p, ta_block *out);         /* containing p (slow) */
 void   _ta_block_flag(uintptr_t addr, uint8_t flags);      /* ORs flags into a live block */
 /* Records an arena block / removes one at reset (counts and trace included). */

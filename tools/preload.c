@@ -321,8 +321,9 @@ BODY void *alloc_body(ta_tag *tagp, size_t size, size_t align, bool zero, void *
   int *ep = &errno, e = *ep;
   void *p = NULL;
   if (TA_LIKELY(size <= PTRDIFF_MAX)) {
-    uint32_t stack = _ta_stack_capture(1);
-    p = _ta_alloc_at(*tagp, size, align, zero, stack);
+    void *raw = _ta_alloc_raw(size, align, zero);   /* its table slot loads ... */
+    uint32_t stack = _ta_stack_capture(1);          /* ... while the stack is taken */
+    p = _ta_alloc_record(raw, *tagp, size, zero, stack);
   }
   _pl_leave(t);
   *ep = p ? e : ENOMEM;
@@ -338,6 +339,7 @@ BODY void free_body(void *p) {
   int *ep = &errno, e = *ep;
   ta_thread *t = enter();
   if (TA_LIKELY(t != NULL)) {
+    _ta_block_prefetch(p);                /* its record loads while the stack is taken */
     uint32_t stack = _ta_stack_capture(1);
     _ta_free_at(p, stack);
     if (TA_UNLIKELY(atomic_load_explicit(&defer_n, memory_order_relaxed) != 0)) _pl_drain_deferred();
