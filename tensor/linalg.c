@@ -126,6 +126,35 @@ tensor *tensor_matmul(const tensor *a, const tensor *b) {
   return out;
 }
 
+/* t, or t with its last two axes swapped, as a descriptor on the caller's
+ * stack: read by this call only, never a tensor of its own (no header, no
+ * hold, no reference), so sgemm gets its Trans flag without a view made and
+ * freed on the ledger.  The same strides as tensor_transpose's view, so the
+ * same sgemm call and the same bits. */
+static const tensor *maybe_t(const tensor *t, int trans, tensor *tmp) {
+  if (!trans || t == NULL || t->ndim < 2) return t;
+  *tmp = *t;
+  int i = t->ndim - 2, j = t->ndim - 1;
+  tmp->shape[i] = t->shape[j];
+  tmp->shape[j] = t->shape[i];
+  tmp->strides[i] = t->strides[j];
+  tmp->strides[j] = t->strides[i];
+  tmp->scope = 0;
+  tmp->scope_prev = tmp->scope_next = NULL;
+  return tmp;
+}
+
+tensor_status tensor_gemm_t_out(tensor *out, const tensor *a, int ta, const tensor *b, int tb, float alpha,
+                                float beta) {
+  tensor at, bt;
+  return tensor_gemm_out(out, maybe_t(a, ta, &at), maybe_t(b, tb, &bt), alpha, beta);
+}
+
+tensor *tensor_matmul_t(const tensor *a, int ta, const tensor *b, int tb) {
+  tensor at, bt;
+  return tensor_matmul(maybe_t(a, ta, &at), maybe_t(b, tb, &bt));
+}
+
 /* ---- conv2d ------------------------------------------------------------------------ */
 
 typedef struct {
