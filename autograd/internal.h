@@ -55,7 +55,10 @@ void _ag_save(ag_op *op, tensor *t);
 void _ag_accumulate(ag_var *v, tensor *g, bool owned);
 
 /* ---- ops.c ---- */
-/* The backward of one op: reads op->out->grad, accumulates into the inputs. */
-void _ag_op_backward(ag_op *op, const tensor *dy);
+/* The backward of one op: from dy = dL/dout, accumulates into the inputs.
+ * may_take: dy is the caller's to free after, and the op may instead take
+ * it over (computing in place into it, or giving it on as an input's
+ * gradient); returns whether it did (the caller then leaves dy alone). */
+bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take);
 
 #endif

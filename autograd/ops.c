@@ -149,9 +149,7 @@ ag_var *ag_linear_op(ag_var *x, ag_var *w, ag_var *b) {
                    tensor_shape_str(xv, b1, sizeof b1), tensor_shape_str(wv, b2, sizeof b2),
                    b ? tensor_shape_str(b->value, b3, sizeof b3) : "none");
   }
-  tensor *wt = tensor_transpose(wv, 0, 1);
-  tensor *y = wt ? tensor_matmul(xv, wt) : NULL;
-  tensor_free(wt);
+  tensor *y = tensor_matmul_t(xv, 0, wv, 1);   /* x @ w^T, no view of w^T made */
   if (y && b && tensor_add_(y, b->value) != TENSOR_OK) {
     tensor_free(y);
     y = NULL;
@@ -277,13 +275,22 @@ static tensor *spread(const tensor *dy, const tensor *x, int axis, int keepdim) 
   return e;
 }
 
+/* t itself when contiguous, else a contiguous copy (*copy, the caller's to
+ * free): no alias made for a tensor that is only read here. */
+static const tensor *read_contiguous(const tensor *t, tensor **copy) {
+  *copy = NULL;
+  if (tensor_is_contiguous(t)) return t;
+  return *copy = tensor_clone(t);
+}
+
 static void embedding_backward(ag_op *op, const tensor *dy) {
   ag_var *w = op->in[0];
   if (!need(w)) return;
   int64_t V = w->value->shape[0], D = w->value->shape[1];
   tensor *acc = w->grad ? NULL : tensor_zeros(TENSOR_F32, 2, w->value->shape);
   tensor *dst = w->grad ? w->grad : acc;
-  tensor *dc = tensor_contiguous(dy), *ic = tensor_contiguous(op->saved);
+  tensor *dcopy, *icopy;
+  const tensor *dc = read_contiguous(dy, &dcopy), *ic = read_contiguous(op->saved, &icopy);
   if (dst && dc && ic) {
     const int32_t *idx = tensor_i32(ic);
     const float *d = tensor_f32(dc);
@@ -295,12 +302,27 @@ static void embedding_backward(ag_op *op, const tensor *dy) {
       for (int64_t j = 0; j < D; j++) row[j] += src[j];
     }
   }
-  tensor_free(dc);
-  tensor_free(ic);
+  tensor_free(dcopy);
+  tensor_free(icopy);
   if (acc) _ag_accumulate(w, acc, true);
 }
 
-void _ag_op_backward(ag_op *op, const tensor *dy) {
+/* dy may be taken over as a's gradient (computed in place, or reshaped):
+ * the caller gives it (may_take), a wants a gradient, dy is contiguous and
+ * its storage has no other header (nothing else sees it change). */
+static bool can_take(const tensor *dy, bool may_take, const ag_var *a) {
+  return may_take && need(a) && tensor_is_contiguous(dy) && tensor_storage_refs(dy) == 1;
+}
+
+static tensor_status pointwise_grad_out(op_kind k, tensor *out, const tensor *dy, const tensor *y) {
+  switch (k) {
+  case OP_TANH: return tensor_tanh_grad_out(out, dy, y);
+  case OP_RELU: return tensor_relu_grad_out(out, dy, y);
+  default:      return tensor_sigmoid_grad_out(out, dy, y);   /* OP_SIGMOID */
+  }
+}
+
+bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take) {
   ag_var *a = op->in[0], *b = op->nin > 1 ? op->in[1] : NULL, *c = op->nin > 2 ? op->in[2] : NULL;
   const tensor *y = op->out->value;
   switch (op->kind) {
@@ -343,6 +365,12 @@ void _ag_op_backward(ag_op *op, const tensor *dy) {
   case OP_TANH:
   case OP_RELU:
   case OP_SIGMOID:
+    /* the same kernel in place: dy becomes a's gradient, no new tensor */
+    if (can_take(dy, may_take, a) && tensor_same_shape(dy, y) && tensor_same_shape(dy, a->value) &&
+        pointwise_grad_out(op->kind, dy, dy, y) == TENSOR_OK) {
+      give(a, dy, true);
+      return true;
+    }
     give(a, pointwise_grad(op->kind, dy, y), true);
     break;
   case OP_SUM:
@@ -369,17 +397,18 @@ void _ag_op_backward(ag_op *op, const tensor *dy) {
     }
     break;
   case OP_LINEAR:
+    /* dy^T @ x and the bias's row sums go straight into the parameters'
+     * gradients when they have one (accumulated in place: no result, no
+     * view of dy^T) */
     if (need(a)) give(a, tensor_matmul(dy, b->value), true);
     if (need(b)) {
-      tensor *dyt = tensor_transpose(dy, 0, 1);
-      if (b->grad && dyt) {
-        tensor_gemm_out(b->grad, dyt, a->value, 1.0f, 1.0f);   /* accumulates in place */
-      } else if (dyt) {
-        give(b, tensor_matmul(dyt, a->value), true);
-      }
-      tensor_free(dyt);
+      if (b->grad) tensor_gemm_t_out(b->grad, dy, 1, a->value, 0, 1.0f, 1.0f);
+      else give(b, tensor_matmul_t(dy, 1, a->value, 0), true);
     }
-    if (need(c)) give(c, tensor_sum(dy, 0, 0), true);
+    if (need(c)) {
+      if (c->grad && tensor_is_contiguous(c->grad)) tensor_sum_add_(c->grad, dy, 0);
+      else give(c, tensor_sum(dy, 0, 0), true);
+    }
     break;
   case OP_CONV2D:
     if (need(a)) give(a, tensor_conv2d_grad_input(dy, b->value, 4, a->value->shape, op->ia[0], op->ia[1]), true);
@@ -422,10 +451,16 @@ void _ag_op_backward(ag_op *op, const tensor *dy) {
     embedding_backward(op, dy);
     break;
   case OP_RESHAPE:
+    /* dy's own header takes a's shape when it can: no view made and freed */
+    if (can_take(dy, may_take, a) && tensor_view_(dy, a->value->ndim, a->value->shape) == TENSOR_OK) {
+      give(a, dy, true);
+      return true;
+    }
     give(a, tensor_reshape(dy, a->value->ndim, a->value->shape), true);
     break;
   case OP_TRANSPOSE:
     give(a, tensor_transpose(dy, op->ia[0], op->ia[1]), true);
     break;
   }
+  return false;
 }

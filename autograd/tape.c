@@ -9,6 +9,7 @@
 struct ag_tape {
   ta_arena *arena;
   size_t capacity;
+  tensor *seed;         /* held: "seed"; dL/dL = 1, kept for every backward */
   ag_op *last;          /* the newest op */
   ag_var *vars;         /* the newest variable */
   size_t nops, nvars;
@@ -49,6 +50,25 @@ void ag_error_clear(void) { err_msg[0] = '\0'; }
 
 /* ---- the tape ---------------------------------------------------------------- */
 
+/* The backward pass starts from dL/dL = 1: one scalar kept by the tape
+ * (off any pool: the tape's own) instead of one made and freed per
+ * backward. */
+static int seed_make(ag_tape *t) {
+  tensor_pool *keep = tensor_pool_use(NULL);
+  t->seed = tensor_scalar(1.0f);
+  tensor_pool_use(keep);
+  if (t->seed == NULL) return -1;
+  ta_hold(t, "seed", t->seed);
+  return 0;
+}
+
+static void seed_drop(ag_tape *t) {
+  if (t->seed == NULL) return;
+  ta_unhold(t, "seed");
+  tensor_free(t->seed);
+  t->seed = NULL;
+}
+
 ag_tape *ag_tape_new(size_t capacity) {
   tags_init();
   if (capacity == 0) capacity = 64 * 1024;
@@ -59,6 +79,13 @@ ag_tape *ag_tape_new(size_t capacity) {
   if (t->arena == NULL) {
     ta_free(t);
     return _ag_err("ag_tape_new: no arena of %zu bytes", capacity);
+  }
+  /* (inside a tensor scope the scope would own it: made at the first
+   * backward instead, where no scope can be open) */
+  if (tensor_scope_depth() == 0 && seed_make(t) != 0) {
+    ta_arena_free(t->arena);
+    ta_free(t);
+    return _ag_err("ag_tape_new: out of memory");
   }
   return t;
 }
@@ -88,6 +115,7 @@ void ag_tape_free(ag_tape *t) {
   ag_tape_reset(t);
   if (current == t) current = NULL;
   ta_arena_free(t->arena);
+  seed_drop(t);
   ta_free(t);
 }
 
@@ -258,15 +286,35 @@ int ag_backward(ag_var *loss) {
     _ag_err("ag_backward: the loss does not require a gradient (no parameter or leaf with one behind it)");
     return -1;
   }
-  tensor *one = tensor_full(loss->value->ndim, loss->value->shape, 1.0f);
-  if (one == NULL) return -1;
-  _ag_accumulate(loss, one, true);
+  /* dL/dL: the tape's seed, viewed in the loss's shape (every axis 1), when
+   * the loss has an op and no gradient yet; else a new tensor of ones added
+   * to the loss's gradient, as any gradient is. */
+  const tensor *seed = NULL;
+  if (loss->op && loss->grad == NULL && (t->seed || seed_make(t) == 0) &&
+      tensor_view_(t->seed, loss->value->ndim, loss->value->shape) == TENSOR_OK)
+    seed = t->seed;
+  if (seed == NULL) {
+    tensor *one = tensor_full(loss->value->ndim, loss->value->shape, 1.0f);
+    if (one == NULL) return -1;
+    _ag_accumulate(loss, one, true);
+  }
   if (loss->op == NULL) return 0;
   for (ag_op *op = loss->op; op; op = op->prev) {
     ag_var *out = op->out;
-    if (out->grad == NULL) continue;
-    _ag_op_backward(op, out->grad);
-    tensor_free(out->grad);    /* an intermediate's gradient is spent once its op has run */
+    if (out->grad == NULL) {
+      if (out == loss && seed) {
+        _ag_op_backward(op, (tensor *)seed, false);
+        /* an input's gradient that is a view of the seed (a reshape of a
+         * one-element tensor) keeps its storage: the tape lets it go and
+         * makes a new seed at the next backward */
+        if (tensor_storage_refs(t->seed) > 1) seed_drop(t);
+        seed = NULL;
+      }
+      continue;
+    }
+    /* an intermediate's gradient is spent once its op has run: the op may
+     * take it over as its input's gradient, else it is freed */
+    if (!_ag_op_backward(op, out->grad, true)) tensor_free(out->grad);
     out->grad = NULL;
   }
   return 0;
