@@ -18,7 +18,7 @@ struct tensor_storage {
   size_t  nbytes;
   tensor_pool *pool;               /* where it goes back to, or NULL (the heap) */
   struct pool_key *key;            /* its pool key */
-  tensor_storage *kprev, *knext;   /* the key's stack while kept (knext: below) */
+  tensor_storage *kprev, *knext;   /* the key's stack while kept (knext: below; kprev: above, held "pool.above") */
   tensor_storage *aprev, *anext;   /* the pool's keep order while kept (aprev: older) */
 };
 #define STORAGE_HDR 64

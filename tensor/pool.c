@@ -4,11 +4,13 @@
  * Each key keeps a stack of storages (top: the newest), and the pool keeps
  * every storage in the order it came back, for pruning oldest first.  The
  * storages are ledger blocks of tag "tensor.pool", and the pool declares the
- * pointers it keeps to them as holds: the key holds its top ("top"), each
- * storage the one below it ("pool.below").  So a kept storage is never an
- * orphan, and one still kept at exit is reachable and held, not a leak.
+ * pointers it keeps to them as holds: the key holds its bottom ("bottom"),
+ * each storage the one above it ("pool.above", its kprev).  So a kept
+ * storage is never an orphan, and one still kept at exit is reachable and
+ * held, not a leak; and a push or a pop at the top, the steady traffic of a
+ * training loop, changes one hold (the old top's), not two.
  *
- *   key --top--> s3 --pool.below--> s2 --pool.below--> s1
+ *   key --bottom--> s1 --pool.above--> s2 --pool.above--> s3 (= key->top)
  *
  * A storage's refcount is 0 while kept and counts its headers while out. */
 #include "internal.h"
@@ -23,7 +25,7 @@ typedef struct pool_key {
   int ndim;
   int64_t shape[TENSOR_MAX_DIMS];
   size_t nbytes;
-  tensor_storage *top;
+  tensor_storage *top, *bottom;   /* held: "bottom" */
   size_t count;
   struct pool_key *next;        /* the bucket's chain */
 } pool_key;
@@ -89,14 +91,17 @@ tensor_pool *tensor_pool_global(void) {
 
 static void keep(tensor_pool *p, tensor_storage *s) {
   pool_key *k = s->key;
+  tensor_storage *top = k->top;
   s->kprev = NULL;
-  s->knext = k->top;
-  if (k->top) {
-    k->top->kprev = s;
-    ta_hold(s, "pool.below", k->top);   /* before the key lets go of it */
+  s->knext = top;
+  if (top) {
+    top->kprev = s;
+    ta_hold(top, "pool.above", s);
+  } else {
+    k->bottom = s;
+    ta_hold(k, "bottom", s);
   }
   k->top = s;
-  ta_hold(k, "top", s);
   k->count++;
   s->anext = NULL;
   s->aprev = p->newest;
@@ -107,23 +112,24 @@ static void keep(tensor_pool *p, tensor_storage *s) {
   p->bytes += s->nbytes;
 }
 
-/* Takes s out of its key's stack and the keep order, and its holds. */
+/* Takes s out of its key's stack and the keep order, and its holds: what
+ * held s (the storage below, or the key) holds the one above s instead,
+ * before s lets go of it; the top (no storage above) costs one unhold. */
 static void unkeep(tensor_pool *p, tensor_storage *s) {
   pool_key *k = s->key;
   tensor_storage *above = s->kprev, *below = s->knext;
-  if (above) {
-    above->knext = below;
-    if (below) ta_hold(above, "pool.below", below);
-    else ta_unhold(above, "pool.below");
-  } else {
-    k->top = below;
-    if (below) ta_hold(k, "top", below);
-    else ta_unhold(k, "top");
-  }
+  if (above) above->knext = below;
+  else k->top = below;
   if (below) {
     below->kprev = above;
-    ta_unhold(s, "pool.below");
+    if (above) ta_hold(below, "pool.above", above);
+    else ta_unhold(below, "pool.above");
+  } else {
+    k->bottom = above;
+    if (above) ta_hold(k, "bottom", above);
+    else ta_unhold(k, "bottom");
   }
+  if (above) ta_unhold(s, "pool.above");
   s->kprev = s->knext = NULL;
   k->count--;
   if (s->aprev) s->aprev->anext = s->anext;
