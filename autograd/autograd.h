@@ -19,7 +19,8 @@
  *
  * The tape.  Every op run while a tape is in use on the thread makes a result
  * variable in the tape's ledger arena (tag "tape.op") and, when gradients are
- * on and an input requires one, records an op there too.  An op keeps its
+ * on and an input requires one, records an op there too (the op and its
+ * result in one arena block, the op at its start).  An op keeps its
  * inputs inline (never a pointer to the caller's array) and declares each
  * with ta_hold(op, "input0", in0), ...; tensors an op saves for its backward
  * (pooling argmax, labels, indices) are held as "saved".  Result values,

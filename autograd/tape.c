@@ -148,8 +148,10 @@ int ag_grad_enabled(void) { return no_grad_depth == 0; }
 
 /* ---- variables ------------------------------------------------------------------- */
 
-static ag_var *var_new(ag_tape *t, tensor *value) {
-  ag_var *v = ta_arena_alloc(t->arena, sizeof *v);
+/* A variable in v (arena memory of the tape), or in a block of its own
+ * when v is NULL. */
+static ag_var *var_new(ag_tape *t, tensor *value, ag_var *v) {
+  if (v == NULL) v = ta_arena_alloc(t->arena, sizeof *v);
   if (v == NULL) {
     tensor_free(value);
     return _ag_err("tape: out of arena memory");
@@ -170,14 +172,20 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
     tensor_free(value);
     return NULL;
   }
-  ag_var *v = var_new(t, value);
-  if (v == NULL) return NULL;
   bool needs = false;
   for (int i = 0; i < nin; i++)
     if (in[i] && in[i]->requires_grad) needs = true;
-  if (!needs || no_grad_depth > 0) return v;
-  ag_op *op = ta_arena_alloc(t->arena, sizeof *op);
-  if (op == NULL) return _ag_err("%s: out of arena memory for the op", name);
+  if (!needs || no_grad_depth > 0) return var_new(t, value, NULL);
+  /* A recorded op and its result are one arena block, the op first (the
+   * holder of the op's holds is the block's start): one ledger event, not
+   * two.  The variable lives and dies with its op. */
+  struct op_var { ag_op op; ag_var var; } *ov = ta_arena_alloc(t->arena, sizeof *ov);
+  if (ov == NULL) {
+    tensor_free(value);
+    return _ag_err("%s: out of arena memory for the op", name);
+  }
+  ag_var *v = var_new(t, value, &ov->var);
+  ag_op *op = &ov->op;
   memset(op, 0, sizeof *op);
   op->kind = kind;
   op->nin = nin;
@@ -208,7 +216,7 @@ ag_var *ag_leaf(const tensor *x, int requires_grad) {
   if (requires_grad && x->dtype != TENSOR_F32) return _ag_err("ag_leaf: a gradient needs an f32 tensor");
   tensor *a = tensor_alias(x);
   if (a == NULL) return NULL;
-  ag_var *v = var_new(t, a);
+  ag_var *v = var_new(t, a, NULL);
   if (v) v->requires_grad = requires_grad != 0;
   return v;
 }
