@@ -55,6 +55,9 @@ void _ag_save(ag_op *op, tensor *t);
 void _ag_accumulate(ag_var *v, tensor *g, bool owned);
 
 /* ---- ops.c ---- */
+/* ag_embedding with the indices as a variable of the tape (the embedding
+ * layer's input): held as the op's input, instead of an alias saved. */
+ag_var *_ag_embedding_var(ag_var *weight, ag_var *indices);
 /* The backward of one op: from dy = dL/dout, accumulates into the inputs.
  * may_take: dy is the caller's to free after, and the op may instead take
  * it over (computing in place into it, or giving it on as an input's

@@ -229,6 +229,15 @@ ag_var *ag_embedding(ag_var *weight, const tensor *indices) {
   return v;
 }
 
+ag_var *_ag_embedding_var(ag_var *weight, ag_var *indices) {
+  CHECK2(weight, indices);
+  TAPE("ag_embedding");
+  /* the indices' variable is the op's second input (held "input1"): it
+   * keeps its value to the reset, so no alias is saved */
+  return record("ag_embedding", tensor_embedding(weight->value, indices->value), OP_EMBEDDING, weight, indices,
+                NULL, NULL);
+}
+
 ag_var *ag_reshape(ag_var *a, int ndim, const int64_t *shape) {
   CHECK1(a);
   TAPE("ag_reshape");
@@ -290,7 +299,8 @@ static void embedding_backward(ag_op *op, const tensor *dy) {
   tensor *acc = w->grad ? NULL : tensor_zeros(TENSOR_F32, 2, w->value->shape);
   tensor *dst = w->grad ? w->grad : acc;
   tensor *dcopy, *icopy;
-  const tensor *dc = read_contiguous(dy, &dcopy), *ic = read_contiguous(op->saved, &icopy);
+  const tensor *idx = op->saved ? op->saved : op->in[1]->value;   /* ag_embedding, or _ag_embedding_var */
+  const tensor *dc = read_contiguous(dy, &dcopy), *ic = read_contiguous(idx, &icopy);
   if (dst && dc && ic) {
     const int32_t *idx = tensor_i32(ic);
     const float *d = tensor_f32(dc);
