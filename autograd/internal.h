@@ -6,6 +6,7 @@
 #include "tagalloc.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define AG_MAX_IN 3
 
@@ -28,6 +29,20 @@ struct ag_op {
   float fa;                   /* a float argument (the scalar) */
   struct ag_op *prev;         /* the op recorded before (the tape runs backwards) */
 };
+
+/* A recorded op and its result: one block of the tape's arena, the result
+ * variable at its start.  So every variable is a block's start (the target
+ * of other ops' input holds: found at once by the ledger, where an interior
+ * pointer takes a slow search), and the op's holds are declared by the
+ * block (_ag_op_holder), which the tape's reset ends as a whole. */
+typedef struct {
+  ag_var var;
+  ag_op op;
+} ag_op_block;
+
+static inline void *_ag_op_holder(ag_op *op) {
+  return (char *)op - offsetof(ag_op_block, op);
+}
 
 /* An optimizer (optim.c; checkpoint.c saves and loads its state). */
 typedef enum { O_SGD, O_ADAM } optim_kind;

@@ -96,7 +96,7 @@ void ag_tape_reset(ag_tape *t) {
    * then the arena (ops and variables) goes in one reset. */
   for (ag_op *op = t->last; op; op = op->prev)
     if (op->saved) {
-      ta_unhold(op, "saved");
+      ta_unhold(_ag_op_holder(op), "saved");
       tensor_free(op->saved);
       op->saved = NULL;
     }
@@ -176,23 +176,22 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
   for (int i = 0; i < nin; i++)
     if (in[i] && in[i]->requires_grad) needs = true;
   if (!needs || no_grad_depth > 0) return var_new(t, value, NULL);
-  /* A recorded op and its result are one arena block, the op first (the
-   * holder of the op's holds is the block's start): one ledger event, not
-   * two.  The variable lives and dies with its op. */
-  struct op_var { ag_op op; ag_var var; } *ov = ta_arena_alloc(t->arena, sizeof *ov);
-  if (ov == NULL) {
+  /* A recorded op and its result are one arena block (ag_op_block): one
+   * ledger event, not two.  The variable lives and dies with its op. */
+  ag_op_block *ob = ta_arena_alloc(t->arena, sizeof *ob);
+  if (ob == NULL) {
     tensor_free(value);
     return _ag_err("%s: out of arena memory for the op", name);
   }
-  ag_var *v = var_new(t, value, &ov->var);
-  ag_op *op = &ov->op;
+  ag_var *v = var_new(t, value, &ob->var);
+  ag_op *op = &ob->op;
   memset(op, 0, sizeof *op);
   op->kind = kind;
   op->nin = nin;
   static const char *slots[AG_MAX_IN] = { "input0", "input1", "input2" };
   for (int i = 0; i < nin; i++) {
     op->in[i] = in[i];
-    if (in[i]) ta_hold(op, slots[i], in[i]);
+    if (in[i]) ta_hold(ob, slots[i], in[i]);
   }
   op->out = v;
   op->prev = t->last;
@@ -206,7 +205,7 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
 
 void _ag_save(ag_op *op, tensor *t) {
   op->saved = t;
-  ta_hold(op, "saved", t);
+  ta_hold(_ag_op_holder(op), "saved", t);
 }
 
 ag_var *ag_leaf(const tensor *x, int requires_grad) {
