@@ -92,12 +92,22 @@ ag_tape *ag_tape_new(size_t capacity) {
 
 void ag_tape_reset(ag_tape *t) {
   if (t == NULL) return;
-  /* What the step's ops saved, then every variable's value and gradient;
-   * then the arena (ops and variables) goes in one reset. */
+  /* Every variable's value and gradient, then the arena (ops and
+   * variables) in one reset, which ends the ops' holds; then what the ops
+   * saved, no longer held (up to SAVED_AFTER of them taken out first: the
+   * arena's memory goes with the reset), so no "saved" hold is dropped one
+   * by one.  Beyond those, a saved tensor is let go and freed before. */
+  enum { SAVED_AFTER = 32 };
+  tensor *saved[SAVED_AFTER];
+  int nsaved = 0;
   for (ag_op *op = t->last; op; op = op->prev)
     if (op->saved) {
-      ta_unhold(_ag_op_holder(op), "saved");
-      tensor_free(op->saved);
+      if (nsaved < SAVED_AFTER) {
+        saved[nsaved++] = op->saved;
+      } else {
+        ta_unhold(_ag_op_holder(op), "saved");
+        tensor_free(op->saved);
+      }
       op->saved = NULL;
     }
   for (ag_var *v = t->vars; v; v = v->next) {
@@ -108,6 +118,7 @@ void ag_tape_reset(ag_tape *t) {
   t->vars = NULL;
   t->nops = t->nvars = 0;
   ta_arena_reset(t->arena);
+  for (int i = 0; i < nsaved; i++) tensor_free(saved[i]);
 }
 
 void ag_tape_free(ag_tape *t) {
