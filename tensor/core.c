@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta;
+ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta, _tensor_tag_scratch;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -21,6 +21,7 @@ static void init_tags(void) {
   _tensor_tag_header = ta_tag_get("tensor.header");
   _tensor_tag_pool = ta_tag_get("tensor.pool");
   _tensor_tag_meta = ta_tag_get("tensor.pool.meta");
+  _tensor_tag_scratch = ta_tag_get("tensor.scratch");
 }
 
 void _tensor_init(void) { pthread_once(&init_once, init_tags); }

@@ -37,6 +37,9 @@ struct tensor_pool {
   size_t storages, bytes, out;
   uint64_t hits, misses;
   bool closed, global;
+  void *scratch;                     /* held: "scratch"; lent to one op at a time */
+  size_t scratch_bytes;
+  bool scratch_lent;
 };
 
 __thread tensor_pool *_tensor_pool_current;
@@ -146,7 +149,18 @@ static void drop(tensor_pool *p, tensor_storage *s) {
   ta_free(s);
 }
 
+/* Frees the scratch buffer unless it is lent (its op frees it then, the
+ * pool being closed or cleared).  Under the pool's lock. */
+static void scratch_drop(tensor_pool *p) {
+  if (p->scratch == NULL || p->scratch_lent) return;
+  ta_unhold(p, "scratch");
+  ta_free(p->scratch);
+  p->scratch = NULL;
+  p->scratch_bytes = 0;
+}
+
 static void pool_destroy(tensor_pool *p) {
+  scratch_drop(p);
   for (int b = 0; b < NBUCKETS; b++)
     for (pool_key *k = p->buckets[b], *next; k; k = next) {
       next = k->next;
@@ -161,7 +175,7 @@ bool _tensor_pool_put(tensor_storage *s) {
   pthread_mutex_lock(&p->lock);
   p->out--;
   if (p->closed) {
-    bool last = p->out == 0;
+    bool last = p->out == 0 && !p->scratch_lent;   /* (else the scratch's give destroys it) */
     pthread_mutex_unlock(&p->lock);
     if (last) pool_destroy(p);
     return false;
@@ -244,15 +258,67 @@ void tensor_pool_free(tensor_pool *p) {
   if (p == NULL) return;
   pthread_mutex_lock(&p->lock);
   while (p->oldest) drop(p, p->oldest);
+  scratch_drop(p);
   if (p->global) {   /* the global pool lives on, emptied */
     pthread_mutex_unlock(&p->lock);
     return;
   }
   if (_tensor_pool_current == p) _tensor_pool_current = NULL;
   p->closed = true;
-  bool last = p->out == 0;
+  bool last = p->out == 0 && !p->scratch_lent;
   pthread_mutex_unlock(&p->lock);
   if (last) pool_destroy(p);
+}
+
+/* ---- the ops' scratch buffer ------------------------------------------------- */
+
+bool _tensor_scratch_take(_tensor_scratch *s, const char *op, int64_t n) {
+  *s = (_tensor_scratch){ 0 };
+  tensor_pool *p = _tensor_pool_current;
+  size_t bytes = n > 0 ? (size_t)n * 4 : 0;
+  if (p && n >= 0) {
+    pthread_mutex_lock(&p->lock);
+    if (!p->closed && !p->scratch_lent) {
+      if (p->scratch_bytes < bytes || p->scratch == NULL) {
+        /* grown to what this op needs: the old contents are not kept */
+        void *grown = ta_aligned(_tensor_tag_scratch, 64, bytes ? bytes : 64);
+        if (grown) {
+          ta_hold(p, "scratch", grown);   /* replaces the hold on the old one */
+          ta_free(p->scratch);
+          p->scratch = grown;
+          p->scratch_bytes = bytes ? bytes : 64;
+        }
+      }
+      if (p->scratch && p->scratch_bytes >= bytes) {
+        p->scratch_lent = true;
+        s->data = p->scratch;
+        s->pool = p;
+      }
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (s->pool) return true;
+  }
+  s->tmp = _tensor_out(op, TENSOR_F32, 1, &n);
+  if (s->tmp == NULL) return false;
+  s->data = s->tmp->data;
+  return true;
+}
+
+void _tensor_scratch_give(_tensor_scratch *s) {
+  tensor_pool *p = s->pool;
+  if (p) {
+    pthread_mutex_lock(&p->lock);
+    p->scratch_lent = false;
+    bool last = false;
+    if (p->closed) {
+      scratch_drop(p);
+      last = p->out == 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (last) pool_destroy(p);
+  }
+  tensor_free(s->tmp);
+  *s = (_tensor_scratch){ 0 };
 }
 
 tensor_pool_stats tensor_pool_stats_get(tensor_pool *p) {
@@ -294,6 +360,7 @@ void tensor_pool_clear(tensor_pool *p) {
   if (p == NULL) return;
   pthread_mutex_lock(&p->lock);
   while (p->oldest) drop(p, p->oldest);
+  scratch_drop(p);
   pthread_mutex_unlock(&p->lock);
 }
 
