@@ -92,32 +92,10 @@ ag_var *ag_mul_scalar(ag_var *a, float s) {
   return v;
 }
 
-/* A scalar result made with no tensor pool in use: the pool's key lookup
- * passes a 0-dim tensor's NULL shape to memcmp (undefined behaviour that
- * UBSan stops on; reported to tensor/'s owner).  Scalars are small: the
- * heap serves them as well. */
-static tensor *scalar_off_pool(tensor *(*f)(const tensor *, const tensor *), const tensor *a, const tensor *b) {
-  tensor_pool *keep = tensor_pool_use(NULL);
-  tensor *r = f(a, b);
-  tensor_pool_use(keep);
-  return r;
-}
-
-static tensor *sum_all(const tensor *a, const tensor *b) {
-  (void)b;
-  return tensor_sum(a, TENSOR_ALL, 0);
-}
-
-static tensor *mean_all(const tensor *a, const tensor *b) {
-  (void)b;
-  return tensor_mean(a, TENSOR_ALL, 0);
-}
-
 static ag_var *reduce_op(const char *name, op_kind kind, ag_var *a, int axis, int keepdim) {
   CHECK1(a);
   if (_ag_tape_for(name) == NULL) return NULL;
-  tensor *r = axis == TENSOR_ALL && !keepdim ? scalar_off_pool(kind == OP_SUM ? sum_all : mean_all, a->value, NULL)
-              : kind == OP_SUM ? tensor_sum(a->value, axis, keepdim) : tensor_mean(a->value, axis, keepdim);
+  tensor *r = kind == OP_SUM ? tensor_sum(a->value, axis, keepdim) : tensor_mean(a->value, axis, keepdim);
   ag_op *op;
   ag_var *v = record(name, r, kind, a, NULL, NULL, &op);
   if (op) {
@@ -212,7 +190,7 @@ ag_var *ag_cross_entropy(ag_var *logits, const tensor *labels) {
   if (labels == NULL) return _ag_err("ag_cross_entropy: labels are NULL");
   TAPE("ag_cross_entropy");
   ag_op *op;
-  ag_var *v = record("ag_cross_entropy", scalar_off_pool(tensor_cross_entropy, logits->value, labels), OP_CROSS_ENTROPY, logits,
+  ag_var *v = record("ag_cross_entropy", tensor_cross_entropy(logits->value, labels), OP_CROSS_ENTROPY, logits,
                      NULL, NULL, &op);
   if (op) _ag_save(op, tensor_alias(labels));
   return v;
