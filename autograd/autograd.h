@@ -19,10 +19,12 @@
  *
  * The tape.  Every op run while a tape is in use on the thread makes a result
  * variable in the tape's ledger arena (tag "tape.op") and, when gradients are
- * on and an input requires one, records an op there too.  An op keeps its
- * inputs inline (never a pointer to the caller's array) and declares each
- * with ta_hold(op, "input0", in0), ...; tensors an op saves for its backward
- * (pooling argmax, labels, indices) are held as "saved".  Result values,
+ * on and an input requires one, records an op there too (the op and its
+ * result in one arena block, the result at its start).  An op keeps its
+ * inputs inline (never a pointer to the caller's array) and its block
+ * declares each with ta_hold(block, "input0", in0), ...; tensors an op
+ * saves for its backward (pooling argmax, labels, indices) are held as
+ * "saved".  Result values,
  * saved tensors and gradients of non-parameters belong to the tape and are
  * freed by ag_tape_reset, which then resets the arena: no tape block is live
  * after it.  The arena keeps a steady graph's chunks and gives back what an

@@ -6,6 +6,7 @@
 #include "tagalloc.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define AG_MAX_IN 3
 
@@ -28,6 +29,20 @@ struct ag_op {
   float fa;                   /* a float argument (the scalar) */
   struct ag_op *prev;         /* the op recorded before (the tape runs backwards) */
 };
+
+/* A recorded op and its result: one block of the tape's arena, the result
+ * variable at its start.  So every variable is a block's start (the target
+ * of other ops' input holds: found at once by the ledger, where an interior
+ * pointer takes a slow search), and the op's holds are declared by the
+ * block (_ag_op_holder), which the tape's reset ends as a whole. */
+typedef struct {
+  ag_var var;
+  ag_op op;
+} ag_op_block;
+
+static inline void *_ag_op_holder(ag_op *op) {
+  return (char *)op - offsetof(ag_op_block, op);
+}
 
 /* An optimizer (optim.c; checkpoint.c saves and loads its state). */
 typedef enum { O_SGD, O_ADAM } optim_kind;
@@ -55,7 +70,13 @@ void _ag_save(ag_op *op, tensor *t);
 void _ag_accumulate(ag_var *v, tensor *g, bool owned);
 
 /* ---- ops.c ---- */
-/* The backward of one op: reads op->out->grad, accumulates into the inputs. */
-void _ag_op_backward(ag_op *op, const tensor *dy);
+/* ag_embedding with the indices as a variable of the tape (the embedding
+ * layer's input): held as the op's input, instead of an alias saved. */
+ag_var *_ag_embedding_var(ag_var *weight, ag_var *indices);
+/* The backward of one op: from dy = dL/dout, accumulates into the inputs.
+ * may_take: dy is the caller's to free after, and the op may instead take
+ * it over (computing in place into it, or giving it on as an input's
+ * gradient); returns whether it did (the caller then leaves dy alone). */
+bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take);
 
 #endif

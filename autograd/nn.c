@@ -160,7 +160,7 @@ ag_var *ag_layer_forward(ag_layer *l, ag_var *x) {
   case L_RELU: return ag_relu(x);
   case L_TANH: return ag_tanh(x);
   case L_FLATTEN: return ag_flatten(x);
-  case L_EMBEDDING: return ag_embedding(l->weight, x->value);
+  case L_EMBEDDING: return _ag_embedding_var(l->weight, x);
   case L_SEQUENTIAL:
     for (int i = 0; i < l->nchildren && x; i++) x = ag_layer_forward(l->children[i], x);
     return x;

@@ -92,32 +92,10 @@ ag_var *ag_mul_scalar(ag_var *a, float s) {
   return v;
 }
 
-/* A scalar result made with no tensor pool in use: the pool's key lookup
- * passes a 0-dim tensor's NULL shape to memcmp (undefined behaviour that
- * UBSan stops on; reported to tensor/'s owner).  Scalars are small: the
- * heap serves them as well. */
-static tensor *scalar_off_pool(tensor *(*f)(const tensor *, const tensor *), const tensor *a, const tensor *b) {
-  tensor_pool *keep = tensor_pool_use(NULL);
-  tensor *r = f(a, b);
-  tensor_pool_use(keep);
-  return r;
-}
-
-static tensor *sum_all(const tensor *a, const tensor *b) {
-  (void)b;
-  return tensor_sum(a, TENSOR_ALL, 0);
-}
-
-static tensor *mean_all(const tensor *a, const tensor *b) {
-  (void)b;
-  return tensor_mean(a, TENSOR_ALL, 0);
-}
-
 static ag_var *reduce_op(const char *name, op_kind kind, ag_var *a, int axis, int keepdim) {
   CHECK1(a);
   if (_ag_tape_for(name) == NULL) return NULL;
-  tensor *r = axis == TENSOR_ALL && !keepdim ? scalar_off_pool(kind == OP_SUM ? sum_all : mean_all, a->value, NULL)
-              : kind == OP_SUM ? tensor_sum(a->value, axis, keepdim) : tensor_mean(a->value, axis, keepdim);
+  tensor *r = kind == OP_SUM ? tensor_sum(a->value, axis, keepdim) : tensor_mean(a->value, axis, keepdim);
   ag_op *op;
   ag_var *v = record(name, r, kind, a, NULL, NULL, &op);
   if (op) {
@@ -149,9 +127,7 @@ ag_var *ag_linear_op(ag_var *x, ag_var *w, ag_var *b) {
                    tensor_shape_str(xv, b1, sizeof b1), tensor_shape_str(wv, b2, sizeof b2),
                    b ? tensor_shape_str(b->value, b3, sizeof b3) : "none");
   }
-  tensor *wt = tensor_transpose(wv, 0, 1);
-  tensor *y = wt ? tensor_matmul(xv, wt) : NULL;
-  tensor_free(wt);
+  tensor *y = tensor_matmul_t(xv, 0, wv, 1);   /* x @ w^T, no view of w^T made */
   if (y && b && tensor_add_(y, b->value) != TENSOR_OK) {
     tensor_free(y);
     y = NULL;
@@ -214,7 +190,7 @@ ag_var *ag_cross_entropy(ag_var *logits, const tensor *labels) {
   if (labels == NULL) return _ag_err("ag_cross_entropy: labels are NULL");
   TAPE("ag_cross_entropy");
   ag_op *op;
-  ag_var *v = record("ag_cross_entropy", scalar_off_pool(tensor_cross_entropy, logits->value, labels), OP_CROSS_ENTROPY, logits,
+  ag_var *v = record("ag_cross_entropy", tensor_cross_entropy(logits->value, labels), OP_CROSS_ENTROPY, logits,
                      NULL, NULL, &op);
   if (op) _ag_save(op, tensor_alias(labels));
   return v;
@@ -229,6 +205,15 @@ ag_var *ag_embedding(ag_var *weight, const tensor *indices) {
                      &op);
   if (op) _ag_save(op, tensor_alias(indices));
   return v;
+}
+
+ag_var *_ag_embedding_var(ag_var *weight, ag_var *indices) {
+  CHECK2(weight, indices);
+  TAPE("ag_embedding");
+  /* the indices' variable is the op's second input (held "input1"): it
+   * keeps its value to the reset, so no alias is saved */
+  return record("ag_embedding", tensor_embedding(weight->value, indices->value), OP_EMBEDDING, weight, indices,
+                NULL, NULL);
 }
 
 ag_var *ag_reshape(ag_var *a, int ndim, const int64_t *shape) {
@@ -277,13 +262,23 @@ static tensor *spread(const tensor *dy, const tensor *x, int axis, int keepdim) 
   return e;
 }
 
+/* t itself when contiguous, else a contiguous copy (*copy, the caller's to
+ * free): no alias made for a tensor that is only read here. */
+static const tensor *read_contiguous(const tensor *t, tensor **copy) {
+  *copy = NULL;
+  if (tensor_is_contiguous(t)) return t;
+  return *copy = tensor_clone(t);
+}
+
 static void embedding_backward(ag_op *op, const tensor *dy) {
   ag_var *w = op->in[0];
   if (!need(w)) return;
   int64_t V = w->value->shape[0], D = w->value->shape[1];
   tensor *acc = w->grad ? NULL : tensor_zeros(TENSOR_F32, 2, w->value->shape);
   tensor *dst = w->grad ? w->grad : acc;
-  tensor *dc = tensor_contiguous(dy), *ic = tensor_contiguous(op->saved);
+  tensor *dcopy, *icopy;
+  const tensor *idx = op->saved ? op->saved : op->in[1]->value;   /* ag_embedding, or _ag_embedding_var */
+  const tensor *dc = read_contiguous(dy, &dcopy), *ic = read_contiguous(idx, &icopy);
   if (dst && dc && ic) {
     const int32_t *idx = tensor_i32(ic);
     const float *d = tensor_f32(dc);
@@ -295,12 +290,27 @@ static void embedding_backward(ag_op *op, const tensor *dy) {
       for (int64_t j = 0; j < D; j++) row[j] += src[j];
     }
   }
-  tensor_free(dc);
-  tensor_free(ic);
+  tensor_free(dcopy);
+  tensor_free(icopy);
   if (acc) _ag_accumulate(w, acc, true);
 }
 
-void _ag_op_backward(ag_op *op, const tensor *dy) {
+/* dy may be taken over as a's gradient (computed in place, or reshaped):
+ * the caller gives it (may_take), a wants a gradient, dy is contiguous and
+ * its storage has no other header (nothing else sees it change). */
+static bool can_take(const tensor *dy, bool may_take, const ag_var *a) {
+  return may_take && need(a) && tensor_is_contiguous(dy) && tensor_storage_refs(dy) == 1;
+}
+
+static tensor_status pointwise_grad_out(op_kind k, tensor *out, const tensor *dy, const tensor *y) {
+  switch (k) {
+  case OP_TANH: return tensor_tanh_grad_out(out, dy, y);
+  case OP_RELU: return tensor_relu_grad_out(out, dy, y);
+  default:      return tensor_sigmoid_grad_out(out, dy, y);   /* OP_SIGMOID */
+  }
+}
+
+bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take) {
   ag_var *a = op->in[0], *b = op->nin > 1 ? op->in[1] : NULL, *c = op->nin > 2 ? op->in[2] : NULL;
   const tensor *y = op->out->value;
   switch (op->kind) {
@@ -343,6 +353,12 @@ void _ag_op_backward(ag_op *op, const tensor *dy) {
   case OP_TANH:
   case OP_RELU:
   case OP_SIGMOID:
+    /* the same kernel in place: dy becomes a's gradient, no new tensor */
+    if (can_take(dy, may_take, a) && tensor_same_shape(dy, y) && tensor_same_shape(dy, a->value) &&
+        pointwise_grad_out(op->kind, dy, dy, y) == TENSOR_OK) {
+      give(a, dy, true);
+      return true;
+    }
     give(a, pointwise_grad(op->kind, dy, y), true);
     break;
   case OP_SUM:
@@ -369,17 +385,18 @@ void _ag_op_backward(ag_op *op, const tensor *dy) {
     }
     break;
   case OP_LINEAR:
+    /* dy^T @ x and the bias's row sums go straight into the parameters'
+     * gradients when they have one (accumulated in place: no result, no
+     * view of dy^T) */
     if (need(a)) give(a, tensor_matmul(dy, b->value), true);
     if (need(b)) {
-      tensor *dyt = tensor_transpose(dy, 0, 1);
-      if (b->grad && dyt) {
-        tensor_gemm_out(b->grad, dyt, a->value, 1.0f, 1.0f);   /* accumulates in place */
-      } else if (dyt) {
-        give(b, tensor_matmul(dyt, a->value), true);
-      }
-      tensor_free(dyt);
+      if (b->grad) tensor_gemm_t_out(b->grad, dy, 1, a->value, 0, 1.0f, 1.0f);
+      else give(b, tensor_matmul_t(dy, 1, a->value, 0), true);
     }
-    if (need(c)) give(c, tensor_sum(dy, 0, 0), true);
+    if (need(c)) {
+      if (c->grad && tensor_is_contiguous(c->grad)) tensor_sum_add_(c->grad, dy, 0);
+      else give(c, tensor_sum(dy, 0, 0), true);
+    }
     break;
   case OP_CONV2D:
     if (need(a)) give(a, tensor_conv2d_grad_input(dy, b->value, 4, a->value->shape, op->ia[0], op->ia[1]), true);
@@ -422,10 +439,16 @@ void _ag_op_backward(ag_op *op, const tensor *dy) {
     embedding_backward(op, dy);
     break;
   case OP_RESHAPE:
+    /* dy's own header takes a's shape when it can: no view made and freed */
+    if (can_take(dy, may_take, a) && tensor_view_(dy, a->value->ndim, a->value->shape) == TENSOR_OK) {
+      give(a, dy, true);
+      return true;
+    }
     give(a, tensor_reshape(dy, a->value->ndim, a->value->shape), true);
     break;
   case OP_TRANSPOSE:
     give(a, tensor_transpose(dy, op->ia[0], op->ia[1]), true);
     break;
   }
+  return false;
 }

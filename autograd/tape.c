@@ -9,6 +9,7 @@
 struct ag_tape {
   ta_arena *arena;
   size_t capacity;
+  tensor *seed;         /* held: "seed"; dL/dL = 1, kept for every backward */
   ag_op *last;          /* the newest op */
   ag_var *vars;         /* the newest variable */
   size_t nops, nvars;
@@ -49,6 +50,25 @@ void ag_error_clear(void) { err_msg[0] = '\0'; }
 
 /* ---- the tape ---------------------------------------------------------------- */
 
+/* The backward pass starts from dL/dL = 1: one scalar kept by the tape
+ * (off any pool: the tape's own) instead of one made and freed per
+ * backward. */
+static int seed_make(ag_tape *t) {
+  tensor_pool *keep = tensor_pool_use(NULL);
+  t->seed = tensor_scalar(1.0f);
+  tensor_pool_use(keep);
+  if (t->seed == NULL) return -1;
+  ta_hold(t, "seed", t->seed);
+  return 0;
+}
+
+static void seed_drop(ag_tape *t) {
+  if (t->seed == NULL) return;
+  ta_unhold(t, "seed");
+  tensor_free(t->seed);
+  t->seed = NULL;
+}
+
 ag_tape *ag_tape_new(size_t capacity) {
   tags_init();
   if (capacity == 0) capacity = 64 * 1024;
@@ -60,17 +80,34 @@ ag_tape *ag_tape_new(size_t capacity) {
     ta_free(t);
     return _ag_err("ag_tape_new: no arena of %zu bytes", capacity);
   }
+  /* (inside a tensor scope the scope would own it: made at the first
+   * backward instead, where no scope can be open) */
+  if (tensor_scope_depth() == 0 && seed_make(t) != 0) {
+    ta_arena_free(t->arena);
+    ta_free(t);
+    return _ag_err("ag_tape_new: out of memory");
+  }
   return t;
 }
 
 void ag_tape_reset(ag_tape *t) {
   if (t == NULL) return;
-  /* What the step's ops saved, then every variable's value and gradient;
-   * then the arena (ops and variables) goes in one reset. */
+  /* Every variable's value and gradient, then the arena (ops and
+   * variables) in one reset, which ends the ops' holds; then what the ops
+   * saved, no longer held (up to SAVED_AFTER of them taken out first: the
+   * arena's memory goes with the reset), so no "saved" hold is dropped one
+   * by one.  Beyond those, a saved tensor is let go and freed before. */
+  enum { SAVED_AFTER = 32 };
+  tensor *saved[SAVED_AFTER];
+  int nsaved = 0;
   for (ag_op *op = t->last; op; op = op->prev)
     if (op->saved) {
-      ta_unhold(op, "saved");
-      tensor_free(op->saved);
+      if (nsaved < SAVED_AFTER) {
+        saved[nsaved++] = op->saved;
+      } else {
+        ta_unhold(_ag_op_holder(op), "saved");
+        tensor_free(op->saved);
+      }
       op->saved = NULL;
     }
   for (ag_var *v = t->vars; v; v = v->next) {
@@ -81,6 +118,7 @@ void ag_tape_reset(ag_tape *t) {
   t->vars = NULL;
   t->nops = t->nvars = 0;
   ta_arena_reset(t->arena);
+  for (int i = 0; i < nsaved; i++) tensor_free(saved[i]);
 }
 
 void ag_tape_free(ag_tape *t) {
@@ -88,6 +126,7 @@ void ag_tape_free(ag_tape *t) {
   ag_tape_reset(t);
   if (current == t) current = NULL;
   ta_arena_free(t->arena);
+  seed_drop(t);
   ta_free(t);
 }
 
@@ -120,8 +159,10 @@ int ag_grad_enabled(void) { return no_grad_depth == 0; }
 
 /* ---- variables ------------------------------------------------------------------- */
 
-static ag_var *var_new(ag_tape *t, tensor *value) {
-  ag_var *v = ta_arena_alloc(t->arena, sizeof *v);
+/* A variable in v (arena memory of the tape), or in a block of its own
+ * when v is NULL. */
+static ag_var *var_new(ag_tape *t, tensor *value, ag_var *v) {
+  if (v == NULL) v = ta_arena_alloc(t->arena, sizeof *v);
   if (v == NULL) {
     tensor_free(value);
     return _ag_err("tape: out of arena memory");
@@ -142,21 +183,26 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
     tensor_free(value);
     return NULL;
   }
-  ag_var *v = var_new(t, value);
-  if (v == NULL) return NULL;
   bool needs = false;
   for (int i = 0; i < nin; i++)
     if (in[i] && in[i]->requires_grad) needs = true;
-  if (!needs || no_grad_depth > 0) return v;
-  ag_op *op = ta_arena_alloc(t->arena, sizeof *op);
-  if (op == NULL) return _ag_err("%s: out of arena memory for the op", name);
+  if (!needs || no_grad_depth > 0) return var_new(t, value, NULL);
+  /* A recorded op and its result are one arena block (ag_op_block): one
+   * ledger event, not two.  The variable lives and dies with its op. */
+  ag_op_block *ob = ta_arena_alloc(t->arena, sizeof *ob);
+  if (ob == NULL) {
+    tensor_free(value);
+    return _ag_err("%s: out of arena memory for the op", name);
+  }
+  ag_var *v = var_new(t, value, &ob->var);
+  ag_op *op = &ob->op;
   memset(op, 0, sizeof *op);
   op->kind = kind;
   op->nin = nin;
   static const char *slots[AG_MAX_IN] = { "input0", "input1", "input2" };
   for (int i = 0; i < nin; i++) {
     op->in[i] = in[i];
-    if (in[i]) ta_hold(op, slots[i], in[i]);
+    if (in[i]) ta_hold(ob, slots[i], in[i]);
   }
   op->out = v;
   op->prev = t->last;
@@ -170,7 +216,7 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
 
 void _ag_save(ag_op *op, tensor *t) {
   op->saved = t;
-  ta_hold(op, "saved", t);
+  ta_hold(_ag_op_holder(op), "saved", t);
 }
 
 ag_var *ag_leaf(const tensor *x, int requires_grad) {
@@ -180,7 +226,7 @@ ag_var *ag_leaf(const tensor *x, int requires_grad) {
   if (requires_grad && x->dtype != TENSOR_F32) return _ag_err("ag_leaf: a gradient needs an f32 tensor");
   tensor *a = tensor_alias(x);
   if (a == NULL) return NULL;
-  ag_var *v = var_new(t, a);
+  ag_var *v = var_new(t, a, NULL);
   if (v) v->requires_grad = requires_grad != 0;
   return v;
 }
@@ -258,15 +304,35 @@ int ag_backward(ag_var *loss) {
     _ag_err("ag_backward: the loss does not require a gradient (no parameter or leaf with one behind it)");
     return -1;
   }
-  tensor *one = tensor_full(loss->value->ndim, loss->value->shape, 1.0f);
-  if (one == NULL) return -1;
-  _ag_accumulate(loss, one, true);
+  /* dL/dL: the tape's seed, viewed in the loss's shape (every axis 1), when
+   * the loss has an op and no gradient yet; else a new tensor of ones added
+   * to the loss's gradient, as any gradient is. */
+  const tensor *seed = NULL;
+  if (loss->op && loss->grad == NULL && (t->seed || seed_make(t) == 0) &&
+      tensor_view_(t->seed, loss->value->ndim, loss->value->shape) == TENSOR_OK)
+    seed = t->seed;
+  if (seed == NULL) {
+    tensor *one = tensor_full(loss->value->ndim, loss->value->shape, 1.0f);
+    if (one == NULL) return -1;
+    _ag_accumulate(loss, one, true);
+  }
   if (loss->op == NULL) return 0;
   for (ag_op *op = loss->op; op; op = op->prev) {
     ag_var *out = op->out;
-    if (out->grad == NULL) continue;
-    _ag_op_backward(op, out->grad);
-    tensor_free(out->grad);    /* an intermediate's gradient is spent once its op has run */
+    if (out->grad == NULL) {
+      if (out == loss && seed) {
+        _ag_op_backward(op, (tensor *)seed, false);
+        /* an input's gradient that is a view of the seed (a reshape of a
+         * one-element tensor) keeps its storage: the tape lets it go and
+         * makes a new seed at the next backward */
+        if (tensor_storage_refs(t->seed) > 1) seed_drop(t);
+        seed = NULL;
+      }
+      continue;
+    }
+    /* an intermediate's gradient is spent once its op has run: the op may
+     * take it over as its input's gradient, else it is freed */
+    if (!_ag_op_backward(op, out->grad, true)) tensor_free(out->grad);
     out->grad = NULL;
   }
   return 0;

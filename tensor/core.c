@@ -1,8 +1,8 @@
 /* core.c - storages and headers on the ledger, errors, making and freeing.
  *
  * One tensor costs the ledger one "tensor.header" block, one hold
- * (header -> storage) and one refcount transition; a fresh storage adds one
- * "tensor.storage" block.  Nothing here is per element. */
+ * (header -> storage, ended by the header's free) and one refcount
+ * transition each way; a fresh storage adds one "tensor.storage" block.  Nothing here is per element. */
 #include "internal.h"
 
 #include <cblas.h>
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta;
+ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta, _tensor_tag_scratch;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -21,6 +21,7 @@ static void init_tags(void) {
   _tensor_tag_header = ta_tag_get("tensor.header");
   _tensor_tag_pool = ta_tag_get("tensor.pool");
   _tensor_tag_meta = ta_tag_get("tensor.pool.meta");
+  _tensor_tag_scratch = ta_tag_get("tensor.scratch");
 }
 
 void _tensor_init(void) { pthread_once(&init_once, init_tags); }
@@ -173,9 +174,11 @@ void tensor_free(tensor *t) {
   long n = ta_ref_release(s);
   bool pooled = false;
   /* A storage going back to its pool is held by the pool before the
-   * header lets go of it, so it is never an orphan in between. */
+   * header lets go of it, so it is never an orphan in between.  The header's
+   * hold on its storage ends with the header: the ledger drops a block's
+   * holds when it is freed (an unhold first would only be one more recorded
+   * event, with the same orphan check). */
   if (n == 0 && s->pool) pooled = _tensor_pool_put(s);
-  ta_unhold(t, "storage");
   ta_free(t);
   if (n == 0 && !pooled) ta_free(s);
 }

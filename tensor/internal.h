@@ -18,13 +18,13 @@ struct tensor_storage {
   size_t  nbytes;
   tensor_pool *pool;               /* where it goes back to, or NULL (the heap) */
   struct pool_key *key;            /* its pool key */
-  tensor_storage *kprev, *knext;   /* the key's stack while kept (knext: below) */
+  tensor_storage *kprev, *knext;   /* the key's stack while kept (knext: below; kprev: above, held "pool.above") */
   tensor_storage *aprev, *anext;   /* the pool's keep order while kept (aprev: older) */
 };
 #define STORAGE_HDR 64
 _Static_assert(sizeof(struct tensor_storage) <= STORAGE_HDR, "storage header fits");
 
-extern ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta;
+extern ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta, _tensor_tag_scratch;
 void _tensor_init(void);
 
 /* ---- errors (core.c) ---- */
@@ -54,6 +54,20 @@ void _tensor_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
  * caller frees s). */
 bool _tensor_pool_put(tensor_storage *s);
 extern __thread tensor_pool *_tensor_pool_current;
+
+/* An op's workspace of n floats (im2col columns, packed weights): the pool
+ * in use on this thread keeps one buffer for that, a "tensor.scratch" block
+ * it holds ("scratch") and lends to one op at a time, grown when an op needs
+ * more; so a training step's convolutions make no block for it.  With no
+ * pool in use, or while its buffer is lent, a tensor from _tensor_out.  The
+ * contents are left as they were.  Give back on the thread that took it. */
+typedef struct {
+  float *data;
+  tensor *tmp;          /* the tensor made instead, or NULL */
+  tensor_pool *pool;    /* the pool that lent its buffer, or NULL */
+} _tensor_scratch;
+bool _tensor_scratch_take(_tensor_scratch *s, const char *op, int64_t n);
+void _tensor_scratch_give(_tensor_scratch *s);   /* a zeroed s: nothing */
 
 /* ---- scopes (scope.c) ---- */
 void _tensor_scope_adopt(tensor *t);

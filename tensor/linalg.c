@@ -126,6 +126,35 @@ tensor *tensor_matmul(const tensor *a, const tensor *b) {
   return out;
 }
 
+/* t, or t with its last two axes swapped, as a descriptor on the caller's
+ * stack: read by this call only, never a tensor of its own (no header, no
+ * hold, no reference), so sgemm gets its Trans flag without a view made and
+ * freed on the ledger.  The same strides as tensor_transpose's view, so the
+ * same sgemm call and the same bits. */
+static const tensor *maybe_t(const tensor *t, int trans, tensor *tmp) {
+  if (!trans || t == NULL || t->ndim < 2) return t;
+  *tmp = *t;
+  int i = t->ndim - 2, j = t->ndim - 1;
+  tmp->shape[i] = t->shape[j];
+  tmp->shape[j] = t->shape[i];
+  tmp->strides[i] = t->strides[j];
+  tmp->strides[j] = t->strides[i];
+  tmp->scope = 0;
+  tmp->scope_prev = tmp->scope_next = NULL;
+  return tmp;
+}
+
+tensor_status tensor_gemm_t_out(tensor *out, const tensor *a, int ta, const tensor *b, int tb, float alpha,
+                                float beta) {
+  tensor at, bt;
+  return tensor_gemm_out(out, maybe_t(a, ta, &at), maybe_t(b, tb, &bt), alpha, beta);
+}
+
+tensor *tensor_matmul_t(const tensor *a, int ta, const tensor *b, int tb) {
+  tensor at, bt;
+  return tensor_matmul(maybe_t(a, ta, &at), maybe_t(b, tb, &bt));
+}
+
 /* ---- conv2d ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -304,7 +333,8 @@ static int conv_parts(const conv_geom *g) {
  * written in place in NCHW order. */
 tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int stride, int pad) {
   const char *op = "tensor_conv2d";
-  tensor *xc = NULL, *wc = NULL, *col = NULL, *out = NULL;
+  tensor *xc = NULL, *wc = NULL, *out = NULL;
+  _tensor_scratch col = { 0 };
   conv_geom g;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (!(xc = contig_4d(op, "x", x)) || !(wc = contig_4d(op, "w", w))) goto fail;
@@ -322,32 +352,32 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
     dconv_job dj;
     _tensor_dconv_plan(&dj.d, g.C, g.H, g.W, g.O, g.KH, g.KW, g.p, g.p);
     dj.scratch_size = _tensor_dconv_fwd_scratch(&dj.d);
-    if (!(col = _tensor_out(op, TENSOR_F32, 1, (int64_t[]){ parts * dj.scratch_size + CKK * g.O + g.O }))) goto fail;
+    if (!_tensor_scratch_take(&col, op, parts * dj.scratch_size + CKK * g.O + g.O)) goto fail;
     if (!(out = _tensor_out(op, TENSOR_F32, 4, (int64_t[]){ g.N, g.O, g.OH, g.OW }))) goto fail;
-    float *wt = (float *)col->data + parts * dj.scratch_size, *bv = wt + CKK * g.O;
+    float *wt = col.data + parts * dj.scratch_size, *bv = wt + CKK * g.O;
     _tensor_dconv_pack(&dj.d, wc->data, false, wt);
     for (int64_t o = 0; bias && o < g.O; o++) bv[o] = ((const float *)bias->data)[o * bias->strides[0]];
     dj.x = xc->data, dj.dy = NULL, dj.wt = wt, dj.bias = bias ? bv : NULL, dj.out = out->data;
-    dj.scratch = col->data;
+    dj.scratch = col.data;
     if (P && g.O) _tensor_parallel(g.N, parts, dconv_fwd_part, &dj);
     goto done;
   }
-  if (!(col = _tensor_out(op, TENSOR_F32, 3, (int64_t[]){ parts, CKK, P }))) goto fail;
+  if (!_tensor_scratch_take(&col, op, parts * CKK * P)) goto fail;
   if (!(out = _tensor_out(op, TENSOR_F32, 4, (int64_t[]){ g.N, g.O, g.OH, g.OW }))) goto fail;
   if (P && g.O) {
     conv_job j = { &g, xc->data, wc->data, NULL, bias ? bias->data : NULL, bias ? bias->strides[0] : 0,
-                   CKK, P, out->data, col->data, CKK * P };
+                   CKK, P, out->data, col.data, CKK * P };
     _tensor_parallel(g.N, parts, conv_fwd_part, &j);
   }
 done:
   _tensor_unborrow(x, xc);
   _tensor_unborrow(w, wc);
-  tensor_free(col);
+  _tensor_scratch_give(&col);
   return out;
 fail:
   _tensor_unborrow(x, xc);
   _tensor_unborrow(w, wc);
-  tensor_free(col);
+  _tensor_scratch_give(&col);
   tensor_free(out);
   return NULL;
 }
@@ -364,7 +394,8 @@ static bool check_dy(const char *op, const tensor *dy, const conv_geom *g) {
 tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, const int64_t *x_shape, int stride,
                                  int pad) {
   const char *op = "tensor_conv2d_grad_input";
-  tensor *dyc = NULL, *wc = NULL, *dcol = NULL, *dx = NULL;
+  tensor *dyc = NULL, *wc = NULL, *dx = NULL;
+  _tensor_scratch dcol = { 0 };
   conv_geom g;
   if (!(dyc = contig_4d(op, "dy", dy)) || !(wc = contig_4d(op, "w", w))) goto fail;
   if (ndim != 4 || _tensor_check_shape(op, ndim, x_shape) < 0) {
@@ -380,18 +411,18 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
     dconv_job dj;
     _tensor_dconv_plan(&dj.d, g.O, g.OH, g.OW, g.C, g.KH, g.KW, g.KH - 1 - g.p, g.KW - 1 - g.p);
     dj.scratch_size = _tensor_dconv_fwd_scratch(&dj.d);
-    if (!(dcol = _tensor_out(op, TENSOR_F32, 1, (int64_t[]){ parts * dj.scratch_size + CKK * g.O }))) goto fail;
+    if (!_tensor_scratch_take(&dcol, op, parts * dj.scratch_size + CKK * g.O)) goto fail;
     if (!(dx = _tensor_out(op, TENSOR_F32, 4, x_shape))) goto fail;
-    float *wt = (float *)dcol->data + parts * dj.scratch_size;
+    float *wt = dcol.data + parts * dj.scratch_size;
     _tensor_dconv_pack(&dj.d, wc->data, true, wt);
-    dj.x = dyc->data, dj.dy = NULL, dj.wt = wt, dj.bias = NULL, dj.out = dx->data, dj.scratch = dcol->data;
+    dj.x = dyc->data, dj.dy = NULL, dj.wt = wt, dj.bias = NULL, dj.out = dx->data, dj.scratch = dcol.data;
     if (dx->numel) _tensor_parallel(g.N, parts, dconv_fwd_part, &dj);
     goto done;
   }
-  if (!(dcol = _tensor_out(op, TENSOR_F32, 3, (int64_t[]){ parts, CKK, P }))) goto fail;
+  if (!_tensor_scratch_take(&dcol, op, parts * CKK * P)) goto fail;
   if (!(dx = _tensor_out(op, TENSOR_F32, 4, x_shape))) goto fail;
   if (P && CKK && g.O) {
-    conv_job j = { &g, NULL, wc->data, dyc->data, NULL, 0, CKK, P, dx->data, dcol->data, CKK * P };
+    conv_job j = { &g, NULL, wc->data, dyc->data, NULL, 0, CKK, P, dx->data, dcol.data, CKK * P };
     _tensor_parallel(g.N, parts, conv_dx_part, &j);
   } else {
     memset(dx->data, 0, (size_t)dx->numel * 4);
@@ -399,12 +430,12 @@ tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, co
 done:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(w, wc);
-  tensor_free(dcol);
+  _tensor_scratch_give(&dcol);
   return dx;
 fail:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(w, wc);
-  tensor_free(dcol);
+  _tensor_scratch_give(&dcol);
   tensor_free(dx);
   return NULL;
 }
@@ -412,7 +443,8 @@ fail:
 tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, const int64_t *w_shape, int stride,
                                   int pad) {
   const char *op = "tensor_conv2d_grad_weight";
-  tensor *dyc = NULL, *xc = NULL, *scratch = NULL, *dw = NULL;
+  tensor *dyc = NULL, *xc = NULL, *dw = NULL;
+  _tensor_scratch scratch = { 0 };
   conv_geom g;
   if (!(dyc = contig_4d(op, "dy", dy)) || !(xc = contig_4d(op, "x", x))) goto fail;
   if (ndim != 4 || _tensor_check_shape(op, ndim, w_shape) < 0) {
@@ -427,42 +459,42 @@ tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, c
     _tensor_dconv_plan(&dj.d, g.C, g.H, g.W, g.O, g.KH, g.KW, g.p, g.p);
     int64_t Opad = dj.d.Opad;
     dj.scratch_size = CKK * Opad + _tensor_dconv_dw_scratch(&dj.d);
-    if (!(scratch = _tensor_out(op, TENSOR_F32, 1, (int64_t[]){ parts * dj.scratch_size }))) goto fail;
+    if (!_tensor_scratch_take(&scratch, op, parts * dj.scratch_size)) goto fail;
     if (!(dw = _tensor_out(op, TENSOR_F32, 4, w_shape))) goto fail;
     memset(dw->data, 0, (size_t)dw->numel * 4);
     if (P && CKK && g.O) {
-      dj.x = xc->data, dj.dy = dyc->data, dj.wt = NULL, dj.bias = NULL, dj.out = NULL, dj.scratch = scratch->data;
+      dj.x = xc->data, dj.dy = dyc->data, dj.wt = NULL, dj.bias = NULL, dj.out = NULL, dj.scratch = scratch.data;
       parts = _tensor_parallel(g.N, parts, dconv_dw_part, &dj);
       float *d = dw->data;
       for (int p = 0; p < parts; p++) {
-        const float *acc = (const float *)scratch->data + p * dj.scratch_size;
+        const float *acc = scratch.data + p * dj.scratch_size;
         for (int64_t o = 0; o < g.O; o++)
           for (int64_t t = 0; t < CKK; t++) d[o * CKK + t] += acc[t * Opad + o];
       }
     }
     goto done;
   }
-  if (!(scratch = _tensor_out(op, TENSOR_F32, 2, (int64_t[]){ parts, per }))) goto fail;
+  if (!_tensor_scratch_take(&scratch, op, parts * per)) goto fail;
   if (!(dw = _tensor_out(op, TENSOR_F32, 4, w_shape))) goto fail;
   memset(dw->data, 0, (size_t)dw->numel * 4);
   if (P && CKK && g.O) {
-    conv_job j = { &g, xc->data, NULL, dyc->data, NULL, 0, CKK, P, NULL, scratch->data, per };
+    conv_job j = { &g, xc->data, NULL, dyc->data, NULL, 0, CKK, P, NULL, scratch.data, per };
     parts = _tensor_parallel(g.N, parts, conv_dw_part, &j);
     float *d = dw->data;
     for (int p = 0; p < parts; p++) {
-      const float *part = (const float *)scratch->data + p * per + CKK * P;
+      const float *part = scratch.data + p * per + CKK * P;
       for (int64_t i = 0; i < g.O * CKK; i++) d[i] += part[i];
     }
   }
 done:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(x, xc);
-  tensor_free(scratch);
+  _tensor_scratch_give(&scratch);
   return dw;
 fail:
   _tensor_unborrow(dy, dyc);
   _tensor_unborrow(x, xc);
-  tensor_free(scratch);
+  _tensor_scratch_give(&scratch);
   tensor_free(dw);
   return NULL;
 }

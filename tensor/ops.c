@@ -373,6 +373,43 @@ static tensor *reduce(const char *op, int kind, const tensor *a, int axis, int k
 }
 
 tensor *tensor_sum(const tensor *a, int axis, int keepdim) { return reduce("tensor_sum", R_SUM, a, axis, keepdim); }
+
+/* Sums of up to SUM_ADD_STACK floats are formed on the stack; larger ones
+ * in a tensor, as tensor_sum + tensor_add_ would. */
+#define SUM_ADD_STACK 2048
+
+tensor_status tensor_sum_add_(tensor *acc, const tensor *a, int axis) {
+  const char *op = "tensor_sum_add_";
+  if (!_tensor_arg_f32(op, "acc", acc) || !_tensor_arg_f32(op, "a", a)) return tensor_last_status();
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  int ax = _tensor_axis(axis, a->ndim);
+  if (axis == TENSOR_ALL || ax < 0 || ax >= a->ndim)
+    return _tensor_err(TENSOR_ERANGE, "%s: axis %d out of range for %s", op, axis, _tensor_desc(a, b1));
+  int64_t outer = 1, inner = 1, n = a->shape[ax];
+  bool fits = acc->ndim == a->ndim - 1;
+  for (int d = 0, k = 0; d < a->ndim; d++) {
+    if (d == ax) continue;
+    if (d < ax) outer *= a->shape[d];
+    else inner *= a->shape[d];
+    fits = fits && acc->shape[k++] == a->shape[d];
+  }
+  if (!fits || !tensor_is_contiguous(acc))
+    return _tensor_err(TENSOR_ESHAPE, "%s: acc %s is not a contiguous sum of %s over axis %d", op,
+                       _tensor_desc(acc, b1), _tensor_desc(a, b2), axis);
+  if (acc->numel > SUM_ADD_STACK || n == 0) {
+    tensor *s = tensor_sum(a, ax, 0);
+    tensor_status st = s ? tensor_add_(acc, s) : tensor_last_status();
+    tensor_free(s);
+    return st;
+  }
+  tensor *c = _tensor_borrow(a);
+  if (c == NULL) return tensor_last_status();
+  float sum[SUM_ADD_STACK], *o = acc->data;
+  reduce_rows(R_SUM, c->data, outer, n, inner, sum);
+  _tensor_unborrow(a, c);
+  for (int64_t i = 0; i < acc->numel; i++) o[i] += sum[i];
+  return TENSOR_OK;
+}
 tensor *tensor_mean(const tensor *a, int axis, int keepdim) { return reduce("tensor_mean", R_MEAN, a, axis, keepdim); }
 tensor *tensor_max(const tensor *a, int axis, int keepdim) { return reduce("tensor_max", R_MAX, a, axis, keepdim); }
 tensor *tensor_argmax(const tensor *a, int axis, int keepdim) {

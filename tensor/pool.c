@@ -4,11 +4,13 @@
  * Each key keeps a stack of storages (top: the newest), and the pool keeps
  * every storage in the order it came back, for pruning oldest first.  The
  * storages are ledger blocks of tag "tensor.pool", and the pool declares the
- * pointers it keeps to them as holds: the key holds its top ("top"), each
- * storage the one below it ("pool.below").  So a kept storage is never an
- * orphan, and one still kept at exit is reachable and held, not a leak.
+ * pointers it keeps to them as holds: the key holds its bottom ("bottom"),
+ * each storage the one above it ("pool.above", its kprev).  So a kept
+ * storage is never an orphan, and one still kept at exit is reachable and
+ * held, not a leak; and a push or a pop at the top, the steady traffic of a
+ * training loop, changes one hold (the old top's), not two.
  *
- *   key --top--> s3 --pool.below--> s2 --pool.below--> s1
+ *   key --bottom--> s1 --pool.above--> s2 --pool.above--> s3 (= key->top)
  *
  * A storage's refcount is 0 while kept and counts its headers while out. */
 #include "internal.h"
@@ -23,7 +25,7 @@ typedef struct pool_key {
   int ndim;
   int64_t shape[TENSOR_MAX_DIMS];
   size_t nbytes;
-  tensor_storage *top;
+  tensor_storage *top, *bottom;   /* held: "bottom" */
   size_t count;
   struct pool_key *next;        /* the bucket's chain */
 } pool_key;
@@ -35,6 +37,9 @@ struct tensor_pool {
   size_t storages, bytes, out;
   uint64_t hits, misses;
   bool closed, global;
+  void *scratch;                     /* held: "scratch"; lent to one op at a time */
+  size_t scratch_bytes;
+  bool scratch_lent;
 };
 
 __thread tensor_pool *_tensor_pool_current;
@@ -89,14 +94,17 @@ tensor_pool *tensor_pool_global(void) {
 
 static void keep(tensor_pool *p, tensor_storage *s) {
   pool_key *k = s->key;
+  tensor_storage *top = k->top;
   s->kprev = NULL;
-  s->knext = k->top;
-  if (k->top) {
-    k->top->kprev = s;
-    ta_hold(s, "pool.below", k->top);   /* before the key lets go of it */
+  s->knext = top;
+  if (top) {
+    top->kprev = s;
+    ta_hold(top, "pool.above", s);
+  } else {
+    k->bottom = s;
+    ta_hold(k, "bottom", s);
   }
   k->top = s;
-  ta_hold(k, "top", s);
   k->count++;
   s->anext = NULL;
   s->aprev = p->newest;
@@ -107,23 +115,24 @@ static void keep(tensor_pool *p, tensor_storage *s) {
   p->bytes += s->nbytes;
 }
 
-/* Takes s out of its key's stack and the keep order, and its holds. */
+/* Takes s out of its key's stack and the keep order, and its holds: what
+ * held s (the storage below, or the key) holds the one above s instead,
+ * before s lets go of it; the top (no storage above) costs one unhold. */
 static void unkeep(tensor_pool *p, tensor_storage *s) {
   pool_key *k = s->key;
   tensor_storage *above = s->kprev, *below = s->knext;
-  if (above) {
-    above->knext = below;
-    if (below) ta_hold(above, "pool.below", below);
-    else ta_unhold(above, "pool.below");
-  } else {
-    k->top = below;
-    if (below) ta_hold(k, "top", below);
-    else ta_unhold(k, "top");
-  }
+  if (above) above->knext = below;
+  else k->top = below;
   if (below) {
     below->kprev = above;
-    ta_unhold(s, "pool.below");
+    if (above) ta_hold(below, "pool.above", above);
+    else ta_unhold(below, "pool.above");
+  } else {
+    k->bottom = above;
+    if (above) ta_hold(k, "bottom", above);
+    else ta_unhold(k, "bottom");
   }
+  if (above) ta_unhold(s, "pool.above");
   s->kprev = s->knext = NULL;
   k->count--;
   if (s->aprev) s->aprev->anext = s->anext;
@@ -140,7 +149,18 @@ static void drop(tensor_pool *p, tensor_storage *s) {
   ta_free(s);
 }
 
+/* Frees the scratch buffer unless it is lent (its op frees it then, the
+ * pool being closed or cleared).  Under the pool's lock. */
+static void scratch_drop(tensor_pool *p) {
+  if (p->scratch == NULL || p->scratch_lent) return;
+  ta_unhold(p, "scratch");
+  ta_free(p->scratch);
+  p->scratch = NULL;
+  p->scratch_bytes = 0;
+}
+
 static void pool_destroy(tensor_pool *p) {
+  scratch_drop(p);
   for (int b = 0; b < NBUCKETS; b++)
     for (pool_key *k = p->buckets[b], *next; k; k = next) {
       next = k->next;
@@ -155,7 +175,7 @@ bool _tensor_pool_put(tensor_storage *s) {
   pthread_mutex_lock(&p->lock);
   p->out--;
   if (p->closed) {
-    bool last = p->out == 0;
+    bool last = p->out == 0 && !p->scratch_lent;   /* (else the scratch's give destroys it) */
     pthread_mutex_unlock(&p->lock);
     if (last) pool_destroy(p);
     return false;
@@ -238,15 +258,67 @@ void tensor_pool_free(tensor_pool *p) {
   if (p == NULL) return;
   pthread_mutex_lock(&p->lock);
   while (p->oldest) drop(p, p->oldest);
+  scratch_drop(p);
   if (p->global) {   /* the global pool lives on, emptied */
     pthread_mutex_unlock(&p->lock);
     return;
   }
   if (_tensor_pool_current == p) _tensor_pool_current = NULL;
   p->closed = true;
-  bool last = p->out == 0;
+  bool last = p->out == 0 && !p->scratch_lent;
   pthread_mutex_unlock(&p->lock);
   if (last) pool_destroy(p);
+}
+
+/* ---- the ops' scratch buffer ------------------------------------------------- */
+
+bool _tensor_scratch_take(_tensor_scratch *s, const char *op, int64_t n) {
+  *s = (_tensor_scratch){ 0 };
+  tensor_pool *p = _tensor_pool_current;
+  size_t bytes = n > 0 ? (size_t)n * 4 : 0;
+  if (p && n >= 0) {
+    pthread_mutex_lock(&p->lock);
+    if (!p->closed && !p->scratch_lent) {
+      if (p->scratch_bytes < bytes || p->scratch == NULL) {
+        /* grown to what this op needs: the old contents are not kept */
+        void *grown = ta_aligned(_tensor_tag_scratch, 64, bytes ? bytes : 64);
+        if (grown) {
+          ta_hold(p, "scratch", grown);   /* replaces the hold on the old one */
+          ta_free(p->scratch);
+          p->scratch = grown;
+          p->scratch_bytes = bytes ? bytes : 64;
+        }
+      }
+      if (p->scratch && p->scratch_bytes >= bytes) {
+        p->scratch_lent = true;
+        s->data = p->scratch;
+        s->pool = p;
+      }
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (s->pool) return true;
+  }
+  s->tmp = _tensor_out(op, TENSOR_F32, 1, &n);
+  if (s->tmp == NULL) return false;
+  s->data = s->tmp->data;
+  return true;
+}
+
+void _tensor_scratch_give(_tensor_scratch *s) {
+  tensor_pool *p = s->pool;
+  if (p) {
+    pthread_mutex_lock(&p->lock);
+    p->scratch_lent = false;
+    bool last = false;
+    if (p->closed) {
+      scratch_drop(p);
+      last = p->out == 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (last) pool_destroy(p);
+  }
+  tensor_free(s->tmp);
+  *s = (_tensor_scratch){ 0 };
 }
 
 tensor_pool_stats tensor_pool_stats_get(tensor_pool *p) {
@@ -288,6 +360,7 @@ void tensor_pool_clear(tensor_pool *p) {
   if (p == NULL) return;
   pthread_mutex_lock(&p->lock);
   while (p->oldest) drop(p, p->oldest);
+  scratch_drop(p);
   pthread_mutex_unlock(&p->lock);
 }
 

@@ -130,6 +130,10 @@ size_t  tensor_storage_bytes(const tensor *t);
 tensor *tensor_reshape(const tensor *t, int ndim, const int64_t *shape);
 tensor *tensor_view(const tensor *t, int ndim, const int64_t *shape);
 tensor *tensor_flatten(const tensor *t);              /* [numel] */
+/* t's own header takes the shape, where tensor_view would make a view
+ * (else an error, t unchanged): a reshape that costs the ledger nothing,
+ * for a tensor the caller owns alone. */
+tensor_status tensor_view_(tensor *t, int ndim, const int64_t *shape);
 /* Elements start, start+step, ... < stop of axis; negative start/stop count
  * from the end; 0 <= start <= stop <= size after that, step >= 1. */
 tensor *tensor_slice(const tensor *t, int axis, int64_t start, int64_t stop, int64_t step);
@@ -215,6 +219,10 @@ tensor *tensor_sum(const tensor *a, int axis, int keepdim);
 tensor *tensor_mean(const tensor *a, int axis, int keepdim);
 tensor *tensor_max(const tensor *a, int axis, int keepdim);
 tensor *tensor_argmax(const tensor *a, int axis, int keepdim);   /* i32; first of equal maxima */
+/* acc += tensor_sum(a, axis, 0), the sum formed first and then added (the
+ * same bits as tensor_add_ of the sum) with no result tensor made: a bias
+ * gradient accumulated in place.  acc: f32, contiguous, the sum's shape. */
+tensor_status tensor_sum_add_(tensor *acc, const tensor *a, int axis);
 /* Sums a down to shape, which must broadcast to a's shape: the gradient of
  * a broadcast operand (a bias [C] added to [N,C] gets sum_to(dy, [C])). */
 tensor *tensor_sum_to(const tensor *a, int ndim, const int64_t *shape);
@@ -228,6 +236,13 @@ tensor *tensor_matmul(const tensor *a, const tensor *b);
 /* out = alpha * a @ b + beta * out (2-D or batched); out's last axis must
  * have stride 1.  beta = 1 accumulates (gradients). */
 tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, float alpha, float beta);
+/* The same with a and/or b transposed (ta, tb non-zero: the last two axes
+ * swapped), as tensor_transpose would view them but with no view made: a
+ * linear layer's x @ w^T and dy^T @ x cost the ledger nothing beyond the
+ * result. */
+tensor *tensor_matmul_t(const tensor *a, int ta, const tensor *b, int tb);
+tensor_status tensor_gemm_t_out(tensor *out, const tensor *a, int ta, const tensor *b, int tb, float alpha,
+                                float beta);
 
 /* ---- convolution and pooling (NCHW) ---------------------------------------- */
 

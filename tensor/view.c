@@ -103,6 +103,24 @@ tensor *tensor_view(const tensor *t, int ndim, const int64_t *shape) {
   return make_view(t, ndim, ns, nst, t->offset);
 }
 
+tensor_status tensor_view_(tensor *t, int ndim, const int64_t *shape) {
+  if (!_tensor_arg("tensor_view_", "t", t)) return TENSOR_EINVAL;
+  int64_t ns[TENSOR_MAX_DIMS], nst[TENSOR_MAX_DIMS];
+  if (!resolve_shape("tensor_view_", t, ndim, shape, ns)) return tensor_last_status();
+  if (!view_strides(t, ndim, ns, nst)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    return _tensor_err(TENSOR_ESHAPE, "tensor_view_: the strides of %s allow no view as %s", _tensor_desc(t, b1),
+                       _tensor_shape_desc(t->dtype, ndim, ns, b2));
+  }
+  /* the same header, so the same storage, offset, hold and reference */
+  t->ndim = ndim;
+  for (int i = 0; i < TENSOR_MAX_DIMS; i++) {
+    t->shape[i] = i < ndim ? ns[i] : 1;
+    t->strides[i] = i < ndim ? nst[i] : 0;
+  }
+  return TENSOR_OK;
+}
+
 tensor *tensor_reshape(const tensor *t, int ndim, const int64_t *shape) {
   if (!_tensor_arg("tensor_reshape", "t", t)) return NULL;
   int64_t ns[TENSOR_MAX_DIMS], nst[TENSOR_MAX_DIMS];

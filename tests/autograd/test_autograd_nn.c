@@ -74,6 +74,33 @@ static void test_layers_init(void **state) {
   ag_layer_free(emb);
 }
 
+/* The embedding layer holds its input variable as the op's input (no alias
+ * of the indices saved): the same gradient as ag_embedding on the tensor. */
+static void test_embedding_layer(void **state) {
+  (void)state;
+  ag_rng r = ag_rng_new(5);
+  ag_layer *emb = ag_embedding_layer(10, 4, &r);
+  ag_var *w;
+  assert_int_equal(ag_layer_params(emb, &w, 1), 1);
+  tensor *idx = tensor_from_i32((const int32_t[]){ 3, 1, 3, 9, 0, 3 }, TS(2, 3));
+  tensor *R = rand_tensor(TS(2, 3, 4), -1, 1, 9);
+  ta_mark m = ta_mark_now();
+  assert_int_equal(ag_backward(ag_sum(ag_mul(ag_embedding(w, idx), ag_input(R)), TENSOR_ALL, 0)), 0);
+  tensor *g1 = tensor_clone(w->grad);
+  ag_tape_reset(tape);
+  ag_zero_grad(&w, 1);
+  assert_int_equal(ag_backward(ag_sum(ag_mul(ag_layer_forward(emb, ag_input(idx)), ag_input(R)), TENSOR_ALL, 0)), 0);
+  assert_memory_equal(tensor_f32(w->grad), tensor_f32(g1), 40 * sizeof(float));
+  assert_true(tensor_f32(w->grad)[3 * 4] != 0);   /* row 3, used three times */
+  ag_tape_reset(tape);
+  tensor_free(g1);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+  tensor_free(idx);
+  tensor_free(R);
+  ag_layer_free(emb);
+  TA_ASSERT_FINDINGS(NULL, 0);
+}
+
 /* LeNet-5's shapes through a sequential, and its parameter count (61706). */
 static void test_sequential(void **state) {
   (void)state;
@@ -180,6 +207,8 @@ int main(void) {
     cmocka_unit_test(test_rng),
     cmocka_unit_test(test_layers_init),
     cmocka_unit_test_setup_teardown(test_sequential, tape_setup, tape_teardown),
+
+    cmocka_unit_test_setup_teardown(test_embedding_layer, tape_setup, tape_teardown),
     cmocka_unit_test(test_sgd),
     cmocka_unit_test(test_adam),
   };

@@ -133,6 +133,27 @@ static void test_reductions(void **state) {
   /* on a permuted view: sum over axis 0 of r^T(2,0,1) is sum_R_ax2 */
   tensor *rp = tensor_permute(r, (int[]){ 2, 0, 1 });
   expect_close(tensor_sum(rp, 0, 0), sum_R_ax2, 6);
+  /* sum_add_: acc += the sum, the same bits as tensor_add_ of tensor_sum,
+   * and nothing allocated */
+  tensor *acc = tensor_clone(tensor_sum(r, 1, 0)), *want = tensor_clone(acc);
+  assert_int_equal(tensor_add_(want, tensor_sum(r, 1, 0)), TENSOR_OK);
+  ta_mark ms = ta_mark_now();
+  assert_int_equal(tensor_sum_add_(acc, r, 1), TENSOR_OK);
+  TA_ASSERT_ALLOCS_SINCE(ms, TA_ANY, 0);
+  assert_memory_equal(acc->data, want->data, 8 * sizeof(float));
+  float twice[6];
+  for (int i = 0; i < 6; i++) twice[i] = 2 * sum_R_ax2[i];
+  tensor *acc0 = tensor_zeros(TENSOR_F32, TS(2, 3));
+  assert_int_equal(tensor_sum_add_(acc0, rp, 0), TENSOR_OK);   /* a permuted view: summed through a copy */
+  assert_int_equal(tensor_sum_add_(acc0, rp, 0), TENSOR_OK);
+  expect_close(acc0, twice, 6);
+  tensor *acc2 = tensor_zeros(TENSOR_F32, TS(2, 3));
+  assert_int_equal(tensor_sum_add_(acc2, r, 2), TENSOR_OK);
+  assert_int_equal(tensor_sum_add_(acc2, r, -1), TENSOR_OK);
+  expect_close(acc2, twice, 6);
+  assert_int_equal(tensor_sum_add_(acc2, r, 0), TENSOR_ESHAPE);   /* [3,4] is not [2,3] */
+  assert_string_equal(last_error, "tensor_sum_add_: acc f32[2,3] is not a contiguous sum of f32[2,3,4] over axis 0");
+  n_errors--;
   assert_int_equal(n_errors, 0);
   tensor_scope_end();
   TA_ASSERT_NO_LEAKS_SINCE(m);
@@ -168,6 +189,27 @@ static void test_matmul(void **state) {
   /* a batch of transposed views */
   tensor *bat = tensor_contiguous(tensor_transpose(ba, 1, 2));   /* [2,4,3] contiguous */
   expect_close(tensor_matmul(tensor_transpose(bat, 1, 2), bb), bmm_BA_BB, 12);
+  /* matmul_t: the transposes as flags, the same bits as the transposed
+   * views, only the result allocated */
+  tensor *y3 = tensor_matmul(mtt, m2), *y4 = tensor_matmul(m1, ntt);
+  m2k = ta_mark_now();
+  tensor *y3t = tensor_matmul_t(mt, 1, m2, 0), *y4t = tensor_matmul_t(m1, 0, nt, 1);
+  TA_ASSERT_ALLOCS_SINCE(m2k, T_STORAGE, 2);
+  TA_ASSERT_ALLOCS_SINCE(m2k, T_HEADER, 2);
+  expect_shape(y3t, 3, 2);
+  assert_memory_equal(y3t->data, y3->data, 6 * sizeof(float));
+  assert_memory_equal(y4t->data, y4->data, 6 * sizeof(float));
+  tensor *ntcv = tensor_transpose(tensor_contiguous(ntt), 0, 1);   /* [2,4], strides 1,2 */
+  expect_close(tensor_matmul_t(m1, 0, ntcv, 1), mm_M1_NTt, 6);      /* a view transposed back */
+  tensor *g = tensor_zeros(TENSOR_F32, TS(4, 2));          /* [4,3] @ [3,2] */
+  m2k = ta_mark_now();
+  assert_int_equal(tensor_gemm_t_out(g, m1, 1, y, 0, 1.0f, 1.0f), TENSOR_OK);   /* m1^T @ y */
+  TA_ASSERT_ALLOCS_SINCE(m2k, TA_ANY, 0);
+  tensor *gv = tensor_matmul(tensor_transpose(m1, 0, 1), y);
+  assert_memory_equal(g->data, gv->data, 8 * sizeof(float));
+  assert_null(tensor_matmul_t(m1, 1, m2, 0));                 /* [4,3] @ [4,2] */
+  assert_string_equal(last_error, "tensor_matmul: shapes f32[4,3] and f32[4,2] do not multiply");
+  n_errors--;
   /* gemm_out accumulates: out = 1*a@b + 1*out */
   tensor *acc = tensor_matmul(m1, m2);
   assert_int_equal(tensor_gemm_out(acc, m1, m2, 1.0f, 1.0f), TENSOR_OK);

@@ -2,8 +2,9 @@
  * last in first out; hits, misses, hit rate and per-key sizes exact after a
  * scripted sequence; prune (oldest first), clear, clear of one key; pooled
  * storages carry the tag "tensor.pool" and are held by the pool (no
- * leak.orphan at a scan); ops take their results from the pool in use; a
- * pool freed while tensors are out goes when they come back. */
+ * leak.orphan at a scan); ops take their results from the pool in use, and
+ * their workspaces from its one scratch buffer; a pool freed while tensors
+ * are out goes when they come back. */
 #include "harness.h"
 #include "tensor_test.h"
 
@@ -236,6 +237,49 @@ static void test_threads(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
+/* The ops' workspaces (im2col, packed weights) come from the pool's one
+ * scratch buffer: after the first step of a conv2d and its backward
+ * products, no block at all beyond the results, the same values as with no
+ * pool, and the buffer goes with the pool. */
+static void test_scratch(void **state) {
+  (void)state;
+  ta_tag T_SCRATCH = ta_tag_get("tensor.scratch");
+  ta_mark m = ta_mark_now();
+  tensor *x = tensor_randn(TS(4, 3, 12, 12), 1.0f, 1), *w = tensor_randn(TS(5, 3, 3, 3), 0.5f, 2);
+  tensor *w2 = tensor_randn(TS(5, 3, 3, 3), 0.5f, 3);
+  tensor *want = tensor_conv2d(x, w, NULL, 1, 1), *want2 = tensor_conv2d(x, w2, NULL, 2, 0);
+  tensor *dx_want = tensor_conv2d_grad_input(want, w, 4, x->shape, 1, 1);
+  tensor *dw_want = tensor_conv2d_grad_weight(want, x, 4, w->shape, 1, 1);
+  TA_ASSERT_ALLOCS_SINCE(m, T_SCRATCH, 0);           /* no pool: a tensor each */
+  tensor_pool *p = tensor_pool_new();
+  tensor_pool_use(p);
+  ta_mark m2 = 0;
+  for (int step = 0; step < 3; step++) {
+    if (step == 1) m2 = ta_mark_now();
+    tensor *y = tensor_conv2d(x, w, NULL, 1, 1), *y2 = tensor_conv2d(x, w2, NULL, 2, 0);   /* direct, im2col */
+    tensor *dx = tensor_conv2d_grad_input(y, w, 4, x->shape, 1, 1);
+    tensor *dw = tensor_conv2d_grad_weight(y, x, 4, w->shape, 1, 1);
+    assert_memory_equal(y->data, want->data, (size_t)want->numel * 4);
+    assert_memory_equal(y2->data, want2->data, (size_t)want2->numel * 4);
+    assert_memory_equal(dx->data, dx_want->data, (size_t)dx_want->numel * 4);
+    assert_memory_equal(dw->data, dw_want->data, (size_t)dw_want->numel * 4);
+    tensor_free(y);
+    tensor_free(y2);
+    tensor_free(dx);
+    tensor_free(dw);
+  }
+  TA_ASSERT_ALLOCS_SINCE(m2, TA_ANY, 4 * 2);         /* the results' headers, and no more */
+  assert_int_equal(ta_since(m, T_SCRATCH).live_blocks, 1);
+  ta_scan();
+  assert_int_equal(ta_findings_count(NULL), 0);      /* held by the pool: no orphan, no leak */
+  tensor_pool_use(NULL);
+  tensor_pool_free(p);
+  tensor_free(x), tensor_free(w), tensor_free(w2), tensor_free(want), tensor_free(want2);
+  tensor_free(dx_want), tensor_free(dw_want);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -243,6 +287,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_views_ops_and_scan, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_global_and_errors, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_threads, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_scratch, errors_setup, errors_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -297,6 +297,37 @@ static void test_view_keeps_storage(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
+/* tensor_view_: the header itself takes the shape; no block, no reference. */
+static void test_view_in_place(void **state) {
+  (void)state;
+  ta_mark m = ta_mark_now();
+  tensor *t = tensor_arange(12);
+  ta_mark m2 = ta_mark_now();
+  assert_int_equal(tensor_view_(t, TS(3, -1)), TENSOR_OK);
+  TA_ASSERT_ALLOCS_SINCE(m2, TA_ANY, 0);
+  expect_shape(t, 3, 4);
+  assert_int_equal(tensor_storage_refs(t), 1);
+  assert_true(tensor_get(t, (int64_t[]){ 2, 1 }) == 9.0f);
+  assert_int_equal(tensor_view_(t, TS(12)), TENSOR_OK);
+  expect_shape(t, 12);
+  assert_true(tensor_is_contiguous(t));
+  tensor *r = tensor_reshape(t, TS(3, 4)), *tt = tensor_transpose(r, 0, 1);   /* [4,3], strides 1,4 */
+  tensor_free(r);
+  assert_int_equal(tensor_view_(tt, TS(12)), TENSOR_ESHAPE);
+  assert_string_equal(last_error, "tensor_view_: the strides of f32[4,3] allow no view as f32[12]");
+  n_errors--;
+  expect_shape(tt, 4, 3);                                  /* unchanged */
+  assert_int_equal(tensor_view_(tt, TS(2, 2, 3)), TENSOR_OK);   /* the first axis split */
+  assert_true(tensor_get(tt, (int64_t[]){ 1, 0, 2 }) == 10.0f);   /* tt[2][2] = t[2*4 + 2] */
+  assert_int_equal(tensor_view_(t, TS(5, -1)), TENSOR_ESHAPE);
+  n_errors--;
+  tensor_free(tt);
+  tensor_free(t);
+  assert_int_equal(n_errors, 0);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -308,6 +339,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_free_orders, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_contiguous_copies_only_when_needed, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_view_keeps_storage, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_view_in_place, errors_setup, errors_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
