@@ -153,11 +153,7 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
       h->free_stack = b.free_stack;
       detail = "the pointer is to a freed block";
     }
-  } else if (_ta_addr_on_unknown_stack(p)) {
-    bad = "hold.stack";
-    _ta_snprintf(buf, sizeof buf, "slot \"%s\" of %p points into a thread's stack", slot, holder);
-    detail = buf;
-  } else if (gen || live || reset_stack) {
+  } else if (gen || live || reset_stack) {   /* arena memory: before the slow stack search */
     h->target_tag = atag;
     if (!live) {
       bad = "arena.after-reset";
@@ -167,6 +163,10 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
       h->kind = T_ARENA;
       h->arena_gen = gen;
     }
+  } else if (_ta_addr_on_unknown_stack(p)) {
+    bad = "hold.stack";
+    _ta_snprintf(buf, sizeof buf, "slot \"%s\" of %p points into a thread's stack", slot, holder);
+    detail = buf;
   }
 
   pthread_mutex_lock(&lock);

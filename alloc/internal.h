@@ -24,6 +24,7 @@ typedef struct {
   long unwind;        /* TAGALLOC_UNWIND: exact | fast | none */
   long depth;         /* TAGALLOC_DEPTH: frames per stack, 1..TA_MAX_DEPTH */
   long quarantine;    /* TAGALLOC_QUARANTINE: bytes (K/M/G) */
+  long quarantine_blocks; /* TAGALLOC_QUARANTINE_BLOCKS: blocks per thread, 0: no limit */
   long report;        /* TAGALLOC_REPORT: exit report on/off */
   long scan_at_exit;  /* TAGALLOC_SCAN: leak scan at exit on/off */
   long poison;        /* TAGALLOC_POISON: the byte written into freed blocks */

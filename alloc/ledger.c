@@ -535,12 +535,22 @@ static void quarantine_evict(ta_thread *t) {
  * 16-byte blocks (within [64K, 4M] entries), of which the first 4096 are
  * used; it grows in place while the blocks in it weigh less than the
  * thread's share.  (A ring cycling through 4M entries touched all 192 MiB
- * of them, whatever the budget.) */
+ * of them, whatever the budget.)  TAGALLOC_QUARANTINE_BLOCKS (16384,
+ * rounded down to a power of two) caps the entries: a program that frees
+ * few small blocks per step behind a large live heap (LeNet-5: ~30 tensor
+ * headers a step, a 64 MiB budget) otherwise fills its quarantine for
+ * eleven epochs, and its memory is not flat; capped, it is full within
+ * the first. */
 #define Q_FIRST 4096u
 
 static bool quarantine_ring(ta_thread *t) {
   uint64_t cap = 1u << 16;
   while (cap < (uint64_t)_ta_opt.quarantine / 16 && cap < (1u << 22)) cap <<= 1;
+  if (_ta_opt.quarantine_blocks > 0) {
+    uint64_t most = 16;
+    while (most * 2 <= (uint64_t)_ta_opt.quarantine_blocks) most <<= 1;
+    if (most < cap) cap = most;
+  }
   void *q = _ta_mmap(cap * sizeof(ta_block));
   if (q == NULL) return false;
   t->q = q;

@@ -77,7 +77,8 @@ long ta_ref_count(const void *obj); /* current count; -1 if obj has no refcount 
  * ptr should be a block's start (an interior pointer is resolved more slowly).
  * A pointer into any thread's stack is hold.stack; into a freed block,
  * hold.dangling; into an arena reset since, arena.after-reset.  Declaring the
- * same slot again replaces the previous hold.  ptr NULL drops the hold. */
+ * same slot again replaces the previous hold.  ptr NULL drops the hold.
+ * Freeing the holder (a block of the ledger's) ends all its holds. */
 void   ta_hold(void *holder, const char *slot, const void *ptr);
 void   ta_unhold(void *holder, const char *slot);
 /* Checks every hold of holder now: a target freed or reset since is

@@ -89,6 +89,21 @@ static int child_no_quarantine(void) {
   return 0;
 }
 
+/* The quarantine's cap on blocks: 1000 blocks freed in a row; a second free
+ * of the 10th-last is a double free (still quarantined), one of the 900th-
+ * last is invalid when the cap (64) has let it go, double when it has not. */
+static int child_quarantine_blocks(void) {
+  ta_tag T = ta_tag_get("qblocks");
+  static void *p[1000];
+  for (int i = 0; i < 1000; i++) p[i] = ta_alloc(T, 32);
+  for (int i = 0; i < 1000; i++) ta_free(p[i]);
+  ta_free(p[990]);
+  ta_free(p[100]);
+  printf("quarantine_blocks=%ld double=%zu invalid=%zu\n", ta_option("quarantine_blocks"),
+         ta_findings_count("free.double"), ta_findings_count("free.invalid"));
+  return 0;
+}
+
 /* ---- the parent ------------------------------------------------------------------ */
 
 static void run(const char *mode, const char *const *env, child_result *r) {
@@ -213,6 +228,19 @@ static void test_quarantine_0(void **state) {
   child_result_free(&r);
 }
 
+static void test_quarantine_blocks(void **state) {
+  (void)state;
+  child_result r;
+  const char *capped[] = { "TAGALLOC_QUARANTINE_BLOCKS=100", NULL };   /* 64: a power of two */
+  run("quarantine-blocks", capped, &r);
+  expect(&r, "quarantine_blocks=100 double=1 invalid=1\n", r.out);
+  child_result_free(&r);
+  const char *dflt[] = { NULL };
+  run("quarantine-blocks", dflt, &r);
+  expect(&r, "quarantine_blocks=16384 double=2 invalid=0\n", r.out);
+  child_result_free(&r);
+}
+
 static void test_option_names(void **state) {
   (void)state;
   assert_int_equal(ta_option("no-such-option"), -1);
@@ -226,12 +254,14 @@ int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) {
     if (strcmp(argv[2], "stack") == 0) return child_stack();
     if (strcmp(argv[2], "no-quarantine") == 0) return child_no_quarantine();
+    if (strcmp(argv[2], "quarantine-blocks") == 0) return child_quarantine_blocks();
     return 2;
   }
   setenv("TAGALLOC_REPORT", "0", 1);             /* the children inherit it */
   unsetenv("TAGALLOC_DEPTH");
   unsetenv("TAGALLOC_UNWIND");
   unsetenv("TAGALLOC_QUARANTINE");
+  unsetenv("TAGALLOC_QUARANTINE_BLOCKS");
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_default_stack),
     cmocka_unit_test(test_depth_4),
@@ -240,6 +270,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_bad_values),
     cmocka_unit_test(test_good_values),
     cmocka_unit_test(test_quarantine_0),
+    cmocka_unit_test(test_quarantine_blocks),
     cmocka_unit_test(test_option_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
