@@ -16,8 +16,13 @@
  * the readable mappings of /proc/self/maps, so the scan never faults.
  *
  * While threads are stopped the scanner takes no lock that a stopped thread
- * could hold and calls no allocator: its arrays come from mmap. */
+ * could hold and calls no allocator: its arrays come from mmap.
+ *
+ * Every word of every root and reached block is looked up among the blocks:
+ * scan_index.h turns most words away with a hash probe of their 1 MiB
+ * region, and gives the same answer as a binary search over all blocks. */
 #include "internal.h"
+#include "scan_index.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -356,25 +361,21 @@ typedef struct {
   uint32_t *stack;          /* mark stack of block indexes */
   size_t top;
   const mvec *maps;
+  ta_bindex x;              /* the blocks' addresses, and their regions */
+  uintptr_t first, last;    /* no block outside [first, last] */
 } marker;
 
 /* Index of the block containing p, or -1; *start says whether p is its start. */
 static inline long block_of(const marker *m, uintptr_t p, bool *start) {
-  size_t lo = 0, hi = m->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    const sblock *b = &m->b[mid];
-    if (p < b->addr) hi = mid;
-    else if (p >= b->addr + (b->size ? b->size : 1)) lo = mid + 1;
-    else { *start = p == b->addr; return (long)mid; }
-  }
-  return -1;
+  long i = _ta_bindex_find(&m->x, p);
+  if (i >= 0) *start = p == m->x.addr[i];
+  return i;
 }
 
 /* memcheck's rule: a start pointer from a definite source makes a block
  * reachable; anything else makes an unreached block possibly lost. */
 static inline void push_ptr(marker *m, uintptr_t p, bool definite) {
-  if (p < m->b[0].addr || p > m->b[m->n - 1].addr + m->b[m->n - 1].size) return;
+  if (p < m->first || p > m->last) return;
   bool start;
   long i = block_of(m, p, &start);
   if (i < 0) return;
@@ -557,7 +558,29 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
    * the ledger's table, and the table stays still while we read it. */
   _ta_block_lock_all();
   _ta_block_each(true, collect, &blocks);
-  if (blocks.n) qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);   /* may malloc: before the stop */
+  /* Sorted by address (no allocator: a sort with qsort's own buffer from
+   * the audited heap is slow), and indexed. */
+  marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
+  if (blocks.n) {
+    sblock *tmp = _ta_sys_mmap(NULL, blocks.n * sizeof(sblock), PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tmp != MAP_FAILED) {
+      _ta_sort_by_key(blocks.v, blocks.n, sizeof(sblock), tmp);
+      _ta_sys_munmap(tmp, blocks.n * sizeof(sblock));
+    } else {
+      qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);
+    }
+    if (_ta_bindex_init(&m.x, blocks.n)) {
+      const sblock *b = blocks.v;
+      for (size_t i = 0; i < blocks.n; i++) {
+        m.x.addr[i] = b[i].addr;
+        m.x.end[i] = b[i].addr + (b[i].size ? b[i].size : 1);
+      }
+      _ta_bindex_build(&m.x);
+      m.first = b[0].addr;
+      m.last = b[blocks.n - 1].addr + b[blocks.n - 1].size;
+    }
+  }
   /* The program's mappings: copied under their lock before the stop (a
    * stopped thread may hold it); one unmapped since is clipped by the maps. */
   size_t pcap = _ta_program_maps_count(), np = 0;
@@ -575,8 +598,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   read_maps(&maps, &wmaps);
   pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 
-  marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
-  if (blocks.n) {
+  if (m.x.addr) {
     m.stack = _ta_sys_mmap(NULL, (blocks.n + 1) * sizeof *m.stack * 2, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m.stack == MAP_FAILED) m.stack = NULL;
@@ -661,6 +683,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   if (at_exit) _ta_ref_exit();
   _ta_findings_leaks_end(&sum);
   if (m.stack) _ta_sys_munmap(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
+  _ta_bindex_free(&m.x);
   mvec_free(&roots);
   mvec_free(&maps);
   if (pagemap_fd >= 0) close(pagemap_fd);
