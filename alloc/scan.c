@@ -66,14 +66,18 @@ typedef struct { uintptr_t lo, hi; } range;
 /* A growable array in mmap'd memory. */
 typedef struct { void *v; size_t n, cap, elem; } mvec;
 
+/* It grows with mremap, which moves the pages: a page touched once is not
+ * touched again (a fresh page costs microseconds in some VMs). */
 static void *mvec_push(mvec *m) {
   if (m->n == m->cap) {
     size_t cap = m->cap ? m->cap * 2 : 256;
-    void *v = _ta_sys_mmap(NULL, cap * m->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (v == MAP_FAILED) return NULL;
+    void *v;
     if (m->v) {
-      memcpy(v, m->v, m->n * m->elem);
-      _ta_sys_munmap(m->v, m->cap * m->elem);
+      v = (void *)syscall(SYS_mremap, m->v, m->cap * m->elem, cap * m->elem, MREMAP_MAYMOVE);
+      if (v == MAP_FAILED) return NULL;
+    } else {
+      v = _ta_sys_mmap(NULL, cap * m->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (v == MAP_FAILED) return NULL;
     }
     m->v = v;
     m->cap = cap;
@@ -486,6 +490,11 @@ static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t 
 static void drain(marker *m) {
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
+    if (m->top) {                       /* the next block's first lines, while this one is read */
+      const sblock *n = &m->b[m->stack[m->top - 1]];
+      __builtin_prefetch((const void *)n->addr);
+      if (n->size > 64) __builtin_prefetch((const void *)(n->addr + 64));
+    }
     scan_touched(m, b->addr, b->addr + b->size, b->state == S_REACHABLE);
   }
 }
@@ -539,6 +548,29 @@ static int by_report(const void *a, const void *b) {
   return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
+/* The blocks, in address order, into by_report's order: a stable radix sort
+ * on (state, stack, tag) keeps the address order among equals.  In scratch
+ * (n sblocks' room): no allocator, no fresh pages. */
+static void sort_for_report(sblock *b, size_t n, void *scratch) {
+  typedef struct { uint64_t key, at; } keyed;
+  keyed *k = scratch, *tmp = k + n;
+  for (size_t i = 0; i < n; i++)
+    k[i] = (keyed){ (uint64_t)b[i].state << 48 | (uint64_t)b[i].stack << 16 | b[i].tag, i };
+  _ta_sort_by_key(k, n, sizeof *k, tmp);
+  for (size_t i = 0; i < n; i++) {        /* position j takes the block at k[j].at: cycle by cycle */
+    if (k[i].at == i) continue;
+    sblock t = b[i];
+    size_t j = i;
+    for (;;) {
+      size_t from = k[j].at;
+      k[j].at = j;
+      if (from == i) { b[j] = t; break; }
+      b[j] = b[from];
+      j = from;
+    }
+  }
+}
+
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
@@ -561,16 +593,16 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   /* Sorted by address (no allocator: a sort with qsort's own buffer from
    * the audited heap is slow), and indexed. */
   marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
+  /* One buffer, its pages taken at once: the sort's, then the index's. */
+  size_t scratch_size = blocks.n * sizeof(sblock);
+  void *scratch = NULL;
   if (blocks.n) {
-    sblock *tmp = _ta_sys_mmap(NULL, blocks.n * sizeof(sblock), PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (tmp != MAP_FAILED) {
-      _ta_sort_by_key(blocks.v, blocks.n, sizeof(sblock), tmp);
-      _ta_sys_munmap(tmp, blocks.n * sizeof(sblock));
-    } else {
-      qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);
-    }
-    if (_ta_bindex_init(&m.x, blocks.n)) {
+    scratch = _ta_sys_mmap(NULL, scratch_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                           -1, 0);
+    if (scratch == MAP_FAILED) scratch = NULL;
+    if (scratch) _ta_sort_by_key(blocks.v, blocks.n, sizeof(sblock), scratch);
+    else qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);
+    if (_ta_bindex_init(&m.x, blocks.n, scratch)) {
       const sblock *b = blocks.v;
       for (size_t i = 0; i < blocks.n; i++) {
         m.x.addr[i] = b[i].addr;
@@ -644,7 +676,8 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   ta_summary sum = { 0 };
   _ta_findings_leaks_begin();
   if (m.stack) {
-    qsort(blocks.v, blocks.n, sizeof(sblock), by_report);
+    if (scratch) sort_for_report(blocks.v, blocks.n, scratch);
+    else qsort(blocks.v, blocks.n, sizeof(sblock), by_report);
     sblock *b = blocks.v;
     for (size_t i = 0; i < blocks.n; i++) {
       uint32_t ostack;
@@ -684,6 +717,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   _ta_findings_leaks_end(&sum);
   if (m.stack) _ta_sys_munmap(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
   _ta_bindex_free(&m.x);
+  if (scratch) _ta_sys_munmap(scratch, scratch_size);
   mvec_free(&roots);
   mvec_free(&maps);
   if (pagemap_fd >= 0) close(pagemap_fd);

@@ -14,10 +14,11 @@ static void unmap(void *v, size_t bytes) {
   if (v) _ta_sys_munmap(v, bytes ? bytes : 1);
 }
 
-bool _ta_bindex_init(ta_bindex *x, size_t n) {
+bool _ta_bindex_init(ta_bindex *x, size_t n, void *mem) {
   memset(x, 0, sizeof *x);
   if (n >= UINT32_MAX) return false;
-  x->addr = map(n * 2 * sizeof(uintptr_t));
+  x->own = mem == NULL;
+  x->addr = mem ? mem : map(n * 2 * sizeof(uintptr_t));
   if (x->addr == NULL) return false;
   x->end = x->addr + n;
   x->n = n;
@@ -25,7 +26,7 @@ bool _ta_bindex_init(ta_bindex *x, size_t n) {
 }
 
 void _ta_bindex_free(ta_bindex *x) {
-  unmap(x->addr, x->n * 2 * sizeof(uintptr_t));
+  if (x->own) unmap(x->addr, x->n * 2 * sizeof(uintptr_t));
   unmap(x->slots, x->nslots * sizeof(ta_bx_slot));
   memset(x, 0, sizeof *x);
 }

@@ -43,12 +43,14 @@ typedef struct {
   size_t nslots;            /* a power of two */
   unsigned shift;           /* 64 - log2(nslots) */
   size_t nregions;
+  bool own;                 /* addr[] and end[] were mapped here */
 } ta_bindex;
 
-/* Room for n blocks (addr[] and end[], n at most 2^32 - 1); false when
- * memory is short.  The caller then fills addr[] in ascending order and
+/* Room for n blocks (addr[] and end[], n at most 2^32 - 1): in mem, the
+ * caller's (2 * n words, kept until _ta_bindex_free), or mapped when mem is
+ * NULL; false when memory is short.  The caller then fills addr[] in ascending order and
  * end[], and calls _ta_bindex_build. */
-bool _ta_bindex_init(ta_bindex *x, size_t n);
+bool _ta_bindex_init(ta_bindex *x, size_t n, void *mem);
 /* Builds the region table, when the blocks allow one (see above): true if
  * it did. */
 bool _ta_bindex_build(ta_bindex *x);

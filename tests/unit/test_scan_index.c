@@ -20,7 +20,7 @@
 
 /* Builds an index of n blocks {addr, size}, sorted by the caller. */
 static void make(ta_bindex *x, const uintptr_t *addr, const uintptr_t *size, size_t n) {
-  assert_true(_ta_bindex_init(x, n));
+  assert_true(_ta_bindex_init(x, n, NULL));
   for (size_t i = 0; i < n; i++) {
     x->addr[i] = addr[i];
     x->end[i] = addr[i] + (size[i] ? size[i] : 1);
