@@ -16,8 +16,13 @@
  * the readable mappings of /proc/self/maps, so the scan never faults.
  *
  * While threads are stopped the scanner takes no lock that a stopped thread
- * could hold and calls no allocator: its arrays come from mmap. */
+ * could hold and calls no allocator: its arrays come from mmap.
+ *
+ * Every word of every root and reached block is looked up among the blocks:
+ * scan_index.h turns most words away with a hash probe of their 1 MiB
+ * region, and gives the same answer as a binary search over all blocks. */
 #include "internal.h"
+#include "scan_index.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -61,14 +66,18 @@ typedef struct { uintptr_t lo, hi; } range;
 /* A growable array in mmap'd memory. */
 typedef struct { void *v; size_t n, cap, elem; } mvec;
 
+/* It grows with mremap, which moves the pages: a page touched once is not
+ * touched again (a fresh page costs microseconds in some VMs). */
 static void *mvec_push(mvec *m) {
   if (m->n == m->cap) {
     size_t cap = m->cap ? m->cap * 2 : 256;
-    void *v = _ta_sys_mmap(NULL, cap * m->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (v == MAP_FAILED) return NULL;
+    void *v;
     if (m->v) {
-      memcpy(v, m->v, m->n * m->elem);
-      _ta_sys_munmap(m->v, m->cap * m->elem);
+      v = (void *)syscall(SYS_mremap, m->v, m->cap * m->elem, cap * m->elem, MREMAP_MAYMOVE);
+      if (v == MAP_FAILED) return NULL;
+    } else {
+      v = _ta_sys_mmap(NULL, cap * m->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (v == MAP_FAILED) return NULL;
     }
     m->v = v;
     m->cap = cap;
@@ -356,25 +365,21 @@ typedef struct {
   uint32_t *stack;          /* mark stack of block indexes */
   size_t top;
   const mvec *maps;
+  ta_bindex x;              /* the blocks' addresses, and their regions */
+  uintptr_t first, last;    /* no block outside [first, last] */
 } marker;
 
 /* Index of the block containing p, or -1; *start says whether p is its start. */
 static inline long block_of(const marker *m, uintptr_t p, bool *start) {
-  size_t lo = 0, hi = m->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    const sblock *b = &m->b[mid];
-    if (p < b->addr) hi = mid;
-    else if (p >= b->addr + (b->size ? b->size : 1)) lo = mid + 1;
-    else { *start = p == b->addr; return (long)mid; }
-  }
-  return -1;
+  long i = _ta_bindex_find(&m->x, p);
+  if (i >= 0) *start = p == m->x.addr[i];
+  return i;
 }
 
 /* memcheck's rule: a start pointer from a definite source makes a block
  * reachable; anything else makes an unreached block possibly lost. */
 static inline void push_ptr(marker *m, uintptr_t p, bool definite) {
-  if (p < m->b[0].addr || p > m->b[m->n - 1].addr + m->b[m->n - 1].size) return;
+  if (p < m->first || p > m->last) return;
   bool start;
   long i = block_of(m, p, &start);
   if (i < 0) return;
@@ -485,6 +490,11 @@ static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t 
 static void drain(marker *m) {
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
+    if (m->top) {                       /* the next block's first lines, while this one is read */
+      const sblock *n = &m->b[m->stack[m->top - 1]];
+      __builtin_prefetch((const void *)n->addr);
+      if (n->size > 64) __builtin_prefetch((const void *)(n->addr + 64));
+    }
     scan_touched(m, b->addr, b->addr + b->size, b->state == S_REACHABLE);
   }
 }
@@ -538,6 +548,29 @@ static int by_report(const void *a, const void *b) {
   return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
+/* The blocks, in address order, into by_report's order: a stable radix sort
+ * on (state, stack, tag) keeps the address order among equals.  In scratch
+ * (n sblocks' room): no allocator, no fresh pages. */
+static void sort_for_report(sblock *b, size_t n, void *scratch) {
+  typedef struct { uint64_t key, at; } keyed;
+  keyed *k = scratch, *tmp = k + n;
+  for (size_t i = 0; i < n; i++)
+    k[i] = (keyed){ (uint64_t)b[i].state << 48 | (uint64_t)b[i].stack << 16 | b[i].tag, i };
+  _ta_sort_by_key(k, n, sizeof *k, tmp);
+  for (size_t i = 0; i < n; i++) {        /* position j takes the block at k[j].at: cycle by cycle */
+    if (k[i].at == i) continue;
+    sblock t = b[i];
+    size_t j = i;
+    for (;;) {
+      size_t from = k[j].at;
+      k[j].at = j;
+      if (from == i) { b[j] = t; break; }
+      b[j] = b[from];
+      j = from;
+    }
+  }
+}
+
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
@@ -557,7 +590,29 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
    * the ledger's table, and the table stays still while we read it. */
   _ta_block_lock_all();
   _ta_block_each(true, collect, &blocks);
-  if (blocks.n) qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);   /* may malloc: before the stop */
+  /* Sorted by address (no allocator: a sort with qsort's own buffer from
+   * the audited heap is slow), and indexed. */
+  marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
+  /* One buffer, its pages taken at once: the sort's, then the index's. */
+  size_t scratch_size = blocks.n * sizeof(sblock);
+  void *scratch = NULL;
+  if (blocks.n) {
+    scratch = _ta_sys_mmap(NULL, scratch_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                           -1, 0);
+    if (scratch == MAP_FAILED) scratch = NULL;
+    if (scratch) _ta_sort_by_key(blocks.v, blocks.n, sizeof(sblock), scratch);
+    else qsort(blocks.v, blocks.n, sizeof(sblock), by_addr);
+    if (_ta_bindex_init(&m.x, blocks.n, scratch)) {
+      const sblock *b = blocks.v;
+      for (size_t i = 0; i < blocks.n; i++) {
+        m.x.addr[i] = b[i].addr;
+        m.x.end[i] = b[i].addr + (b[i].size ? b[i].size : 1);
+      }
+      _ta_bindex_build(&m.x);
+      m.first = b[0].addr;
+      m.last = b[blocks.n - 1].addr + b[blocks.n - 1].size;
+    }
+  }
   /* The program's mappings: copied under their lock before the stop (a
    * stopped thread may hold it); one unmapped since is clipped by the maps. */
   size_t pcap = _ta_program_maps_count(), np = 0;
@@ -575,8 +630,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   read_maps(&maps, &wmaps);
   pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 
-  marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };
-  if (blocks.n) {
+  if (m.x.addr) {
     m.stack = _ta_sys_mmap(NULL, (blocks.n + 1) * sizeof *m.stack * 2, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m.stack == MAP_FAILED) m.stack = NULL;
@@ -622,7 +676,8 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   ta_summary sum = { 0 };
   _ta_findings_leaks_begin();
   if (m.stack) {
-    qsort(blocks.v, blocks.n, sizeof(sblock), by_report);
+    if (scratch) sort_for_report(blocks.v, blocks.n, scratch);
+    else qsort(blocks.v, blocks.n, sizeof(sblock), by_report);
     sblock *b = blocks.v;
     for (size_t i = 0; i < blocks.n; i++) {
       uint32_t ostack;
@@ -661,6 +716,8 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   if (at_exit) _ta_ref_exit();
   _ta_findings_leaks_end(&sum);
   if (m.stack) _ta_sys_munmap(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
+  _ta_bindex_free(&m.x);
+  if (scratch) _ta_sys_munmap(scratch, scratch_size);
   mvec_free(&roots);
   mvec_free(&maps);
   if (pagemap_fd >= 0) close(pagemap_fd);
