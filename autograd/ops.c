@@ -60,6 +60,18 @@ static ag_var *record(const char *name, tensor *value, op_kind kind, ag_var *a, 
   return _ag_result(name, value, kind, in, nin, opp);
 }
 
+/* record, for an op that keeps two ints (axes, stride and pad, ...). */
+static ag_var *record_ia(const char *name, tensor *value, op_kind kind, ag_var *a, ag_var *b, ag_var *c,
+                         int i0, int i1) {
+  ag_op *op;
+  ag_var *v = record(name, value, kind, a, b, c, &op);
+  if (op) {
+    op->ia[0] = i0;
+    op->ia[1] = i1;
+  }
+  return v;
+}
+
 /* Every op checks for a tape before computing (no work thrown away). */
 #define TAPE(name) do { if (_ag_tape_for(name) == NULL) return NULL; } while (0)
 
@@ -96,13 +108,8 @@ static ag_var *reduce_op(const char *name, op_kind kind, ag_var *a, int axis, in
   CHECK1(a);
   if (_ag_tape_for(name) == NULL) return NULL;
   tensor *r = kind == OP_SUM ? tensor_sum(a->value, axis, keepdim) : tensor_mean(a->value, axis, keepdim);
-  ag_op *op;
-  ag_var *v = record(name, r, kind, a, NULL, NULL, &op);
-  if (op) {
-    op->ia[0] = axis == TENSOR_ALL ? TENSOR_ALL : norm_axis(axis, a->value->ndim);
-    op->ia[1] = keepdim;
-  }
-  return v;
+  return record_ia(name, r, kind, a, NULL, NULL,
+                   axis == TENSOR_ALL ? TENSOR_ALL : norm_axis(axis, a->value->ndim), keepdim);
 }
 
 ag_var *ag_sum(ag_var *a, int axis, int keepdim) { return reduce_op("ag_sum", OP_SUM, a, axis, keepdim); }
@@ -138,14 +145,8 @@ ag_var *ag_linear_op(ag_var *x, ag_var *w, ag_var *b) {
 ag_var *ag_conv2d(ag_var *x, ag_var *w, ag_var *b, int stride, int pad) {
   CHECK2(x, w);
   TAPE("ag_conv2d");
-  ag_op *op;
-  ag_var *v = record("ag_conv2d", tensor_conv2d(x->value, w->value, b ? b->value : NULL, stride, pad), OP_CONV2D,
-                     x, w, b, &op);
-  if (op) {
-    op->ia[0] = stride;
-    op->ia[1] = pad;
-  }
-  return v;
+  return record_ia("ag_conv2d", tensor_conv2d(x->value, w->value, b ? b->value : NULL, stride, pad), OP_CONV2D,
+                   x, w, b, stride, pad);
 }
 
 ag_var *ag_max_pool2d(ag_var *x, int k, int stride) {
@@ -163,13 +164,8 @@ ag_var *ag_max_pool2d(ag_var *x, int k, int stride) {
 ag_var *ag_avg_pool2d(ag_var *x, int k, int stride) {
   CHECK1(x);
   TAPE("ag_avg_pool2d");
-  ag_op *op;
-  ag_var *v = record("ag_avg_pool2d", tensor_avg_pool2d(x->value, k, stride), OP_AVG_POOL, x, NULL, NULL, &op);
-  if (op) {
-    op->ia[0] = k;
-    op->ia[1] = stride;
-  }
-  return v;
+  return record_ia("ag_avg_pool2d", tensor_avg_pool2d(x->value, k, stride), OP_AVG_POOL, x, NULL, NULL, k,
+                   stride);
 }
 
 static ag_var *softmax_op(const char *name, op_kind kind, ag_var *x, int axis) {
@@ -231,13 +227,8 @@ ag_var *ag_flatten(ag_var *a) {
 ag_var *ag_transpose(ag_var *a, int axis0, int axis1) {
   CHECK1(a);
   TAPE("ag_transpose");
-  ag_op *op;
-  ag_var *v = record("ag_transpose", tensor_transpose(a->value, axis0, axis1), OP_TRANSPOSE, a, NULL, NULL, &op);
-  if (op) {
-    op->ia[0] = axis0;
-    op->ia[1] = axis1;
-  }
-  return v;
+  return record_ia("ag_transpose", tensor_transpose(a->value, axis0, axis1), OP_TRANSPOSE, a, NULL, NULL, axis0,
+                   axis1);
 }
 
 /* ---- backward ------------------------------------------------------------------ */
