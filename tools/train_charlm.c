@@ -45,25 +45,20 @@ static void usage(FILE *f) {
              "  momentum 0.9); --text FILE: instead of " DEFAULT_TEXT "\n" TC_COMMON_USAGE);
 }
 
+static int own_option(void *ctx, const char *a, const char *v) {
+  options *o = ctx;
+  if (!strcmp(a, "--iters")) o->iters = (int)tc_int(a, v, 1, 100000000);
+  else if (!strcmp(a, "--every")) o->every = (int)tc_int(a, v, 1, 100000000);
+  else if (!strcmp(a, "--val-batches")) o->val_batches = (int)tc_int(a, v, 1, 10000);
+  else if (!strcmp(a, "--text")) o->text = v;
+  else return 0;
+  return 1;
+}
+
 static options parse(int argc, char **argv) {
   options o = { .c = { .batch = 64, .threads = 1, .lr = 1e-3f, .seed = 1, .adam = 1 }, .iters = 10000,
                 .every = 1000, .val_batches = 50 };
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      exit(0);
-    }
-    if (strncmp(a, "--", 2) != 0) tc_die("unexpected argument '%s'", a);
-    if (i + 1 >= argc) tc_die("%s needs a value", a);
-    const char *v = argv[++i];
-    if (tc_common_option(&o.c, a, v)) continue;
-    if (!strcmp(a, "--iters")) o.iters = (int)tc_int(a, v, 1, 100000000);
-    else if (!strcmp(a, "--every")) o.every = (int)tc_int(a, v, 1, 100000000);
-    else if (!strcmp(a, "--val-batches")) o.val_batches = (int)tc_int(a, v, 1, 10000);
-    else if (!strcmp(a, "--text")) o.text = v;
-    else tc_die("unknown option '%s' (see --help)", a);
-  }
+  tc_parse_args(argc, argv, &o.c, usage, own_option, &o);
   if (o.c.steps && o.c.steps < o.iters) o.iters = o.c.steps;
   if (!o.c.adam && !o.c.lr_set) o.c.lr = 0.01f;
   tc_common_check(&o.c);
@@ -308,7 +303,7 @@ int main(int argc, char **argv) {
 
   tc_tape_check tc = { .tag = ag_tape_tag() };
   int tty = isatty(STDOUT_FILENO);
-    int64_t done_here = 0;
+  int64_t done_here = 0;
   double start = tc_now();
   for (int64_t it = first; it < o.iters; it++) {
     tc_tape_check_begin(&tc);

@@ -250,6 +250,24 @@ static inline int tc_common_option(tc_common *c, const char *a, const char *v) {
   return 1;
 }
 
+/* The command line: --help prints usage(stdout) and exits; every option
+ * takes a value; the common ones fill c, the program's own go to own(ctx,
+ * name, value), which returns 0 for an option it does not know. */
+static inline void tc_parse_args(int argc, char **argv, tc_common *c, void (*usage)(FILE *),
+                                 int (*own)(void *ctx, const char *a, const char *v), void *ctx) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (strncmp(a, "--", 2) != 0) tc_die("unexpected argument '%s'", a);
+    if (i + 1 >= argc) tc_die("%s needs a value", a);
+    const char *v = argv[++i];
+    if (!tc_common_option(c, a, v) && !own(ctx, a, v)) tc_die("unknown option '%s' (see --help)", a);
+  }
+}
+
 /* Checks what the options ask for before anything is loaded. */
 static inline void tc_common_check(const tc_common *c) {
   if (c->checkpoint_every && !c->checkpoint) tc_die("--checkpoint-every needs --checkpoint FILE");

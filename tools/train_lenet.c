@@ -37,25 +37,20 @@ static void usage(FILE *f) {
              "  --lr: 0.01 (SGD), 0.001 (Adam); --momentum: SGD's, 0.9\n" TC_COMMON_USAGE);
 }
 
+static int own_option(void *ctx, const char *a, const char *v) {
+  options *o = ctx;
+  if (!strcmp(a, "--epochs")) o->epochs = (int)tc_int(a, v, 1, 1000);
+  else if (!strcmp(a, "--test")) o->test = (int)tc_int(a, v, 1, 10000);
+  else if (!strcmp(a, "--momentum")) o->momentum = tc_float(a, v, 0.0f, 0.999f);
+  else if (!strcmp(a, "--data")) o->data = v;
+  else return 0;
+  return 1;
+}
+
 static options parse(int argc, char **argv) {
   options o = { .c = { .batch = 64, .threads = 1, .lr = 0.01f, .seed = 1 }, .epochs = 3, .momentum = 0.9f,
                 .data = DEFAULT_DATA };
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      exit(0);
-    }
-    if (strncmp(a, "--", 2) != 0) tc_die("unexpected argument '%s'", a);
-    if (i + 1 >= argc) tc_die("%s needs a value", a);
-    const char *v = argv[++i];
-    if (tc_common_option(&o.c, a, v)) continue;
-    if (!strcmp(a, "--epochs")) o.epochs = (int)tc_int(a, v, 1, 1000);
-    else if (!strcmp(a, "--test")) o.test = (int)tc_int(a, v, 1, 10000);
-    else if (!strcmp(a, "--momentum")) o.momentum = tc_float(a, v, 0.0f, 0.999f);
-    else if (!strcmp(a, "--data")) o.data = v;
-    else tc_die("unknown option '%s' (see --help)", a);
-  }
+  tc_parse_args(argc, argv, &o.c, usage, own_option, &o);
   if (o.c.adam && !o.c.lr_set) o.c.lr = 1e-3f;
   tc_common_check(&o.c);
   return o;
