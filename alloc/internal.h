@@ -28,6 +28,7 @@ typedef struct {
   long report;        /* TAGALLOC_REPORT: exit report on/off */
   long scan_at_exit;  /* TAGALLOC_SCAN: leak scan at exit on/off */
   long poison;        /* TAGALLOC_POISON: the byte written into freed blocks */
+  long poison_span;   /* TAGALLOC_POISON_SPAN: leading bytes of a freed block poisoned and checked */
   long fill;          /* TAGALLOC_FILL: the byte written into new blocks, -1 = none */
   long ref_history;   /* TAGALLOC_REF_HISTORY: transitions kept per object */
   long trace_buffer;  /* TAGALLOC_TRACE_BUFFER: bytes per thread buffer */

@@ -8,12 +8,11 @@
  *
  *   addr | size | seq (birth) | stack | free_stack | thread | tag | state | flags
  *
- * Freed blocks stay in the table as TA_FREED while they sit in the
- * quarantine (a FIFO per shard, TAGALLOC_QUARANTINE bytes in all, trimmed
- * by taking the oldest of each shard in turn), filled
- * with the poison byte; so a second free, or a hold on a freed block, finds
- * the record with both stacks, and a write after free is seen when the
- * block leaves the quarantine.
+ * A freed block leaves the table for its thread's quarantine (a FIFO
+ * ring, its share of TAGALLOC_QUARANTINE bytes), its first
+ * TAGALLOC_POISON_SPAN bytes filled with the poison byte; so a second
+ * free, or a hold on a freed block, finds the record with both stacks, and
+ * a write after free is seen when the block leaves the quarantine.
  *
  * Counting: every thread counts its own allocations and frees per tag
  * (thread.c); live bytes per tag are shared atomics so that peaks are exact. */
@@ -453,15 +452,29 @@ static void report_write_after_free(const ta_block *b, int64_t at, unsigned char
 
 typedef struct { ta_block b; int64_t at; unsigned char value; } evicted_block;
 
-/* Offset of the first byte of b that is not poison, or -1.  Every block
- * that leaves the quarantine is read whole, so this goes 64 bytes at a
- * time with SSE2 (four loads, one branch), then a word at a time, and
- * looks for the exact byte only once something differs. */
+/* How many leading bytes of a freed block of `size` bytes are poisoned
+ * and checked: TAGALLOC_POISON_SPAN (256) or the whole block if smaller.
+ * A write after free lands in the first bytes of a block far more often
+ * than deep inside it (a stale pointer to a struct writes one of its
+ * fields; a stale buffer is written from its start), and a span keeps the
+ * cost of a free bounded: filling and later re-reading every byte of every
+ * freed block was a quarter of a malloc churn's time under the auditor,
+ * most of it cache misses on lines the program never touched.
+ * TAGALLOC_POISON_SPAN=all checks whole blocks; --guard catches any byte,
+ * read or write, at the faulting instruction. */
+static inline uint64_t poison_span(uint64_t size) {
+  return size < (uint64_t)_ta_opt.poison_span ? size : (uint64_t)_ta_opt.poison_span;
+}
+
+/* Offset of the first byte of b's poisoned span that is not poison, or
+ * -1.  Every block that leaves the quarantine is checked, so this goes 64
+ * bytes at a time with SSE2 (four loads, one branch), then a word at a
+ * time, and looks for the exact byte only once something differs. */
 static int64_t poison_changed(const ta_block *b, unsigned char *value) {
   if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(b->addr)) return -1;   /* PROT_NONE, not poisoned */
   const unsigned char *p = (const unsigned char *)b->addr;
   unsigned char poison = (unsigned char)_ta_opt.poison;
-  uint64_t size = b->size, i = 0;
+  uint64_t size = poison_span(b->size), i = 0;
   const __m128i pv = _mm_set1_epi8((char)poison);
   for (; i + 64 <= size; i += 64) {                /* blocks are 16-byte aligned */
     const __m128i *v = (const __m128i *)(p + i);
@@ -506,7 +519,7 @@ static inline void q_prefetch(const ta_thread *t) {
   if (t->qlen > Q_PREFETCH) {
     const ta_block *e = &t->q[(t->qhead + Q_PREFETCH) & (t->qcap - 1)];
     const char *p = (const char *)e->addr;
-    uint64_t n = e->size < 4096 ? e->size : 4096;
+    uint64_t n = poison_span(e->size < 4096 ? e->size : 4096);
     for (uint64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i);
   }
 }
@@ -687,7 +700,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   freed.state = TA_FREED;
   freed.free_stack = stack;
   if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_retire(&freed)) {}   /* pages made PROT_NONE */
-  else if (budget > 0) memset((void *)a, (int)_ta_opt.poison, size);
+  else if (budget > 0) memset((void *)a, (int)_ta_opt.poison, poison_span(size));
   if (budget > 0 && quarantine_push(t, &freed, budget)) {
     t->qbytes += q_charge(a, size);
     quarantine_trim(t, budget);

@@ -19,6 +19,7 @@ ta_options_t _ta_opt = {
   .report = 1,
   .scan_at_exit = 1,
   .poison = 0xDF,
+  .poison_span = 256,
   .fill = -1,
   .ref_history = 1024,
   .trace_buffer = 64L << 10,
@@ -33,7 +34,7 @@ ta_options_t _ta_opt = {
   .guard_sample = 100,
 };
 
-typedef enum { OPT_SIZE, OPT_FLAG, OPT_UNWIND, OPT_BYTE, OPT_STRING } opt_kind;
+typedef enum { OPT_SIZE, OPT_FLAG, OPT_UNWIND, OPT_BYTE, OPT_STRING, OPT_SPAN } opt_kind;
 
 typedef struct {
   const char *name;   /* lower case; the variable is TAGALLOC_<NAME upper> */
@@ -51,6 +52,7 @@ static const opt_desc opt_table[] = {
   { "report",        OPT_FLAG,   &_ta_opt.report,       0, 1, NULL },
   { "scan",          OPT_FLAG,   &_ta_opt.scan_at_exit, 0, 1, NULL },
   { "poison",        OPT_BYTE,   &_ta_opt.poison,       0, 255, NULL },
+  { "poison_span",   OPT_SPAN,   &_ta_opt.poison_span,  0, LONG_MAX, NULL },
   { "fill",          OPT_BYTE,   &_ta_opt.fill,         -1, 255, NULL },
   { "ref_history",   OPT_SIZE,   &_ta_opt.ref_history,  2, 1L << 24, NULL },
   { "trace_buffer",  OPT_SIZE,   &_ta_opt.trace_buffer, 4096, 1L << 30, NULL },
@@ -108,6 +110,10 @@ static bool parse_one(const opt_desc *d, const char *s) {
       else if (strcmp(s, "fast") == 0) v = TA_UNWIND_FAST;
       else if (strcmp(s, "none") == 0) v = TA_UNWIND_NONE;
       else return false;
+      break;
+    case OPT_SPAN:                                /* a size, or all */
+      if (strcasecmp(s, "all") == 0) v = LONG_MAX;
+      else if (!parse_size(s, &v)) return false;
       break;
     case OPT_BYTE:
       if (strcmp(s, "none") == 0 || strcmp(s, "off") == 0) v = -1;

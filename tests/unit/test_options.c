@@ -4,7 +4,8 @@
  * same frames as exact for code with frame pointers; a bad value
  * (TAGALLOC_DEPTH=banana, out of range, an unknown unwinder) warns with the
  * variable's name and value on stderr and keeps the default;
- * TAGALLOC_QUARANTINE=0 still allocates, frees and counts exactly. */
+ * TAGALLOC_QUARANTINE=0 still allocates, frees and counts exactly;
+ * TAGALLOC_POISON_SPAN bounds the bytes checked after free. */
 #include "harness.h"
 #include "child.h"
 #include "report.h"
@@ -101,6 +102,24 @@ static int child_quarantine_blocks(void) {
   ta_free(p[100]);
   printf("quarantine_blocks=%ld double=%zu invalid=%zu\n", ta_option("quarantine_blocks"),
          ta_findings_count("free.double"), ta_findings_count("free.invalid"));
+  return 0;
+}
+
+/* The poisoned span: three 1000-byte blocks freed, then written after free
+ * at byte 255 (the last of the default span of 256), 256 and 999; 32 more
+ * frees push them out of a quarantine capped at 16 blocks, which checks
+ * them.  Byte 255 is found with the default span, all three with
+ * TAGALLOC_POISON_SPAN=all, none with 0. */
+static int child_poison_span(void) {
+  ta_tag T = ta_tag_get("span");
+  static const size_t at[3] = { 255, 256, 999 };
+  for (int i = 0; i < 3; i++) {
+    volatile unsigned char *p = ta_alloc(T, 1000);
+    ta_free((void *)p);
+    p[at[i]] = 0x41;
+  }
+  for (int i = 0; i < 32; i++) ta_free(ta_alloc(T, 64));
+  printf("poison_span=%ld found=%zu\n", ta_option("poison_span"), ta_findings_count("use.after-free"));
   return 0;
 }
 
@@ -241,12 +260,30 @@ static void test_quarantine_blocks(void **state) {
   child_result_free(&r);
 }
 
+static void test_poison_span(void **state) {
+  (void)state;
+  child_result r;
+  const char *dflt[] = { "TAGALLOC_QUARANTINE_BLOCKS=16", NULL };
+  run("poison-span", dflt, &r);
+  expect(&r, "poison_span=256 found=1\n", r.out);
+  child_result_free(&r);
+  const char *all[] = { "TAGALLOC_QUARANTINE_BLOCKS=16", "TAGALLOC_POISON_SPAN=all", NULL };
+  run("poison-span", all, &r);
+  expect(&r, "poison_span=9223372036854775807 found=3\n", r.out);
+  child_result_free(&r);
+  const char *none[] = { "TAGALLOC_QUARANTINE_BLOCKS=16", "TAGALLOC_POISON_SPAN=0", NULL };
+  run("poison-span", none, &r);
+  expect(&r, "poison_span=0 found=0\n", r.out);
+  child_result_free(&r);
+}
+
 static void test_option_names(void **state) {
   (void)state;
   assert_int_equal(ta_option("no-such-option"), -1);
   assert_int_equal(ta_option("report"), 0);      /* set in main */
   assert_int_equal(ta_option("depth"), 32);
   assert_int_equal(ta_option("poison"), 0xDF);
+  assert_int_equal(ta_option("poison_span"), 256);
   assert_int_equal(ta_option("fill"), -1);
 }
 
@@ -255,6 +292,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "stack") == 0) return child_stack();
     if (strcmp(argv[2], "no-quarantine") == 0) return child_no_quarantine();
     if (strcmp(argv[2], "quarantine-blocks") == 0) return child_quarantine_blocks();
+    if (strcmp(argv[2], "poison-span") == 0) return child_poison_span();
     return 2;
   }
   setenv("TAGALLOC_REPORT", "0", 1);             /* the children inherit it */
@@ -262,6 +300,7 @@ int main(int argc, char **argv) {
   unsetenv("TAGALLOC_UNWIND");
   unsetenv("TAGALLOC_QUARANTINE");
   unsetenv("TAGALLOC_QUARANTINE_BLOCKS");
+  unsetenv("TAGALLOC_POISON_SPAN");
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_default_stack),
     cmocka_unit_test(test_depth_4),
@@ -271,6 +310,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_good_values),
     cmocka_unit_test(test_quarantine_0),
     cmocka_unit_test(test_quarantine_blocks),
+    cmocka_unit_test(test_poison_span),
     cmocka_unit_test(test_option_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
