@@ -1,18 +1,30 @@
 /* depot.c - the stack depot: each distinct stack is stored once and named by
  * a 32-bit id.
  *
- *   buckets (mmap, 2^22 x uint32 heads)      region (mmap'd 64 MiB chunks)
- *   +-----+                                  +------------------------------+
- *   |  id-+--------------------------------->| node: next|hash|n|state|pcs[n]|
- *   +-----+                                  | node ...                     |
+ *   index (mmap, open addressing)            region (mmap'd 64 MiB chunks)
+ *   +-----------+                            +------------------------------+
+ *   | hash | id-+--------------------------->| node: hash|n|state|pcs[n]    |
+ *   +-----------+                            | node ...                     |
  *
  * A node's id is its byte offset in the region divided by 8, so id -> node is
- * one shift and two loads.  Space is taken with one atomic add; a node is
- * published by a CAS on its bucket head, so inserting takes no lock and never
- * allocates from the audited heap.  A node that would straddle two chunks
- * leaves a "skip" marker and is placed at the next chunk.  Nodes are never
- * removed; the trace writer walks them in region order to write each stack
- * once (_ta_depot_each_since). */
+ * one shift and two loads.  The index maps a stack's hash to its id: 64-bit
+ * slots (hash << 32 | id, 0 = empty), linear probing, at most three
+ * quarters full, so a lookup reads a cache line or two of slots (the hash
+ * is in the slot) and the one node it names.  It starts at 2^15 slots
+ * (256 KiB) and doubles when three quarters full, so its size
+ * follows the stacks the program has (a fixed 2^22-bucket array was 16 MiB
+ * touched at random: every lookup missed the cache and the TLB, 11% of
+ * cc1's time under the auditor).
+ *
+ * Lookups take no lock.  Inserts take one mutex (a new stack is rare next
+ * to lookups): look again, write the node, publish its slot with a release
+ * store; growing builds the bigger index, publishes it, and gives the old
+ * one's pages back (MADV_DONTNEED): a reader still on it then reads zeros,
+ * a miss, and goes to the locked path, which sees the new one.  The depot
+ * never allocates from the audited heap.  A node that would straddle two
+ * chunks leaves a "skip" marker and is placed at the next chunk.  Nodes are
+ * never removed; the trace writer walks them in region order to write each
+ * stack once (_ta_depot_each_since). */
 #include "internal.h"
 
 #include <sched.h>
@@ -22,12 +34,12 @@
 #define CHUNK_SHIFT 26                       /* 64 MiB */
 #define CHUNK_SIZE  ((uint64_t)1 << CHUNK_SHIFT)
 #define MAX_CHUNKS  512                      /* 32 GiB: ids fit 32 bits */
-#define BUCKET_BITS 22
+#define INDEX_FIRST_BITS 15
 
 enum { NODE_EMPTY = 0, NODE_READY = 1, NODE_SKIP = 2 };
 
 typedef struct {
-  _Atomic uint32_t next;
+  uint32_t next;                             /* unused (8-byte header kept for the layout) */
   uint32_t hash;
   uint16_t n;
   _Atomic uint16_t state;
@@ -35,7 +47,15 @@ typedef struct {
   uintptr_t pcs[];
 } node;
 
-static _Atomic uint32_t *buckets;
+typedef struct {
+  uint64_t mask;                             /* slots - 1 */
+  uint64_t size;                             /* bytes mapped */
+  _Atomic uint64_t slots[];
+} stack_index;
+
+static stack_index *_Atomic index_now;
+static uint64_t index_entries;               /* under put_lock */
+static pthread_mutex_t put_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *_Atomic chunks[MAX_CHUNKS];
 static _Atomic uint64_t used = 8;            /* offset 0 is never an id */
 static _Atomic uint64_t count;
@@ -63,7 +83,8 @@ static void go_huge(void) {
   pthread_mutex_lock(&init_lock);
   if (!atomic_load(&huge)) {
     atomic_store(&huge, true);
-    if (buckets) madvise((void *)buckets, sizeof(uint32_t) << BUCKET_BITS, MADV_HUGEPAGE);
+    stack_index *ix = atomic_load(&index_now);
+    if (ix) madvise(ix, ix->size, MADV_HUGEPAGE);
     for (size_t i = 0; i < MAX_CHUNKS; i++) {
       char *c = atomic_load(&chunks[i]);
       if (c) madvise(c, CHUNK_SIZE, MADV_HUGEPAGE);
@@ -83,15 +104,6 @@ static char *chunk_get(size_t i) {
   }
   pthread_mutex_unlock(&init_lock);
   return c;
-}
-
-static _Atomic uint32_t *buckets_get(void) {
-  _Atomic uint32_t *b = atomic_load_explicit((_Atomic uint32_t *_Atomic *)&buckets, memory_order_acquire);
-  if (TA_LIKELY(b != NULL)) return b;
-  pthread_mutex_lock(&init_lock);
-  if (buckets == NULL) buckets = map(sizeof(uint32_t) << BUCKET_BITS);
-  pthread_mutex_unlock(&init_lock);
-  return buckets;
 }
 
 static inline node *node_at(uint64_t off) {
@@ -118,16 +130,62 @@ static inline uint32_t hash_pcs(const uintptr_t *pcs, size_t n) {
   return (uint32_t)(h ^ (h >> 29));
 }
 
-static node *find(uint32_t id, uint32_t stop, uint32_t h, const uintptr_t *pcs, size_t n, uint32_t *found) {
-  for (; id != 0 && id != stop; ) {
-    node *nd = node_at((uint64_t)id << 3);
-    if (nd->hash == h && nd->n == n && memcmp(nd->pcs, pcs, n * sizeof *pcs) == 0) {
-      *found = id;
-      return nd;
-    }
-    id = atomic_load_explicit(&nd->next, memory_order_acquire);
+/* The id of the stack pcs[0..n) with hash h in ix, or 0. */
+static uint32_t index_find(const stack_index *ix, uint32_t h, const uintptr_t *pcs, size_t n) {
+  if (ix == NULL) return 0;
+  uint64_t mask = ix->mask;
+  for (uint64_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+    uint64_t v = atomic_load_explicit(&ix->slots[i], memory_order_acquire);
+    if (v == 0) return 0;
+    if ((uint32_t)(v >> 32) != h) continue;
+    node *nd = node_at((v & 0xffffffffu) << 3);
+    if (nd && nd->n == n && memcmp(nd->pcs, pcs, n * sizeof *pcs) == 0) return (uint32_t)v;
   }
-  return NULL;
+  return 0;
+}
+
+/* Puts slot value v into ix (not there yet); false when ix is full. */
+static bool index_add(stack_index *ix, uint64_t v) {
+  uint64_t mask = ix->mask;
+  for (uint64_t i = (v >> 32) & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+    if (atomic_load_explicit(&ix->slots[i], memory_order_relaxed) == 0) {
+      atomic_store_explicit(&ix->slots[i], v, memory_order_release);
+      return true;
+    }
+  }
+  return false;
+}
+
+static stack_index *index_new(int bits) {
+  uint64_t size = sizeof(stack_index) + (sizeof(uint64_t) << bits);
+  stack_index *ix = map(size);
+  if (ix == NULL) return NULL;
+  ix->mask = ((uint64_t)1 << bits) - 1;
+  ix->size = size;
+  return ix;
+}
+
+/* Room for one more entry: a new index twice the size once this one is
+ * three quarters full (under put_lock).  Keeps the old one when no memory is left: it
+ * still works, with longer probes, until it is full. */
+static stack_index *index_room(stack_index *ix) {
+  if (ix == NULL) {
+    ix = index_new(INDEX_FIRST_BITS);
+    if (ix) atomic_store_explicit(&index_now, ix, memory_order_release);
+    return ix;
+  }
+  if ((index_entries + 1) * 4 <= (ix->mask + 1) * 3) return ix;
+  int bits = 0;
+  while (((uint64_t)1 << bits) <= ix->mask) bits++;
+  stack_index *big = bits + 1 <= 34 ? index_new(bits + 1) : NULL;
+  if (big == NULL) return index_entries < ix->mask ? ix : NULL;
+  for (uint64_t i = 0; i <= ix->mask; i++) {
+    uint64_t v = atomic_load_explicit(&ix->slots[i], memory_order_relaxed);
+    if (v) index_add(big, v);
+  }
+  atomic_store_explicit(&index_now, big, memory_order_release);
+  madvise(ix, ix->size, MADV_DONTNEED);      /* readers still on it read zeros: a miss */
+  return big;
 }
 
 /* Takes space for a node of n frames; never straddles chunks. */
@@ -180,24 +238,27 @@ static inline bool same_pcs(const uintptr_t *a, const uintptr_t *b, size_t n) {
   return diff == 0;
 }
 
-static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h);
+static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h, bool may_lock);
 
 uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
   if (n == 0) return 0;
   if (n > TA_MAX_DEPTH) n = TA_MAX_DEPTH;
   uint32_t h = hash_pcs(pcs, n);
   ta_thread *t = _ta_self;
-  if (t == NULL || n > MEMO_FRAMES || t->stack_memo_busy) return depot_put(pcs, n, h);
+  if (t == NULL) return depot_put(pcs, n, h, true);
+  /* A call nested in this one (a signal handler that allocates) may find
+   * put_lock held by the frame it interrupted: it only looks up. */
+  if (t->stack_memo_busy) return depot_put(pcs, n, h, false);
   t->stack_memo_busy = 1;
   atomic_signal_fence(memory_order_seq_cst);   /* a nested call (a signal) sees busy */
   if (TA_UNLIKELY(t->stack_memo == NULL)) t->stack_memo = _ta_meta_calloc(1, sizeof *t->stack_memo);
   uint32_t id;
-  if (TA_LIKELY(t->stack_memo != NULL)) {
+  if (TA_LIKELY(t->stack_memo != NULL && n <= MEMO_FRAMES)) {
     memo_entry *e = &t->stack_memo->e[h & ((1u << MEMO_BITS) - 1)];
     if (e->hash == h && e->n == n && same_pcs(e->pcs, pcs, n)) {
       id = e->id;
     } else {
-      id = depot_put(pcs, n, h);
+      id = depot_put(pcs, n, h, true);
       e->n = 0;                          /* no entry while it is written */
       memcpy(e->pcs, pcs, n * sizeof *pcs);
       e->hash = h;
@@ -205,44 +266,58 @@ uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
       e->n = id ? (uint32_t)n : 0;
     }
   } else {
-    id = depot_put(pcs, n, h);
+    id = depot_put(pcs, n, h, true);
   }
   atomic_signal_fence(memory_order_seq_cst);
   t->stack_memo_busy = 0;
   return id;
 }
 
-static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h) {
-  _Atomic uint32_t *b = buckets_get();
-  if (b == NULL) return 0;
-  _Atomic uint32_t *head = &b[h & ((1u << BUCKET_BITS) - 1)];
-  uint32_t first = atomic_load_explicit(head, memory_order_acquire), id;
-  if (find(first, 0, h, pcs, n, &id)) return id;
+/* put_lock for a thread the ledger does not know (it cannot tell a nested
+ * call): a bounded wait, then no stack rather than a deadlock. */
+static bool put_lock_take(bool may_lock) {
+  if (may_lock && _ta_self != NULL) return pthread_mutex_lock(&put_lock) == 0;
+  for (int k = 0; k < 100000; k++) {
+    if (pthread_mutex_trylock(&put_lock) == 0) return true;
+    if (!may_lock) return false;
+    sched_yield();
+  }
+  return false;
+}
 
-  uint64_t off = take(n);
-  if (off == 0) return 0;
-  node *nd = node_at(off);
-  nd->hash = h;
-  nd->n = (uint16_t)n;
-  memcpy(nd->pcs, pcs, n * sizeof *pcs);
-  uint32_t mine = (uint32_t)(off >> 3);
-  for (;;) {
-    atomic_store_explicit(&nd->next, first, memory_order_relaxed);
-    if (atomic_compare_exchange_weak_explicit(head, &first, mine, memory_order_release,
-                                              memory_order_acquire))
-      break;
-    /* Someone else pushed: did they push the same stack? */
-    uint32_t old = atomic_load_explicit(&nd->next, memory_order_relaxed);
-    if (find(first, old, h, pcs, n, &id)) {
-      nd->pad = (uint32_t)n;         /* an unused node keeps its size in pad ... */
-      nd->n = 0;                     /* ... and the trace writer skips it */
+static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h, bool may_lock) {
+  uint32_t id = index_find(atomic_load_explicit(&index_now, memory_order_acquire), h, pcs, n);
+  if (id != 0 || !put_lock_take(may_lock)) return id;
+  stack_index *ix = atomic_load_explicit(&index_now, memory_order_relaxed);
+  id = index_find(ix, h, pcs, n);              /* put meanwhile by another thread? */
+  if (id == 0 && (ix = index_room(ix)) != NULL) {
+    uint64_t off = take(n);
+    if (off != 0) {
+      node *nd = node_at(off);
+      nd->hash = h;
+      nd->n = (uint16_t)n;
+      memcpy(nd->pcs, pcs, n * sizeof *pcs);
       atomic_store_explicit(&nd->state, NODE_READY, memory_order_release);
-      return id;
+      id = (uint32_t)(off >> 3);
+      index_add(ix, (uint64_t)h << 32 | id);
+      index_entries++;
+      if (TA_UNLIKELY(atomic_fetch_add_explicit(&count, 1, memory_order_relaxed) + 1 == HUGE_AFTER))
+        go_huge();
     }
   }
-  if (TA_UNLIKELY(atomic_fetch_add_explicit(&count, 1, memory_order_relaxed) + 1 == HUGE_AFTER)) go_huge();
-  atomic_store_explicit(&nd->state, NODE_READY, memory_order_release);
-  return mine;
+  pthread_mutex_unlock(&put_lock);
+  return id;
+}
+
+/* No lock held across fork: the child's depot is consistent. */
+void _ta_depot_fork(int phase) {
+  if (phase == TA_FORK_PREPARE) {
+    pthread_mutex_lock(&put_lock);
+    pthread_mutex_lock(&init_lock);
+  } else {
+    pthread_mutex_unlock(&init_lock);
+    pthread_mutex_unlock(&put_lock);
+  }
 }
 
 size_t _ta_depot_get(uint32_t id, const uintptr_t **pcs) {

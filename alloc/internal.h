@@ -193,6 +193,7 @@ bool       _ta_addr_on_unknown_stack(uintptr_t addr);
 uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n);
 size_t   _ta_depot_get(uint32_t id, const uintptr_t **pcs);
 size_t   _ta_depot_count(void);
+void     _ta_depot_fork(int phase);
 /* Calls fn for each stack inserted since *cursor (in insertion order) and
  * advances *cursor; used by the trace writer to emit each stack once. */
 void     _ta_depot_each_since(uint64_t *cursor,

@@ -1248,8 +1248,10 @@ static void fork_phase(int phase) {
     _ta_block_lock_all();
     _ta_findings_fork(phase);
     _ta_extents_fork(phase);
+    _ta_depot_fork(phase);
     return;
   }
+  _ta_depot_fork(phase);
   _ta_extents_fork(phase);
   _ta_findings_fork(phase);
   _ta_block_unlock_all();

@@ -10,6 +10,7 @@
 #include "harness.h"
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,6 +155,69 @@ static void test_walk_all(void **state) {
   assert_int_equal(again.n, 0);
 }
 
+/* Four threads put the same 150,000 made-up stacks at once, in the same
+ * order, so that they race on every insert and on the index's growth
+ * (2^15 slots to 2^18 on the way): each stack gets one id, the same in
+ * every thread, the depot grows by exactly 150,000, and no two stacks
+ * share an id. */
+enum { RACE_THREADS = 4, RACE_STACKS = 150000, RACE_FRAMES = 6 };
+
+typedef struct { uint32_t *ids; pthread_barrier_t *go; } race_arg;
+
+static void race_stack(size_t k, uintptr_t *pcs) {
+  for (size_t f = 0; f < RACE_FRAMES; f++) pcs[f] = 0x7000000000ull + k * 64 + f;
+}
+
+static void *race_thread(void *arg) {
+  race_arg *a = arg;
+  uintptr_t pcs[RACE_FRAMES];
+  pthread_barrier_wait(a->go);
+  for (size_t k = 0; k < RACE_STACKS; k++) {
+    race_stack(k, pcs);
+    a->ids[k] = _ta_depot_put(pcs, 1 + k % RACE_FRAMES);
+  }
+  return NULL;
+}
+
+static void test_racing_puts(void **state) {
+  (void)state;
+  size_t before = _ta_depot_count();
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, RACE_THREADS);
+  pthread_t th[RACE_THREADS];
+  race_arg args[RACE_THREADS];
+  for (int i = 0; i < RACE_THREADS; i++) {
+    args[i].ids = malloc(RACE_STACKS * sizeof(uint32_t));
+    assert_non_null(args[i].ids);
+    args[i].go = &go;
+    assert_int_equal(pthread_create(&th[i], NULL, race_thread, &args[i]), 0);
+  }
+  for (int i = 0; i < RACE_THREADS; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&go);
+  assert_int_equal(_ta_depot_count() - before, RACE_STACKS);
+  size_t differ = 0, zero = 0;
+  for (size_t k = 0; k < RACE_STACKS; k++) {
+    zero += args[0].ids[k] == 0;
+    for (int i = 1; i < RACE_THREADS; i++) differ += args[i].ids[k] != args[0].ids[k];
+  }
+  assert_int_equal(zero, 0);
+  assert_int_equal(differ, 0);
+  uint32_t *sorted = args[0].ids;
+  qsort(sorted, RACE_STACKS, sizeof *sorted, cmp_u32);
+  for (size_t k = 1; k < RACE_STACKS; k++) assert_true(sorted[k] != sorted[k - 1]);
+  /* and each id reads back its own frames */
+  uintptr_t pcs[RACE_FRAMES];
+  for (size_t k = 0; k < RACE_STACKS; k += 997) {
+    race_stack(k, pcs);
+    uint32_t id = _ta_depot_put(pcs, 1 + k % RACE_FRAMES);
+    const uintptr_t *got;
+    assert_int_equal(_ta_depot_get(id, &got), 1 + k % RACE_FRAMES);
+    assert_memory_equal(got, pcs, (1 + k % RACE_FRAMES) * sizeof *pcs);
+  }
+  assert_int_equal(_ta_depot_count() - before, RACE_STACKS);
+  for (int i = 0; i < RACE_THREADS; i++) free(args[i].ids);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) depth = atoi(argv[1]);
   setenv("TAGALLOC_REPORT", "0", 1);
@@ -161,6 +225,7 @@ int main(int argc, char **argv) {
   setenv("TAGALLOC_QUARANTINE", "0", 1);
   setenv("TAGALLOC_DEPTH", "64", 1);   /* the deepest nodes are 2 * depth + 5 frames down */
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_racing_puts),
     cmocka_unit_test(test_frames_read_back),
     cmocka_unit_test(test_many_stacks),
     cmocka_unit_test(test_walk_all),
