@@ -88,6 +88,10 @@ report_ctx *report_ctx_new_offline(const report_module *modules, size_t n);
 int report_symbolize(report_ctx *ctx, uintptr_t pc, report_frame *out, size_t max_out);
 /* The same for an exact code address (a function's start, a signal's pc). */
 int report_symbolize_exact(report_ctx *ctx, uintptr_t addr, report_frame *out, size_t max_out);
+/* 1 (default): a module's compilation units are found from its
+ * .debug_aranges (symbolize.c); 0: by libdw alone.  The same frames either
+ * way (test_symbolize); read when a context first looks at a module. */
+extern int report_cu_aranges;
 
 /* ---- sources: what a report renders ----------------------------------------
  *

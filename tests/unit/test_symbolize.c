@@ -1,10 +1,12 @@
 /* test_symbolize.c - reports/symbolize.c on this very program: a static
  * function, an inlined call chain, libc, a library dlopen()ed after the
- * symbolizer was made, and addresses no module maps. */
+ * symbolizer was made, and addresses no module maps; and the units found
+ * from .debug_aranges give libdw's frames. */
 #include "harness.h"
 #include "support.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +150,80 @@ static void test_unknown_address(void **state) {
   assert_int_equal(report_symbolize(NULL, 0x10, &fr, 1), 0);
 }
 
+/* The compilation unit of an address is found from the module's
+ * .debug_aranges (report_cu_aranges = 1, the default), and the frames are
+ * the ones libdw's own lookup gives: function, file, line, column and
+ * inlined frames, for addresses spread over the text of this program (its
+ * own DWARF) and of libc (its debug file, where installed), one every
+ * 1,021 bytes. */
+typedef struct { uintptr_t lo, hi; } text_range;
+typedef struct { text_range r[2]; } texts;
+
+/* The executable segments of this program (dlpi_name "") and of libc. */
+static int find_texts(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  texts *t = arg;
+  int which = info->dlpi_name[0] == '\0' ? 0 : strstr(info->dlpi_name, "/libc.so") ? 1 : -1;
+  if (which < 0) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      t->r[which].lo = info->dlpi_addr + ph->p_vaddr;
+      t->r[which].hi = t->r[which].lo + ph->p_memsz;
+    }
+  }
+  return 0;
+}
+
+static bool same_str(const char *a, const char *b) {
+  return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+static void test_units_from_aranges(void **state) {
+  (void)state;
+  texts t;
+  memset(&t, 0, sizeof t);
+  dl_iterate_phdr(find_texts, &t);
+  assert_true(t.r[0].hi > t.r[0].lo);
+  assert_true(t.r[1].hi > t.r[1].lo);
+  report_cu_aranges = 0;
+  report_ctx *plain = report_ctx_new();
+  report_cu_aranges = 1;
+  report_ctx *fast = report_ctx_new();
+  assert_non_null(plain);
+  assert_non_null(fast);
+  size_t looked = 0, with_line = 0, own_with_line = 0, differ = 0;
+  for (int w = 0; w < 2; w++) {
+    for (uintptr_t a = t.r[w].lo + 1; a < t.r[w].hi; a += 1021) {
+      report_frame x[REPORT_MAX_INLINE], y[REPORT_MAX_INLINE];
+      report_cu_aranges = 0;
+      int nx = report_symbolize(plain, a, x, REPORT_MAX_INLINE);
+      report_cu_aranges = 1;
+      int ny = report_symbolize(fast, a, y, REPORT_MAX_INLINE);
+      looked++;
+      bool same = nx == ny;
+      for (int i = 0; same && i < nx; i++)
+        same = same_str(x[i].function, y[i].function) && same_str(x[i].file, y[i].file) &&
+               x[i].line == y[i].line && x[i].column == y[i].column && x[i].inlined == y[i].inlined;
+      if (!same) {
+        differ++;
+        print_message("%#lx: %s %s:%d vs %s %s:%d\n", (unsigned long)a, x[0].function, x[0].file,
+                      x[0].line, y[0].function, y[0].file, y[0].line);
+      }
+      if (ny > 0 && y[0].line > 0) {
+        with_line++;
+        own_with_line += w == 0;
+      }
+    }
+  }
+  report_ctx_free(plain);
+  report_ctx_free(fast);
+  assert_true(looked > 1000);
+  assert_true(own_with_line > 20);        /* this program's DWARF was read */
+  print_message("%zu addresses, %zu with a line\n", looked, with_line);
+  assert_int_equal(differ, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_static_function),
@@ -155,6 +231,7 @@ int main(void) {
     cmocka_unit_test(test_libc),
     cmocka_unit_test(test_module_loaded_later),
     cmocka_unit_test(test_unknown_address),
+    cmocka_unit_test(test_units_from_aranges),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
