@@ -91,10 +91,11 @@ ta_thread *_pl_enter(void) { return enter(); }
 
 /* ---- libraries only the preload brought ------------------------------------------ */
 
-/* The preload's own dependencies (jemalloc, and through it libstdc++, libdw,
- * libelf, ...) are loaded into every process it audits, and their
- * initialisers run before its constructor; libstdc++'s allocates its
- * exception pool then.  Valgrind does not see those libraries in a C
+/* The preload's own dependencies (libdw, libelf, libunwind, ...; and
+ * libjemalloc.so with its libstdc++ when jemalloc is not linked in
+ * statically, see the Makefile) are loaded into every process it audits,
+ * and their initialisers run before its constructor; libstdc++'s allocates
+ * its exception pool then.  Valgrind does not see those libraries in a C
  * program, so the shim does not either: until its constructor has run, an
  * allocation called from a library that neither the program nor another
  * preloaded library needs is served raw. */
