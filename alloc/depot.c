@@ -10,8 +10,8 @@
  * one shift and two loads.  The index maps a stack's hash to its id: 64-bit
  * slots (hash << 32 | id, 0 = empty), linear probing, at most three
  * quarters full, so a lookup reads a cache line or two of slots (the hash
- * is in the slot) and the one node it names.  It starts at 2^15 slots
- * (256 KiB) and doubles when three quarters full, so its size
+ * is in the slot) and the one node it names.  It starts at 2^12 slots
+ * (32 KiB) and doubles when three quarters full, so its size
  * follows the stacks the program has (a fixed 2^22-bucket array was 16 MiB
  * touched at random: every lookup missed the cache and the TLB, 11% of
  * cc1's time under the auditor).
@@ -34,7 +34,7 @@
 #define CHUNK_SHIFT 26                       /* 64 MiB */
 #define CHUNK_SIZE  ((uint64_t)1 << CHUNK_SHIFT)
 #define MAX_CHUNKS  512                      /* 32 GiB: ids fit 32 bits */
-#define INDEX_FIRST_BITS 15
+#define INDEX_FIRST_BITS 12
 
 enum { NODE_EMPTY = 0, NODE_READY = 1, NODE_SKIP = 2 };
 

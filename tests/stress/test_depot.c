@@ -157,7 +157,7 @@ static void test_walk_all(void **state) {
 
 /* Four threads put the same 150,000 made-up stacks at once, in the same
  * order, so that they race on every insert and on the index's growth
- * (2^15 slots to 2^18 on the way): each stack gets one id, the same in
+ * (2^12 slots to 2^18 on the way): each stack gets one id, the same in
  * every thread, the depot grows by exactly 150,000, and no two stacks
  * share an id. */
 enum { RACE_THREADS = 4, RACE_STACKS = 150000, RACE_FRAMES = 6 };
