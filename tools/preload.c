@@ -341,7 +341,7 @@ BODY void free_body(void *p) {
   ta_thread *t = enter();
   if (TA_LIKELY(t != NULL)) {
     _ta_block_prefetch(p);                /* its record loads while the stack is taken */
-    uint32_t stack = _ta_stack_capture(1);
+    uint32_t stack = TA_UNLIKELY(_pl_in_freeres) ? 0 : _ta_stack_capture(1);
     _ta_free_at(p, stack);
     if (TA_UNLIKELY(atomic_load_explicit(&defer_n, memory_order_relaxed) != 0)) _pl_drain_deferred();
     _pl_leave(t);

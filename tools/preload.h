@@ -70,5 +70,8 @@ extern volatile int _pl_pid;
  * Safe to call from a fatal signal (does nothing when the thread is inside
  * the ledger). */
 void _pl_exit_work(void);
+/* Set on the thread that frees the runtime's own blocks at exit (libc's
+ * and libstdc++'s freeres, preload_proc.c): those frees record no stack. */
+extern PL_TLS bool _pl_in_freeres;
 
 #endif

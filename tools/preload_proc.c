@@ -309,9 +309,17 @@ static void (*cxx_freeres_fn)(void);
 extern void __libc_freeres(void);
 static bool libc_freeres_ok;
 
+PL_TLS bool _pl_in_freeres;
+
+/* The runtime's frees record no stack: nobody reads it (these blocks were
+ * never the program's), and a walk through __libc_freeres meets code
+ * whose unwind rule the exact walker leaves to libunwind, which first
+ * clears a 256 KiB cache of its own: 64 fresh pages in every process. */
 static void exit_before(void) {
+  _pl_in_freeres = true;
   if (cxx_freeres_fn) cxx_freeres_fn();
   if (libc_freeres_ok) __libc_freeres();
+  _pl_in_freeres = false;
   ta_thread *t = _pl_enter();
   if (t) {
     _pl_drain_deferred();

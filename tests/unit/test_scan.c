@@ -178,6 +178,45 @@ static void test_global_is_reachable(void **state) {
   g_root = NULL;
 }
 
+/* ---- reachable from a large .bss: only its touched pages are read ------------ */
+
+/* 1 MiB of .bss, of which the test writes two pages: a block's address in
+ * the middle and one in the last word.  The scan reads a module's segment
+ * page by page where it is large (pagemap), and must still find both. */
+static void *volatile g_big_bss[(1 << 20) / sizeof(void *)];
+#define BSS_N (sizeof g_big_bss / sizeof g_big_bss[0])
+
+NOIPA static void bss_fill(void) {
+  g_big_bss[BSS_N / 2 + 3] = ta_alloc(T, 56);
+  g_big_bss[BSS_N - 1] = ta_alloc(T, 72);
+  KEEP();
+}
+
+NOIPA static void bss_drop_last(void) {
+  hide(g_big_bss[BSS_N - 1]);                    /* the teardown frees it */
+  g_big_bss[BSS_N - 1] = NULL;
+  KEEP();
+}
+
+static void test_big_bss_is_scanned(void **state) {
+  (void)state;
+  bss_fill();
+  scan();
+  assert_leaks(0, 0, 0);
+  ta_summary s = ta_summary_get();
+  assert_int_equal(s.reachable_blocks, 2);
+  assert_int_equal(s.reachable_bytes, 128);
+  bss_drop_last();                               /* now only the one in the middle */
+  scan();
+  s = ta_summary_get();
+  assert_int_equal(s.reachable_blocks, 1);
+  assert_int_equal(s.reachable_bytes, 56);
+  assert_int_equal(s.direct_blocks, 1);
+  assert_int_equal(s.direct_bytes, 72);
+  ta_free(g_big_bss[BSS_N / 2 + 3]);
+  g_big_bss[BSS_N / 2 + 3] = NULL;
+}
+
 /* ---- direct: the only pointer overwritten ------------------------------------ */
 
 NOIPA static void overwrite_pointer(void) {
@@ -462,6 +501,7 @@ int main(int argc, char **argv) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_global_is_reachable, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_big_bss_is_scanned, setup, teardown),
     cmocka_unit_test_setup_teardown(test_overwritten_is_direct, setup, teardown),
     cmocka_unit_test_setup_teardown(test_lost_tree, setup, teardown),
     cmocka_unit_test_setup_teardown(test_lost_cycle, setup, teardown),
