@@ -720,8 +720,6 @@ static void die_call_site(Dwarf_Die *die, Dwarf_Die *fallback_cu,
   if (v < nfiles) *file = dwarf_filesrc(files, v, NULL, NULL);
 }
 
-/* The compilation unit holding addr.  libdw before 0.191 finds CUs through
- * .debug_aranges only, which clang does not emit: scan the CUs then. */
 /* ---- the compilation unit of an address ----------------------------------
  *
  * libdw finds it with dwarf_getaranges, which reads every unit's header
@@ -864,6 +862,9 @@ static bool cu_from_aranges(report_ctx *c, Dwfl_Module *mod, Dwarf_Addr addr, Dw
   return true;
 }
 
+/* The compilation unit holding addr, by libdw.  libdw before 0.191 finds
+ * CUs through .debug_aranges only, which clang does not emit: scan the CUs
+ * then. */
 static Dwarf_Die *cu_of(Dwfl_Module *mod, Dwarf_Addr addr, Dwarf_Addr *bias) {
   Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, bias);
   if (cu) return cu;
