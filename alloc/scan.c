@@ -482,16 +482,13 @@ static void scan_touched(marker *m, uintptr_t lo, uintptr_t hi, bool definite) {
   }
 }
 
-/* A module's writable segment: its touched pages.  A page of .data or
- * .bss never written holds what the file (or zero-fill) gave it, never a
- * block's address; reading it would only map it. */
-static void scan_module(marker *m, uintptr_t lo, uintptr_t hi) {
-  for (uintptr_t end; next_piece(m->maps, &lo, hi, &end); lo = end) scan_touched(m, lo, end, true);
-}
-
-/* A mapping the program made: its writable pages that were touched. */
-static void scan_resident(marker *m, const mvec *wmaps, uintptr_t lo, uintptr_t hi) {
-  for (uintptr_t end; next_piece(wmaps, &lo, hi, &end); lo = end) scan_touched(m, lo, end, true);
+/* The touched pages of [lo, hi) that lie in maps: a mapping the program
+ * made (in its writable mappings), or a module's writable segment (in the
+ * readable ones): a page of .data or .bss never written holds what the
+ * file or the zero-fill gave it, never a block's address, and reading it
+ * would only map it. */
+static void scan_resident(marker *m, const mvec *maps, uintptr_t lo, uintptr_t hi) {
+  for (uintptr_t end; next_piece(maps, &lo, hi, &end); lo = end) scan_touched(m, lo, end, true);
 }
 
 static void drain(marker *m) {
@@ -648,7 +645,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     for (size_t i = 0; i < m.n; i++)
       if (m.b[i].arena) { m.b[i].state = S_REACHABLE; m.stack[m.top++] = (uint32_t)i; }
     const range *r = roots.v;
-    for (size_t i = 0; i < roots.n; i++) scan_module(&m, r[i].lo, r[i].hi);
+    for (size_t i = 0; i < roots.n; i++) scan_resident(&m, m.maps, r[i].lo, r[i].hi);
     for (size_t i = 0; i < np; i++) scan_resident(&m, &wmaps, plo[i], phi[i]);
     /* our own thread: from the caller's frame up, registers, TLS */
     uintptr_t lo, hi;
