@@ -3,7 +3,7 @@
  *
  *   index (mmap, open addressing)            region (mmap'd 64 MiB chunks)
  *   +-----------+                            +------------------------------+
- *   | hash | id-+--------------------------->| node: hash|n|state|pcs[n]    |
+ *   | hash | id-+--------------------------->| node: n|state|pcs[n]         |
  *   +-----------+                            | node ...                     |
  *
  * A node's id is its byte offset in the region divided by 8, so id -> node is
@@ -38,12 +38,9 @@
 
 enum { NODE_EMPTY = 0, NODE_READY = 1, NODE_SKIP = 2 };
 
-typedef struct {
-  uint32_t next;                             /* unused (8-byte header kept for the layout) */
-  uint32_t hash;
+typedef struct {                             /* 8 bytes, then the frames */
   uint16_t n;
   _Atomic uint16_t state;
-  uint32_t pad;
   uintptr_t pcs[];
 } node;
 
@@ -188,31 +185,23 @@ static stack_index *index_room(stack_index *ix) {
   return big;
 }
 
-/* Takes space for a node of n frames; never straddles chunks. */
-/* Room for a node of n frames: a CAS on `used`, so that a node never
- * straddles two chunks.  One that would goes to the start of the next
- * chunk, and the rest of this one is marked skipped (when a header fits;
- * the reader skips a shorter rest by itself).  (With a fetch-and-add, the
- * straddling space was lost at the start of the next chunk too, as a node
- * that never became ready: the trace writer waited on it at every flush
- * once the depot passed 64 MiB.) */
+/* Room for a node of n frames, under put_lock (the only writer of
+ * `used`).  A node never straddles two chunks: one that would goes to the
+ * start of the next chunk, and the rest of this one is marked skipped
+ * (when a header fits; the reader skips a shorter rest by itself).  The
+ * chunk exists and the skip mark is written before `used` moves, so a
+ * reader never meets space nobody will fill (the trace writer once waited
+ * on such a node at every flush once the depot passed 64 MiB). */
 static uint64_t take(size_t n) {
   uint64_t size = sizeof(node) + n * sizeof(uintptr_t);
   uint64_t cur = atomic_load_explicit(&used, memory_order_relaxed);
-  for (;;) {
-    uint64_t room = CHUNK_SIZE - (cur & (CHUNK_SIZE - 1));
-    uint64_t off = room < size ? cur + room : cur;
-    uint64_t end = off + size;
-    if (end > (uint64_t)MAX_CHUNKS << CHUNK_SHIFT) return 0;
-    if (!atomic_compare_exchange_weak_explicit(&used, &cur, end, memory_order_relaxed,
-                                               memory_order_relaxed))
-      continue;
-    if (off != cur && room >= sizeof(node) && chunk_get(cur >> CHUNK_SHIFT)) {
-      node *nd = node_at(cur);
-      atomic_store_explicit(&nd->state, NODE_SKIP, memory_order_release);
-    }
-    return chunk_get(off >> CHUNK_SHIFT) ? off : 0;
-  }
+  uint64_t room = CHUNK_SIZE - (cur & (CHUNK_SIZE - 1));
+  uint64_t off = room < size ? cur + room : cur;
+  if (off + size > (uint64_t)MAX_CHUNKS << CHUNK_SHIFT || !chunk_get(off >> CHUNK_SHIFT)) return 0;
+  if (off != cur && room >= sizeof(node) && chunk_get(cur >> CHUNK_SHIFT))
+    atomic_store_explicit(&node_at(cur)->state, NODE_SKIP, memory_order_release);
+  atomic_store_explicit(&used, off + size, memory_order_release);
+  return off;
 }
 
 /* Each thread's memo of the stacks it put recently: direct-mapped by hash,
@@ -294,7 +283,6 @@ static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h, bool may_l
     uint64_t off = take(n);
     if (off != 0) {
       node *nd = node_at(off);
-      nd->hash = h;
       nd->n = (uint16_t)n;
       memcpy(nd->pcs, pcs, n * sizeof *pcs);
       atomic_store_explicit(&nd->state, NODE_READY, memory_order_release);
@@ -348,9 +336,8 @@ void _ta_depot_each_since(uint64_t *cursor,
       sched_yield();
     }
     if (st == NODE_SKIP) { off += in_chunk; continue; }
-    /* A node that lost an insert race has n = 0 and its size in pad. */
-    if (nd->n) fn((uint32_t)(off >> 3), nd->pcs, nd->n, arg);
-    off += sizeof(node) + (uint64_t)(nd->n ? nd->n : nd->pad) * sizeof(uintptr_t);
+    fn((uint32_t)(off >> 3), nd->pcs, nd->n, arg);
+    off += sizeof(node) + (uint64_t)nd->n * sizeof(uintptr_t);
   }
   *cursor = off;
 }
