@@ -65,8 +65,10 @@
  *
  * Fast mode walks the frame-pointer chain ([fp] = caller's fp, [fp + 8] =
  * return address), stopping when fp leaves the stack, does not grow, or is
- * not 8-aligned.  Frames of functions built without frame pointers are
- * missing from its stacks (their callers appear in their place).
+ * not 8-aligned, or when the return address read is no code address (in the
+ * null page or on the stack).  Frames of functions built without frame
+ * pointers are missing from its stacks (their callers appear in their
+ * place).
  */
 #include "internal.h"
 
@@ -179,15 +181,22 @@ static TA_NOINLINE size_t unwind_libunwind(uintptr_t *pcs, size_t max, size_t sk
 /* ---- fast: frame pointers ----------------------------------------------- */
 
 #if defined(__x86_64__) || defined(__aarch64__)
-/* fp is _ta_unwind's frame record: [fp] = caller's fp, [fp + 8] = ra0. */
+/* fp is _ta_unwind's frame record: [fp] = caller's fp, [fp + 8] = ra0.
+ * Frames are read from [lo, hi) (lo: that record); the thread's stack is
+ * [stack_lo, hi).  Code without frame pointers may leave in rbp any
+ * address on the stack, and the word after it is then whatever the frame
+ * holds there: most often another address on the stack (python3.11's
+ * eval loop), which is never a return address, so the walk stops there,
+ * as at a null page address. */
 static TA_NO_ASAN size_t walk_fast(uintptr_t *pcs, size_t max, size_t skip,
-                                   uintptr_t fp, uintptr_t lo, uintptr_t hi)
+                                   uintptr_t fp, uintptr_t lo, uintptr_t hi,
+                                   uintptr_t stack_lo)
 {
   size_t n = 0, k = 0;
   while (fp >= lo && fp < hi && hi - fp >= 2 * sizeof(uintptr_t) &&
          (fp & (sizeof(uintptr_t) - 1)) == 0) {
     uintptr_t pc = peek(fp + sizeof(uintptr_t));
-    if (pc == 0)
+    if (pc < 4096 || (pc >= stack_lo && pc < hi))
       break;
     if (k++ >= skip) {
       pcs[n++] = pc;
@@ -688,7 +697,7 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
   stack_bounds(&lo, &hi);
   bool on_stack = fp >= lo && fp < hi && hi - fp >= 2 * sizeof(uintptr_t);
   if (mode == TA_UNWIND_FAST)
-    return on_stack ? walk_fast(pcs, max, skip, fp, fp, hi) : 0;
+    return on_stack ? walk_fast(pcs, max, skip, fp, fp, hi, lo) : 0;
 # if defined(__x86_64__)
   if (on_stack) {
     prefetch_rules(fp, hi, skip + max);

@@ -5,11 +5,15 @@
  * this process had to compute with libdw.
  * And a walk survives a frame-pointer chain that points at the top of the
  * address space (the prefetch along that chain once wrapped around and
- * read address 0). */
+ * read address 0); and the fast (frame-pointer) walk stops at a frame
+ * record whose return address is an address on the stack, as code
+ * without frame pointers leaves them, instead of recording it. */
 #include "harness.h"
+#include "child.h"
 #include "support.h"
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,12 +106,73 @@ static void test_wild_frame_pointer(void **state) {
   ta_free(p);
 }
 
-int main(void) {
+/* A frame record on the stack as code without frame pointers leaves one:
+ * rbp holds the address of a local, and the word after it (where a return
+ * address would be) is another address on the stack. */
+static uintptr_t fake_record[2];
+
+NOIPA static void *call_with_stack_rbp(void) {
+  uintptr_t rec[2];
+  rec[0] = 0;                                  /* no next frame */
+  rec[1] = (uintptr_t)&rec[0];                 /* "returns" into the stack */
+  fake_record[0] = (uintptr_t)&rec[0];
+  fake_record[1] = rec[1];
+  void *p;
+  __asm__ volatile("mov %%rsp, %%rbx\n\t"
+                   "sub $128, %%rsp\n\t"
+                   "and $-16, %%rsp\n\t"
+                   "push %%rbp\n\t"
+                   "sub $8, %%rsp\n\t"
+                   "mov %1, %%rbp\n\t"
+                   "call unwind_alloc_one\n\t"
+                   "add $8, %%rsp\n\t"
+                   "pop %%rbp\n\t"
+                   "mov %%rbx, %%rsp\n\t"
+                   : "=a"(p)
+                   : "r"(&rec[0])
+                   : "rbx", "rdi", "rsi", "rdx", "rcx", "r8", "r9", "r10", "r11", "memory");
+  KEEP();
+  return p;
+}
+
+/* In a child with TAGALLOC_UNWIND=fast: prints the frames of a block
+ * allocated under that record, and which of them lie on the stack. */
+static int child_fast_stack_rbp(void) {
+  T = ta_tag_get("unwind");
+  void *p = call_with_stack_rbp();
+  ta_block b;
+  if (p == NULL || !_ta_block_get((uintptr_t)p, &b)) return 2;
+  const uintptr_t *frames;
+  size_t n = ta_stack_frames(b.stack, &frames);
+  size_t on_stack = 0;
+  for (size_t i = 0; i < n; i++)
+    if (frames[i] == fake_record[1]) on_stack++;
+  printf("frames=%zu on_stack=%zu\n", n, on_stack);
+  ta_free(p);
+  return 0;
+}
+
+static void test_fast_stops_at_stack_address(void **state) {
+  (void)state;
+  const char *env[] = { "TAGALLOC_UNWIND=fast", NULL };
+  child_result r;
+  child_exec("fast-stack-rbp", env, &r);
+  assert_true(WIFEXITED(r.status));
+  assert_int_equal(WEXITSTATUS(r.status), 0);
+  /* unwind_alloc_one, then the asm's call site; not the stack address */
+  assert_string_equal(r.out, "frames=2 on_stack=0\n");
+  child_result_free(&r);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--child") == 0)
+    return strcmp(argv[2], "fast-stack-rbp") == 0 ? child_fast_stack_rbp() : 2;
   setenv("TAGALLOC_UNWIND", "exact", 1);
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_child_rules_serve_parent),
     cmocka_unit_test(test_wild_frame_pointer),
+    cmocka_unit_test(test_fast_stops_at_stack_address),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
