@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -248,12 +249,99 @@ static void report_unloaded(report_ctx *c) {
 
 static void cu_tables_clear(report_ctx *c);
 
+/* The span of each loaded object (its first to its last PT_LOAD), from
+ * the loader. */
+typedef struct { uintptr_t lo, hi; } span;
+typedef struct { span *v; size_t n, cap; } span_list;
+
+static int span_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  span_list *l = arg;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+    if ((a & ~(uintptr_t)4095) < lo) lo = a & ~(uintptr_t)4095;
+    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+  }
+  if (hi <= lo) return 0;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    span *v = realloc(l->v, cap * sizeof *v);
+    if (v == NULL) return 1;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = (span){ lo, hi };
+  return 0;
+}
+
+/* The process's modules for libdw: /proc/self/maps less the mappings of
+ * files that lie in no loaded object.  libdw's and libunwind's own reading
+ * of a library maps its file as well, and dwfl_linux_proc_report takes such
+ * a mapping for part of the module when it lies next to the library: the
+ * module then starts at the wrong place and none of its addresses has a
+ * name (a library dlopen()ed while the exact unwinder ran was all "??").
+ * Falls back to dwfl_linux_proc_report when the maps cannot be read. */
+static void report_live_modules(report_ctx *c) {
+  span_list spans = { 0 };
+  dl_iterate_phdr(span_cb, &spans);
+  size_t cap = 1 << 16, len = 0;
+  char *maps = malloc(cap);
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  bool ok = maps != NULL && fd >= 0 && spans.n > 0;
+  while (ok) {
+    if (cap - len < 4096) {
+      char *m = realloc(maps, cap * 2);
+      if (m == NULL) { ok = false; break; }
+      maps = m;
+      cap *= 2;
+    }
+    ssize_t k = read(fd, maps + len, cap - len);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) ok = false;
+    if (k <= 0) break;
+    len += (size_t)k;
+  }
+  if (fd >= 0) close(fd);
+  if (ok) {                                  /* keep a line unless it maps a file outside every object */
+    size_t out = 0;
+    for (size_t at = 0; at < len;) {
+      char *nl = memchr(maps + at, '\n', len - at);
+      size_t end = nl ? (size_t)(nl - maps) + 1 : len;
+      unsigned long lo = 0, hi = 0;
+      bool keep = true;
+      const char *path = memchr(maps + at, '/', end - at);
+      if (path && sscanf(maps + at, "%lx-%lx", &lo, &hi) == 2) {
+        keep = false;
+        for (size_t i = 0; i < spans.n && !keep; i++)
+          keep = lo < spans.v[i].hi && hi > spans.v[i].lo;
+      }
+      if (keep) {
+        memmove(maps + out, maps + at, end - at);
+        out += end - at;
+      }
+      at = end;
+    }
+    FILE *f = out ? fmemopen(maps, out, "r") : NULL;
+    ok = f != NULL;
+    if (f) {
+      (void)dwfl_linux_proc_maps_report(c->dwfl, f);
+      fclose(f);
+    }
+  }
+  if (!ok) (void)dwfl_linux_proc_report(c->dwfl, c->pid);
+  free(maps);
+  free(spans.v);
+}
+
 static void report_modules(report_ctx *c) {
   c->pid = getpid();
   dl_counters(&c->dl_adds, &c->dl_subs);
   cu_tables_clear(c);                      /* modules may go: no pointer to them is kept */
   dwfl_report_begin(c->dwfl);
-  (void)dwfl_linux_proc_report(c->dwfl, c->pid);
+  report_live_modules(c);
   report_unloaded(c);
   dwfl_report_end(c->dwfl, NULL, NULL);
 }
