@@ -539,6 +539,15 @@ static void collect(const ta_block *b, void *arg) {
   *s = (sblock){ b->addr, b->size, b->stack, b->tag, S_UNREACHED, (b->flags & TA_F_ARENA) != 0, 0 };
 }
 
+void (*_ta_scan_more)(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg);
+
+static void collect_more(uintptr_t addr, uint64_t size, ta_tag tag, void *arg) {
+  mvec *v = arg;
+  sblock *s = mvec_push(v);
+  if (s == NULL) return;
+  *s = (sblock){ addr, size, 0, (uint16_t)tag, S_UNREACHED, 0, 0 };
+}
+
 static int by_addr(const void *a, const void *b) {
   const sblock *x = a, *y = b;
   return x->addr < y->addr ? -1 : x->addr > y->addr;
@@ -594,6 +603,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
    * the ledger's table, and the table stays still while we read it. */
   _ta_block_lock_all();
   _ta_block_each(true, collect, &blocks);
+  if (_ta_scan_more) _ta_scan_more(collect_more, &blocks);
   /* Sorted by address (no allocator: a sort with qsort's own buffer from
    * the audited heap is slow), and indexed. */
   marker m = { .b = blocks.v, .n = blocks.n, .maps = &maps };

@@ -309,7 +309,7 @@ static inline bool inside_ledger(void) {
 }
 
 static TA_NOINLINE void *raw_or_enomem(size_t size, size_t align, bool zero, bool runtime) {
-  void *p = size <= PTRDIFF_MAX ? _pl_raw_alloc(size, align, zero, runtime) : NULL;
+  void *p = size <= PTRDIFF_MAX ? _pl_raw_alloc(size, align, zero, runtime, runtime && !inside_ledger()) : NULL;
   if (p == NULL) errno = ENOMEM;
   return p;
 }
@@ -554,7 +554,7 @@ static TA_NOINLINE void *new_failed(ta_tag tag, size_t size, size_t align, uint3
       p = _ta_alloc_at(tag, size, align, false, stack);
       _pl_leave(t);
     } else {
-      p = size <= PTRDIFF_MAX ? _pl_raw_alloc(size, align, false, !inside_ledger()) : NULL;
+      p = size <= PTRDIFF_MAX ? _pl_raw_alloc(size, align, false, !inside_ledger(), !inside_ledger()) : NULL;
     }
     if (p) return p;
   }
@@ -576,7 +576,7 @@ BODY void *new_body(ta_tag *tagp, size_t size, size_t align, bool nothrow, void 
     _pl_leave(t);
     *ep = e;
   } else {
-    p = size <= PTRDIFF_MAX ? _pl_raw_alloc(size, align, false, runtime || !inside_ledger()) : NULL;
+    p = size <= PTRDIFF_MAX ? _pl_raw_alloc(size, align, false, runtime || !inside_ledger(), !inside_ledger()) : NULL;
   }
   if (TA_UNLIKELY(p == NULL)) p = new_failed(*tagp, size, ledger_alignment(align, size), stack, nothrow);
   return p;

@@ -38,7 +38,10 @@ static inline bool _pl_is_raw(const void *p) {
 }
 /* runtime: a block of the runtime's (a root of the scan), not the ledger's
  * own (see preload_raw.c).  NULL: out of memory. */
-void  *_pl_raw_alloc(size_t size, size_t align, bool zero, bool runtime);
+/* runtime: from the runtime's half (else the ledger's own); counted: one of
+ * the runtime's blocks the exit scan counts (not one the ledger's own work
+ * made, such as ld.so's when libdw dlopens a library). */
+void  *_pl_raw_alloc(size_t size, size_t align, bool zero, bool runtime, bool counted);
 void  *_pl_raw_realloc(void *p, size_t size);
 void   _pl_raw_free(void *p);
 size_t _pl_raw_usable(const void *p);
@@ -61,6 +64,8 @@ void _pl_ctor_done(void);
  * parent may have held at the fork, are free. */
 void _pl_fork_child_locks(void);
 void _pl_raw_fork_child(void);
+extern ta_tag _pl_runtime_tag;                      /* "runtime": the runtime's live blocks */
+void _pl_runtime_blocks(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg);
 
 /* ---- preload_proc.c ------------------------------------------------------ */
 

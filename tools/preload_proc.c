@@ -1036,6 +1036,8 @@ __attribute__((constructor(102))) static void preload_init(void) {
   memcpy(&cxx_freeres_fn, &s, sizeof s);
   ta_thread *t = _pl_enter();               /* starts the ledger if nothing has yet */
   if (t) _pl_leave(t);
+  _pl_runtime_tag = ta_tag_get("runtime");
+  _ta_scan_more = _pl_runtime_blocks;       /* the runtime's live blocks are scanned too */
   keep_stderr();
   ta_error_handler(preload_error, NULL);
   save_vars();

@@ -8,14 +8,18 @@
  *             blocks, link maps), before libc is initialised, by the
  *             preload's own libraries before its constructor (libstdc++'s
  *             exception pool), or by a thread whose ledger state is gone.
- *             They are not the program's blocks (memcheck leaves them out
- *             of its numbers too), but they may hold pointers to the
- *             program's (a __thread variable of a dlopen()ed library lives
- *             in a dynamic TLS block): they are roots, not bookkeeping.
- *             (The scan's roots today are the modules' writable segments
- *             and the threads' stacks and static TLS, so a program block
- *             held only from a dynamic TLS block looks lost; a scan of
- *             every writable mapping, memcheck's way, would read them.)
+ *             Most are gone by the exit scan (libc's freeres frees the
+ *             DTVs and ld.so's tables, as under memcheck); those still
+ *             live (the link maps of libraries dlopen()ed and never
+ *             closed) memcheck counts as the program's, mostly still
+ *             reachable.  So the preload keeps the runtime's live blocks
+ *             in a set of its own (address and size, no stack: their
+ *             allocator is ld.so or a runtime that must not be walked) and
+ *             hands them to the scan as blocks tagged "runtime": counted,
+ *             classified and read like the program's.  A program block
+ *             held only from one (a __thread variable of a dlopen()ed
+ *             library lives in a dynamic TLS block) is reachable, as
+ *             under memcheck.
  *
  * Raw memory is one reserved range of address space, in two halves, each
  * the extents of a jemalloc arena of its own made with extent hooks that
@@ -120,7 +124,91 @@ static void stray_del(void *p) {
   sunlock();
 }
 
-void _pl_raw_fork_child(void) { atomic_store(&stray_lock, 0); }
+/* ---- the runtime's live blocks ------------------------------------------- */
+
+/* Open addressing in mmap'd memory (the ledger's own, never a root), under
+ * a spin lock that is innermost; it starts at 256 slots (a page or two:
+ * most processes have a few dozen such blocks) and doubles at half full,
+ * tombstones counted. */
+typedef struct { uintptr_t addr; uint64_t size; } rt_slot;    /* addr 0 empty, 1 deleted */
+
+static rt_slot *rt_tab;
+static uint32_t rt_cap, rt_used;
+static atomic_int rt_lock;
+
+static void rlock(void) { while (atomic_exchange_explicit(&rt_lock, 1, memory_order_acquire)) sched_yield(); }
+static void runlock(void) { atomic_store_explicit(&rt_lock, 0, memory_order_release); }
+
+static inline uint32_t rt_home(uintptr_t p, uint32_t cap) {
+  return (uint32_t)(((p >> 4) * 0x9E3779B97F4A7C15ull) >> 40) & (cap - 1);
+}
+
+static void rt_put(rt_slot *tab, uint32_t cap, uintptr_t p, uint64_t size) {
+  uint32_t i = rt_home(p, cap);
+  while (tab[i].addr > STRAY_TOMB) i = (i + 1) & (cap - 1);
+  tab[i] = (rt_slot){ p, size };
+}
+
+/* Room for one more (lock held): a table twice the size, live entries only. */
+static bool rt_room(void) {
+  if (rt_tab && (rt_used + 1) * 2 <= rt_cap) return true;
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < rt_cap; i++) live += rt_tab[i].addr > STRAY_TOMB;
+  uint32_t cap = 256;
+  while ((live + 1) * 4 > cap) cap *= 2;
+  rt_slot *n = _ta_mmap(cap * sizeof *n);
+  if (n == NULL) return false;
+  for (uint32_t i = 0; i < rt_cap; i++)
+    if (rt_tab[i].addr > STRAY_TOMB) rt_put(n, cap, rt_tab[i].addr, rt_tab[i].size);
+  if (rt_tab) _ta_munmap(rt_tab, rt_cap * sizeof *rt_tab);
+  rt_tab = n;
+  rt_cap = cap;
+  rt_used = live;
+  return true;
+}
+
+static void rt_add(void *p, uint64_t size) {
+  rlock();
+  if (rt_room()) {
+    rt_put(rt_tab, rt_cap, (uintptr_t)p, size);
+    rt_used++;
+  }
+  runlock();
+}
+
+/* Takes p out; its size in *size.  False if p is no runtime block. */
+static bool rt_take(void *p, uint64_t *size) {
+  bool found = false;
+  rlock();
+  if (rt_tab) {
+    for (uint32_t i = rt_home((uintptr_t)p, rt_cap), k = 0; k < rt_cap; i = (i + 1) & (rt_cap - 1), k++) {
+      if (rt_tab[i].addr == 0) break;
+      if (rt_tab[i].addr == (uintptr_t)p) {
+        *size = rt_tab[i].size;
+        rt_tab[i].addr = STRAY_TOMB;
+        found = true;
+        break;
+      }
+    }
+  }
+  runlock();
+  return found;
+}
+
+ta_tag _pl_runtime_tag;
+
+/* For the scan (_ta_scan_more): every live runtime block. */
+void _pl_runtime_blocks(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg) {
+  rlock();
+  for (uint32_t i = 0; rt_tab && i < rt_cap; i++)
+    if (rt_tab[i].addr > STRAY_TOMB) add(rt_tab[i].addr, rt_tab[i].size, _pl_runtime_tag, arg);
+  runlock();
+}
+
+void _pl_raw_fork_child(void) {
+  atomic_store(&stray_lock, 0);
+  atomic_store(&rt_lock, 0);
+}
 
 static inline bool in_range(const void *p) { return (uintptr_t)p - _pl_raw_lo < _pl_raw_len; }
 
@@ -247,26 +335,32 @@ static bool raw_setup(void) {
   return true;
 }
 
-void *_pl_raw_alloc(size_t size, size_t align, bool zero, bool runtime) {
+void *_pl_raw_alloc(size_t size, size_t align, bool zero, bool runtime, bool counted) {
   if (!raw_setup()) return NULL;
   int flags = halves[runtime].flags | (zero ? MALLOCX_ZERO : 0);
   if (align > 8) flags |= (int)MALLOCX_ALIGN(align);
   void *p = mallocx(size ? size : 1, flags);
   if (p && !in_range(p)) stray_add(p);
+  if (p && counted) rt_add(p, size);
   return p;
 }
 
 void *_pl_raw_realloc(void *p, size_t size) {
   bool was_stray = !in_range(p);
+  uint64_t old = 0;
+  bool was_rt = rt_take(p, &old);
   void *n = rallocx(p, size ? size : 1, halves[(uintptr_t)p >= _pl_raw_mid].flags);
   if (n && n != p) {
     if (was_stray) stray_del(p);
     if (!in_range(n)) stray_add(n);
   }
+  if (was_rt) rt_add(n ? n : p, n ? size : old);
   return n;
 }
 
 void _pl_raw_free(void *p) {
+  uint64_t size;
+  rt_take(p, &size);
   if (!in_range(p)) stray_del(p);
   dallocx(p, MALLOCX_TCACHE_NONE);
 }
