@@ -277,6 +277,24 @@ static int span_cb(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
+/* "lo-hi ..." at the start of the line [p, end): the range in hex. */
+static bool hex_range(const char *p, const char *end, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t v[2] = { 0, 0 };
+  for (int k = 0; k < 2; k++) {
+    const char *start = p;
+    for (; p < end; p++) {
+      int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
+      if (d < 0) break;
+      v[k] = v[k] << 4 | (uintptr_t)d;
+    }
+    if (p == start || p == end || *p != (k == 0 ? '-' : ' ')) return false;
+    p++;
+  }
+  *lo = v[0];
+  *hi = v[1];
+  return true;
+}
+
 /* The process's modules for libdw: /proc/self/maps less the mappings of
  * files that lie in no loaded object.  libdw's and libunwind's own reading
  * of a library maps its file as well, and dwfl_linux_proc_report takes such
@@ -310,10 +328,10 @@ static void report_live_modules(report_ctx *c) {
     for (size_t at = 0; at < len;) {
       char *nl = memchr(maps + at, '\n', len - at);
       size_t end = nl ? (size_t)(nl - maps) + 1 : len;
-      unsigned long lo = 0, hi = 0;
+      uintptr_t lo = 0, hi = 0;
       bool keep = true;
       const char *path = memchr(maps + at, '/', end - at);
-      if (path && sscanf(maps + at, "%lx-%lx", &lo, &hi) == 2) {
+      if (path && hex_range(maps + at, maps + end, &lo, &hi)) {
         keep = false;
         for (size_t i = 0; i < spans.n && !keep; i++)
           keep = lo < spans.v[i].hi && hi > spans.v[i].lo;
