@@ -197,9 +197,14 @@ static bool rt_take(void *p, uint64_t *size) {
 
 ta_tag _pl_runtime_tag;
 
-/* For the scan (_ta_scan_more): every live runtime block. */
+/* For the scan (_ta_scan_more): every live runtime block.  A bounded wait
+ * for the lock: a fatal signal's scan may run on a thread that holds it
+ * (then the runtime's blocks go uncounted rather than the scan hanging). */
 void _pl_runtime_blocks(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg) {
-  rlock();
+  for (int k = 0; atomic_exchange_explicit(&rt_lock, 1, memory_order_acquire); k++) {
+    if (k == 10000) return;
+    sched_yield();
+  }
   for (uint32_t i = 0; rt_tab && i < rt_cap; i++)
     if (rt_tab[i].addr > STRAY_TOMB) add(rt_tab[i].addr, rt_tab[i].size, _pl_runtime_tag, arg);
   runlock();
