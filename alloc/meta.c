@@ -14,6 +14,7 @@
  * (jemalloc retains and reuses them); when the range is used up, or could
  * not be reserved, extents come from mmap as jemalloc's own would. */
 #include "internal.h"
+#include "extent_hooks.h"
 
 #include <jemalloc/jemalloc.h>
 #include <string.h>
@@ -64,46 +65,50 @@ static void *extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t
   return p;
 }
 
-/* Opt out of giving extents back and of purging: jemalloc retains them. */
-static bool extent_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
+/* The hooks every such arena shares (extent_hooks.h). */
+bool _ta_extent_keep(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
   (void)h; (void)addr; (void)size; (void)committed; (void)ind;
-  return true;
+  return true;                               /* not given back: retained */
 }
 
-static void extent_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
+void _ta_extent_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
   (void)h; (void)addr; (void)size; (void)committed; (void)ind;
 }
 
-static bool extent_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
-                          unsigned ind) {
+bool _ta_extent_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned ind) {
   (void)h; (void)addr; (void)size; (void)off; (void)len; (void)ind;
   return false;                              /* always committed */
 }
 
-static bool extent_optout(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
-                          unsigned ind) {
+bool _ta_extent_optout(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len, unsigned ind) {
   (void)h; (void)addr; (void)size; (void)off; (void)len; (void)ind;
-  return true;
+  return true;                               /* decommit, purge: not done */
 }
 
-static bool extent_split(extent_hooks_t *h, void *addr, size_t size, size_t a, size_t b,
-                         bool committed, unsigned ind) {
+bool _ta_extent_split(extent_hooks_t *h, void *addr, size_t size, size_t a, size_t b, bool committed,
+                      unsigned ind) {
   (void)h; (void)addr; (void)size; (void)a; (void)b; (void)committed; (void)ind;
-  return false;
+  return false;                              /* within one mapping: any split */
+}
+
+bool _ta_extent_merge(extent_hooks_t *h, void *a, size_t asize, void *b, size_t bsize, bool committed,
+                      unsigned ind) {
+  (void)h; (void)a; (void)asize; (void)b; (void)bsize; (void)committed; (void)ind;
+  return false;                              /* within one mapping: any merge */
 }
 
 /* Two extents merge only within the range (one mapping); extents mapped
  * outside it are separate mappings. */
 static bool extent_merge(extent_hooks_t *h, void *a, size_t asize, void *b, size_t bsize,
                          bool committed, unsigned ind) {
-  (void)h; (void)asize; (void)bsize; (void)committed; (void)ind;
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return !(x >= region.lo && x < region.end && y >= region.lo && y < region.end);
+  if (!(x >= region.lo && x < region.end && y >= region.lo && y < region.end)) return true;
+  return _ta_extent_merge(h, a, asize, b, bsize, committed, ind);
 }
 
 static extent_hooks_t hooks = {
-  extent_alloc, extent_dalloc, extent_destroy, extent_commit, extent_optout, extent_optout,
-  extent_optout, extent_split, extent_merge,
+  extent_alloc, _ta_extent_keep, _ta_extent_destroy, _ta_extent_commit, _ta_extent_optout,
+  _ta_extent_optout, _ta_extent_optout, _ta_extent_split, extent_merge,
 };
 
 /* The range (as large as the address-space limit allows), or none:

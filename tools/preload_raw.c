@@ -42,6 +42,7 @@
  * parked in a tcache would come back from a plain mallocx as a ledger block
  * inside the raw range. */
 #include "preload.h"
+#include "extent_hooks.h"
 
 #include <jemalloc/jemalloc.h>
 #include <sched.h>
@@ -247,45 +248,15 @@ static void *rx_alloc_runtime(extent_hooks_t *hk, void *new_addr, size_t size, s
   (void)ind;
   return carve(&halves[1], new_addr, size, alignment, zero, commit);
 }
-/* Opt out of giving extents back: jemalloc retains and reuses them. */
-static bool rx_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
-  (void)h; (void)addr; (void)size; (void)committed; (void)ind;
-  return true;
-}
-
-static void rx_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind) {
-  (void)h; (void)addr; (void)size; (void)committed; (void)ind;
-}
-
-static bool rx_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
-                      unsigned ind) {
-  (void)h; (void)addr; (void)size; (void)off; (void)len; (void)ind;
-  return false;                            /* always committed */
-}
-
-static bool rx_optout(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
-                      unsigned ind) {
-  (void)h; (void)addr; (void)size; (void)off; (void)len; (void)ind;
-  return true;                             /* decommit, purge: not done */
-}
-
-static bool rx_split(extent_hooks_t *h, void *addr, size_t size, size_t a, size_t b,
-                     bool committed, unsigned ind) {
-  (void)h; (void)addr; (void)size; (void)a; (void)b; (void)committed; (void)ind;
-  return false;                            /* one mapping: any split is fine */
-}
-
-static bool rx_merge(extent_hooks_t *h, void *a, size_t asize, void *b, size_t bsize,
-                     bool committed, unsigned ind) {
-  (void)h; (void)a; (void)asize; (void)b; (void)bsize; (void)committed; (void)ind;
-  return false;                            /* one mapping: any merge is fine */
-}
-
+/* Extents are never given back (jemalloc retains and reuses them): the
+ * rest of the hooks are the ledger's shared ones (alloc/extent_hooks.h). */
 static extent_hooks_t hooks_internal = {
-  rx_alloc_internal, rx_dalloc, rx_destroy, rx_commit, rx_optout, rx_optout, rx_optout, rx_split, rx_merge,
+  rx_alloc_internal, _ta_extent_keep, _ta_extent_destroy, _ta_extent_commit, _ta_extent_optout,
+  _ta_extent_optout, _ta_extent_optout, _ta_extent_split, _ta_extent_merge,
 };
 static extent_hooks_t hooks_runtime = {
-  rx_alloc_runtime, rx_dalloc, rx_destroy, rx_commit, rx_optout, rx_optout, rx_optout, rx_split, rx_merge,
+  rx_alloc_runtime, _ta_extent_keep, _ta_extent_destroy, _ta_extent_commit, _ta_extent_optout,
+  _ta_extent_optout, _ta_extent_optout, _ta_extent_split, _ta_extent_merge,
 };
 
 /* ---- setup ----------------------------------------------------------------- */
