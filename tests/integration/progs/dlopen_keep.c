@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "common.h"
+#include "dlleak.h"
 
 int main(int argc, char **argv) {
   (void)argc;
@@ -19,12 +20,9 @@ int main(int argc, char **argv) {
   }
   void *h = dlopen("./libdlleak.so", RTLD_NOW | RTLD_LOCAL);   /* a name of fixed length */
   if (!h) { say("dlopen failed\n"); return 2; }
-  void (*leak)(void) = (void (*)(void))dlsym(h, "lib_leak_buffer");
-  int (*cache)(void) = (int (*)(void))dlsym(h, "lib_make_cache");
-  if (!leak || !cache) { say("dlsym failed\n"); return 2; }
-  leak();
-  int c = cache();
-  leak = NULL; cache = NULL; h = NULL;
+  int c = dlleak_run(h);
+  if (c < 0) { say("dlsym failed\n"); return 2; }
+  h = NULL;
   clobber_stack();
   say("library kept (%d)\n", c);
   return 0;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include "common.h"
+#include "dlleak.h"
 
 int main(int argc, char **argv) {
   (void)argc;
@@ -12,13 +13,9 @@ int main(int argc, char **argv) {
   snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0), "libdlleak.so");
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) { say("dlopen failed\n"); return 2; }
-  void (*leak)(void) = (void (*)(void))dlsym(h, "lib_leak_buffer");
-  int (*cache)(void) = (int (*)(void))dlsym(h, "lib_make_cache");
-  if (!leak || !cache) { say("dlsym failed\n"); return 2; }
-  leak();
-  int c = cache();
+  int c = dlleak_run(h);
+  if (c < 0) { say("dlsym failed\n"); return 2; }
   if (dlclose(h) != 0) { say("dlclose failed\n"); return 2; }
-  leak = NULL; cache = NULL;
   clobber_stack();
   say("library unloaded (%d)\n", c);
   return 0;
