@@ -356,9 +356,10 @@ void _ta_findings_leaks_end(const ta_summary *s);
 void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, bool at_exit);
 void _ta_scan_exit(void);         /* the exit scan: leaks, orphans and ref.leak */
 /* More blocks for the scan, outside the ledger's table (the preload: the
- * runtime's live blocks); add() takes each, with no stack.  Called with
- * the table held, before the other threads stop: it must take no lock an
- * allocating thread can hold across a call into the ledger. */
+ * runtime's live blocks); add() takes each, with no stack.  They are read
+ * and counted when reachable, and left out of the numbers otherwise.
+ * Called with the table held, before the other threads stop: it must take
+ * no lock an allocating thread can hold across a call into the ledger. */
 extern void (*_ta_scan_more)(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg);
 
 /* ---- trace.c ------------------------------------------------------------- */

@@ -58,6 +58,7 @@ typedef struct {
   uint16_t tag;
   uint8_t state;
   uint8_t arena;
+  uint8_t more;             /* from _ta_scan_more: counted only when reachable */
   uint32_t clique;          /* for indirect blocks: their leader's index + 1 */
 } sblock;
 
@@ -536,7 +537,7 @@ static void collect(const ta_block *b, void *arg) {
   mvec *v = arg;
   sblock *s = mvec_push(v);
   if (s == NULL) return;
-  *s = (sblock){ b->addr, b->size, b->stack, b->tag, S_UNREACHED, (b->flags & TA_F_ARENA) != 0, 0 };
+  *s = (sblock){ b->addr, b->size, b->stack, b->tag, S_UNREACHED, (b->flags & TA_F_ARENA) != 0, 0, 0 };
 }
 
 void (*_ta_scan_more)(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg);
@@ -545,7 +546,7 @@ static void collect_more(uintptr_t addr, uint64_t size, ta_tag tag, void *arg) {
   mvec *v = arg;
   sblock *s = mvec_push(v);
   if (s == NULL) return;
-  *s = (sblock){ addr, size, 0, (uint16_t)tag, S_UNREACHED, 0, 0 };
+  *s = (sblock){ addr, size, 0, (uint16_t)tag, S_UNREACHED, 0, 1, 0 };
 }
 
 static int by_addr(const void *a, const void *b) {
@@ -697,6 +698,11 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       uint32_t ostack;
       uintptr_t holder;
       const char *slot;
+      /* The runtime's blocks count as memcheck counts them when reachable;
+       * one that nothing reaches is no leak of the program's (it has no
+       * stack, and the runtime frees what it drops): left out, as before
+       * they were scanned at all. */
+      if (b[i].more && b[i].state != S_REACHABLE) continue;
       if (!b[i].arena && _ta_hold_is_orphan(b[i].addr, &ostack, &holder, &slot)) {
         sum.orphan_bytes += b[i].size;
         sum.orphan_blocks++;

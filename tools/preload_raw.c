@@ -15,8 +15,9 @@
  *             reachable.  So the preload keeps the runtime's live blocks
  *             in a set of its own (address and size, no stack: their
  *             allocator is ld.so or a runtime that must not be walked) and
- *             hands them to the scan as blocks tagged "runtime": counted,
- *             classified and read like the program's.  A program block
+ *             hands them to the scan as blocks tagged "runtime": read and
+ *             counted like the program's when reachable, left out when
+ *             nothing reaches them (no leak of the program's).  A program block
  *             held only from one (a __thread variable of a dlopen()ed
  *             library lives in a dynamic TLS block) is reachable, as
  *             under memcheck.
