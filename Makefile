@@ -116,6 +116,11 @@ check-valgrind: all
 	VALGRIND=1 tests/run-tests.sh $(BUILD)
 	tests/integration/run.sh $(BUILD) --valgrind
 
+# The real programs under tagalloc run and under memcheck, side by side (a
+# measurement: see tests/integration/README.md).
+compare-memcheck: all
+	/usr/bin/python3 tests/integration/real_vs_memcheck.py $(BUILD)
+
 # ---- demo and benchmarks -------------------------------------------------
 # The main job: LeNet-5 trained on Fashion-MNIST for one epoch with the
 # ledger on, and the ledger's report of the run as an HTML page.
@@ -144,5 +149,5 @@ bench-deps:
 clean:
 	rm -rf build
 
-.PHONY: all test test-asan test-integration asan-tests check-valgrind demo demo-bugs bench bench-alloc deps bench-deps clean
+.PHONY: all test test-asan test-integration asan-tests check-valgrind compare-memcheck demo demo-bugs bench bench-alloc deps bench-deps clean
 .SECONDARY:
