@@ -103,6 +103,7 @@ ta_thread *_pl_enter(void) { return enter(); }
 typedef struct { uintptr_t lo, hi; } range;
 static range own_libs[64];
 static int n_own_libs;
+static range self_range;                  /* the preload itself (jemalloc is linked in) */
 static atomic_int own_state;              /* 0 not known, 1 finding out, 2 known */
 static atomic_bool ctor_done;
 
@@ -191,6 +192,7 @@ static void find_own_libs(void) {
   n_own_libs = 0;
   for (int i = 0; i < nlibs && n_own_libs < (int)(sizeof own_libs / sizeof *own_libs); i++) {
     lib *l = &libs[i];
+    if (l->self) self_range = (range){ l->lo, l->hi };
     if (l->keep || l->self || !l->dyn || !l->name[0] || strstr(l->name, "ld-linux") || strstr(l->name, "vdso"))
       continue;
     own_libs[n_own_libs++] = (range){ l->lo, l->hi };
@@ -210,6 +212,12 @@ static TA_NOINLINE bool from_own_lib(uintptr_t ra) {
   for (int i = 0; i < n_own_libs; i++)
     if (ra >= own_libs[i].lo && ra < own_libs[i].hi) return true;
   return false;
+}
+
+/* Code of the preload or of a library only it brought (any time). */
+bool _pl_own_code(uintptr_t ra) {
+  if (from_own_lib(ra)) return true;
+  return atomic_load(&own_state) == 2 && ra >= self_range.lo && ra < self_range.hi;
 }
 
 #define PRE_CTOR_OWN(ra) \

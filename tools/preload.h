@@ -64,6 +64,7 @@ void _pl_ctor_done(void);
  * parent may have held at the fork, are free. */
 void _pl_fork_child_locks(void);
 void _pl_raw_fork_child(void);
+bool _pl_own_code(uintptr_t ra);                    /* the preload's or its own libraries' code */
 extern ta_tag _pl_runtime_tag;                      /* "runtime": the runtime's live blocks */
 void _pl_runtime_blocks(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg);
 

@@ -19,17 +19,27 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* The program's call, not the ledger's (nor jemalloc's inside it). */
-static inline bool programs(void) {
+/* The program's call, not the ledger's (nor jemalloc's inside it).  A
+ * thread the ledger has not met yet (one that maps memory before its first
+ * malloc) calls for the program too, unless the call comes from the
+ * preload's own code or its libraries: jemalloc, linked in, maps through
+ * this symbol even then (a block kept only in such a thread's first
+ * mapping looked definitely lost; memcheck: still reachable). */
+static inline bool programs(uintptr_t ra) {
+  if (!_pl_ledger_live()) return false;
   ta_thread *t = _ta_self;
-  return t != NULL && t->guard == 0 && _pl_ledger_live();
+  if (t != NULL) return t->guard == 0;
+  return !_pl_own_code(ra);
 }
+
+#define RA ((uintptr_t)__builtin_return_address(0))
 
 static inline uintptr_t page_up(uintptr_t v) { return (v + 4095) & ~(uintptr_t)4095; }
 
-PL_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+static inline __attribute__((always_inline))
+void *map_body(void *addr, size_t len, int prot, int flags, int fd, off_t off, uintptr_t ra) {
   void *p = _ta_sys_mmap(addr, len, prot, flags, fd, off);
-  if (p != MAP_FAILED && programs()) {
+  if (p != MAP_FAILED && programs(ra)) {
     int saved = errno;
     _ta_program_map((uintptr_t)p, page_up((uintptr_t)p + len));
     errno = saved;
@@ -37,13 +47,17 @@ PL_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
   return p;
 }
 
+PL_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  return map_body(addr, len, prot, flags, fd, off, RA);
+}
+
 PL_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
-  return mmap(addr, len, prot, flags, fd, off);
+  return map_body(addr, len, prot, flags, fd, off, RA);
 }
 
 PL_EXPORT int munmap(void *addr, size_t len) {
   int r = _ta_sys_munmap(addr, len);
-  if (r == 0 && programs()) _ta_program_unmap((uintptr_t)addr, page_up((uintptr_t)addr + len));
+  if (r == 0 && programs(RA)) _ta_program_unmap((uintptr_t)addr, page_up((uintptr_t)addr + len));
   return r;
 }
 
@@ -57,7 +71,7 @@ PL_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
   }
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, want);
   void *p = r == -1 ? MAP_FAILED : (void *)r;
-  if (p != MAP_FAILED && programs()) {
+  if (p != MAP_FAILED && programs(RA)) {
     int saved = errno;
     if (!(flags & MREMAP_DONTUNMAP))
       _ta_program_unmap((uintptr_t)old, page_up((uintptr_t)old + old_len));
