@@ -8,8 +8,14 @@
 #define TAGALLOC_EXTENT_HOOKS_H
 
 #include <jemalloc/jemalloc.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* Takes size bytes aligned to alignment (at least a page) from the bump
+ * range [*bump, end); its start, or 0 when the range has no room. */
+uintptr_t _ta_extent_carve(_Atomic uintptr_t *bump, uintptr_t end, size_t size, size_t alignment);
 
 bool _ta_extent_keep(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind);
 void _ta_extent_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind);

@@ -46,23 +46,25 @@ static void *extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t
   (void)h;
   (void)ind;
   if (new_addr != NULL) return NULL;         /* growing in place: no */
-  if (alignment < 4096) alignment = 4096;
-  uintptr_t cur = atomic_load(&region.bump), start, end;
-  do {
-    start = (cur + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    end = start + size;
-    if (start < cur || end < start || end > region.end) {
-      start = 0;
-      break;
-    }
-  } while (!atomic_compare_exchange_weak(&region.bump, &cur, end));
-  void *p = start ? (void *)start : map_aligned(size, alignment);
+  uintptr_t start = _ta_extent_carve(&region.bump, region.end, size, alignment);
+  void *p = start ? (void *)start : map_aligned(size, alignment < 4096 ? 4096 : alignment);
   if (p == NULL) return NULL;
-  if (start && end - region.lo >= META_HUGE_AFTER && !atomic_exchange(&region.huge, true))
+  if (start && start + size - region.lo >= META_HUGE_AFTER && !atomic_exchange(&region.huge, true))
     madvise((void *)region.lo, region.end - region.lo, MADV_HUGEPAGE);
   *zero = true;                              /* never used before: the kernel's zero pages */
   *commit = true;
   return p;
+}
+
+uintptr_t _ta_extent_carve(_Atomic uintptr_t *bump, uintptr_t end, size_t size, size_t alignment) {
+  if (alignment < 4096) alignment = 4096;
+  uintptr_t cur = atomic_load(bump), start, stop;
+  do {
+    start = (cur + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    stop = start + size;
+    if (start < cur || stop < start || stop > end) return 0;
+  } while (!atomic_compare_exchange_weak(bump, &cur, stop));
+  return start;
 }
 
 /* The hooks every such arena shares (extent_hooks.h). */

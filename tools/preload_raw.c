@@ -223,13 +223,8 @@ static inline bool in_range(const void *p) { return (uintptr_t)p - _pl_raw_lo < 
 
 static void *carve(half *h, void *new_addr, size_t size, size_t alignment, bool *zero, bool *commit) {
   if (new_addr != NULL) return NULL;       /* growing in place: not from a bump range */
-  if (alignment < 4096) alignment = 4096;
-  uintptr_t cur = atomic_load(&h->bump), start, end;
-  do {
-    start = (cur + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    end = start + size;
-    if (end < start || end > h->end) return NULL;
-  } while (!atomic_compare_exchange_weak(&h->bump, &cur, end));
+  uintptr_t start = _ta_extent_carve(&h->bump, h->end, size, alignment);
+  if (start == 0) return NULL;
   if (h->protect && mprotect((void *)start, size, PROT_READ | PROT_WRITE) != 0) return NULL;
   *zero = true;                            /* never used before: the kernel's zero pages */
   *commit = true;
@@ -322,10 +317,16 @@ void *_pl_raw_alloc(size_t size, size_t align, bool zero, bool runtime, bool cou
   return p;
 }
 
+/* A block the ledger's own work made (the internal half) is never one of
+ * the runtime's counted blocks: no look in their set. */
+static inline bool maybe_counted(const void *p) {
+  return !in_range(p) || (uintptr_t)p >= _pl_raw_mid;
+}
+
 void *_pl_raw_realloc(void *p, size_t size) {
   bool was_stray = !in_range(p);
   uint64_t old = 0;
-  bool was_rt = rt_take(p, &old);
+  bool was_rt = maybe_counted(p) && rt_take(p, &old);
   void *n = rallocx(p, size ? size : 1, halves[(uintptr_t)p >= _pl_raw_mid].flags);
   if (n && n != p) {
     if (was_stray) stray_del(p);
@@ -337,7 +338,7 @@ void *_pl_raw_realloc(void *p, size_t size) {
 
 void _pl_raw_free(void *p) {
   uint64_t size;
-  rt_take(p, &size);
+  if (maybe_counted(p)) rt_take(p, &size);
   if (!in_range(p)) stray_del(p);
   dallocx(p, MALLOCX_TCACHE_NONE);
 }
