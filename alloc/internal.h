@@ -63,6 +63,13 @@ void _ta_write_all(int fd, const void *buf, size_t n);
  * cached per return address, libunwind when a rule is not a simple one.
  * Fast: the frame-pointer chain.  Both stop at the thread's stack bounds. */
 size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode);
+/* The same walk, put in the stack depot: the stack's id (0: none).  A walk
+ * whose every input is as it was at a recent walk of this thread's (the
+ * same frame, the same words read from the stack) gives that walk's id
+ * without walking again (unwind.c: the walk memo). */
+uint32_t _ta_unwind_id(size_t max, size_t skip, int mode);
+/* Walks of the calling thread that the walk memo answered (tests). */
+size_t _ta_unwind_memo_hits(void);
 /* Forget cached rules in [lo, hi) (a module was unloaded). */
 void   _ta_unwind_forget(uintptr_t lo, uintptr_t hi);
 /* Mark records held now (ledger.c; freed marks leave). */
@@ -122,6 +129,8 @@ struct ta_thread {
   _Atomic int  solo_depth;     /* >0 while inside a solo section (thread.c) */
   struct ta_stack_memo *stack_memo;   /* recent stacks and their ids (depot.c) */
   int          stack_memo_busy;       /* inside _ta_depot_put (a signal may nest) */
+  struct ta_walk_memo *walk_memo;     /* recent walks and their stack ids (unwind.c) */
+  int          walk_memo_busy;        /* inside _ta_unwind_id (a signal may nest) */
   bool         batching;       /* live-byte deltas are published in batches */
   int64_t      pending[TA_MAX_TAGS];           /* unpublished live-byte deltas */
   _Atomic uint64_t ring_head;  /* births written so far */

@@ -296,9 +296,7 @@ static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size, bool solo
 
 TA_NOINLINE uint32_t _ta_stack_capture(size_t skip) {
   if (!_ta_opt.record || _ta_opt.unwind == TA_UNWIND_NONE) return 0;
-  uintptr_t pcs[TA_MAX_DEPTH];
-  size_t n = _ta_unwind(pcs, (size_t)_ta_opt.depth, skip + 1, (int)_ta_opt.unwind);
-  uint32_t id = _ta_depot_put(pcs, n);
+  uint32_t id = _ta_unwind_id((size_t)_ta_opt.depth, skip + 1, (int)_ta_opt.unwind);
   __asm__ volatile("" ::: "memory");     /* keep this frame: no tail call above */
   return id;
 }

@@ -92,6 +92,7 @@ static void thread_exit(void *arg) {
   pthread_mutex_unlock(&solo_lock);
   _ta_self = NULL;
   _ta_meta_free(t->stack_memo);
+  _ta_meta_free(t->walk_memo);
   _ta_meta_free(t);
 }
 
@@ -265,6 +266,7 @@ void _ta_thread_fork(int phase) {
       _ta_meta_free(t->trace);
       _ta_meta_free(t->q);           /* its blocks stay quarantined for good */
       _ta_meta_free(t->stack_memo);
+      _ta_meta_free(t->walk_memo);
       _ta_meta_free(t);
     }
     if (self) self->tid = (int)syscall(SYS_gettid);

@@ -63,6 +63,11 @@
  * strictly and stay 8-aligned.  The hit path never allocates and never
  * locks.  Functions that read other frames are not ASan-instrumented.
  *
+ * The walk memo (_ta_unwind_id, the ledger's entry): each thread keeps its
+ * recent walks with every word they read from the stack; a walk that
+ * starts where a kept one did and finds all its words unchanged takes the
+ * kept stack id without walking (see "the walk memo" below).
+ *
  * Fast mode walks the frame-pointer chain ([fp] = caller's fp, [fp + 8] =
  * return address), stopping when fp leaves the stack, does not grow, or is
  * not 8-aligned, or when the return address read is no code address (in the
@@ -88,6 +93,8 @@
 
 #define TA_NO_ASAN __attribute__((no_sanitize_address))
 #define TA_TLS     __thread __attribute__((tls_model("initial-exec")))
+
+static _Atomic uint32_t rules_gen;   /* bumped when rules are forgotten (the walk memo) */
 
 /* ---- stack bounds ------------------------------------------------------- */
 
@@ -140,6 +147,33 @@ static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek(uintptr_t
   return v;
 }
 
+/* The words a walk read from the stack, in order, for the walk memo (see
+ * _ta_unwind_id): rd is where they go.  n counts every read; past
+ * LOG_READS the walk is not kept.  needbp: the walk used the rbp it started
+ * with (exact mode: code without frame pointers leaves any value in rbp,
+ * so it is compared only when the walk's result depends on it). */
+#define LOG_READS 80
+#define LOG_NONE  ((size_t)-1)       /* n: the walk cannot be kept (libunwind did it) */
+
+typedef struct { uintptr_t addr, val; } walk_read;
+
+typedef struct {
+  size_t     n;
+  bool       needbp;
+  walk_read *rd;                     /* LOG_READS of them */
+} walk_log;
+
+static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek_log(walk_log *log, uintptr_t a)
+{
+  uintptr_t v = peek(a);
+  if (log) {
+    if (log->n < LOG_READS)
+      log->rd[log->n] = (walk_read){ a, v };
+    log->n++;
+  }
+  return v;
+}
+
 /* ---- libunwind fallback ------------------------------------------------- */
 
 #define UNW_EXTRA 8     /* frames of ours libunwind may report before ra0 */
@@ -188,14 +222,14 @@ static TA_NOINLINE size_t unwind_libunwind(uintptr_t *pcs, size_t max, size_t sk
  * holds there: most often another address on the stack (python3.11's
  * eval loop), which is never a return address, so the walk stops there,
  * as at a null page address. */
-static TA_NO_ASAN size_t walk_fast(uintptr_t *pcs, size_t max, size_t skip,
-                                   uintptr_t fp, uintptr_t lo, uintptr_t hi,
-                                   uintptr_t stack_lo)
+static inline __attribute__((always_inline)) TA_NO_ASAN
+size_t walk_fast(uintptr_t *pcs, size_t max, size_t skip, uintptr_t fp, uintptr_t lo,
+                 uintptr_t hi, uintptr_t stack_lo, walk_log *log)
 {
   size_t n = 0, k = 0;
   while (fp >= lo && fp < hi && hi - fp >= 2 * sizeof(uintptr_t) &&
          (fp & (sizeof(uintptr_t) - 1)) == 0) {
-    uintptr_t pc = peek(fp + sizeof(uintptr_t));
+    uintptr_t pc = peek_log(log, fp + sizeof(uintptr_t));
     if (pc < 4096 || (pc >= stack_lo && pc < hi))
       break;
     if (k++ >= skip) {
@@ -203,7 +237,7 @@ static TA_NO_ASAN size_t walk_fast(uintptr_t *pcs, size_t max, size_t skip,
       if (n == max)
         break;
     }
-    uintptr_t next = peek(fp);
+    uintptr_t next = peek_log(log, fp);
     if (next <= fp)
       break;
     fp = next;
@@ -574,11 +608,12 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
 
 /* pc, sp, bp: the state of _ta_unwind's caller after the call returned.
  * Returns SIZE_MAX when libunwind must do the walk. */
-static TA_NO_ASAN size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip,
-                                    uintptr_t pc, uintptr_t sp, uintptr_t bp,
-                                    uintptr_t hi)
+static inline __attribute__((always_inline)) TA_NO_ASAN
+size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr_t sp,
+                  uintptr_t bp, uintptr_t hi, walk_log *log)
 {
   size_t n = 0, k = 0;
+  bool bp_first = true;           /* bp is still the one the walk started with */
   for (;;) {
     if (k++ >= skip) {
       pcs[n++] = pc;
@@ -606,6 +641,8 @@ static TA_NO_ASAN size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip,
     else {
       cfa = bp;
       __asm__("" : "+r"(cfa));
+      if (log && bp_first)
+        log->needbp = true;
     }
     cfa += (uintptr_t)(intptr_t)off;
     /* [cfa - 8, cfa) holds the RA: need sp < cfa <= hi (sp >= lo already) */
@@ -616,16 +653,18 @@ static TA_NO_ASAN size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip,
       uintptr_t a = cfa + (uintptr_t)(intptr_t)flags_rbp_off(flags);
       if (a < sp || a > hi - 8 || (a & 7) != 0)   /* a == sp: push rbp; call */
         return n;
-      bp = peek(a);
+      bp = peek_log(log, a);
+      bp_first = false;
       break;
     }
     case RBP_UNDEF:
       bp = 0;
+      bp_first = false;
       break;
     default:
       break;
     }
-    pc = peek(cfa - 8);
+    pc = peek_log(log, cfa - 8);
     sp = cfa;
     if (pc == 0)
       break;
@@ -663,6 +702,7 @@ void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
       atomic_store_explicit(&c->slot[i].flags, 0, memory_order_relaxed);
   }
   dw_stale = true;
+  atomic_fetch_add_explicit(&rules_gen, 1, memory_order_release);
   pthread_mutex_unlock(&dw_lock);
 }
 
@@ -683,32 +723,183 @@ void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
 
 /* ---- entry -------------------------------------------------------------- */
 
-TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode)
+/* The walk from the state of the entry's caller: ra0 the return address
+ * into it, fp the entry's own frame record ([fp] = the caller's rbp,
+ * [fp + 8] = ra0).  log: NULL, or where the walk's reads go (LOG_NONE when
+ * libunwind does the walk). */
+static inline __attribute__((always_inline)) TA_NO_ASAN
+size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t ra0,
+                   uintptr_t fp, walk_log *log)
 {
-  if (max == 0 || (mode != TA_UNWIND_EXACT && mode != TA_UNWIND_FAST))
-    return 0;
-  uintptr_t ra0 = (uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0));
-
 #if defined(__x86_64__) || defined(__aarch64__)
-  /* Our own frame record: [fp] = caller's fp, [fp + 8] = ra0; its CFA
-   * (the caller's sp after the return) is fp + 16. */
-  uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
   uintptr_t lo, hi;
   stack_bounds(&lo, &hi);
   bool on_stack = fp >= lo && fp < hi && hi - fp >= 2 * sizeof(uintptr_t);
-  if (mode == TA_UNWIND_FAST)
-    return on_stack ? walk_fast(pcs, max, skip, fp, fp, hi, lo) : 0;
+  if (mode == TA_UNWIND_FAST) {
+    if (!on_stack) {
+      if (log)
+        log->n = LOG_NONE;
+      return 0;
+    }
+    return walk_fast(pcs, max, skip, fp, fp, hi, lo, log);
+  }
 # if defined(__x86_64__)
   if (on_stack) {
     prefetch_rules(fp, hi, skip + max);
-    size_t n = walk_exact(pcs, max, skip, ra0, fp + 16, peek(fp), hi);
+    size_t n = walk_exact(pcs, max, skip, ra0, fp + 16, peek(fp), hi, log);
     if (TA_LIKELY(n != SIZE_MAX))
       return n;
   }
 # endif
 #else
-  if (mode == TA_UNWIND_FAST)
+  if (mode == TA_UNWIND_FAST) {
+    if (log)
+      log->n = LOG_NONE;
     return 0;
+  }
 #endif
+  if (log)
+    log->n = LOG_NONE;
   return unwind_libunwind(pcs, max, skip, ra0);
+}
+
+TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode)
+{
+  if (max == 0 || (mode != TA_UNWIND_EXACT && mode != TA_UNWIND_FAST))
+    return 0;
+  uintptr_t ra0 = (uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0));
+  uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+  return unwind_from(pcs, max, skip, mode, ra0, fp, NULL);
+}
+
+/* ---- the walk memo ------------------------------------------------------- */
+
+/* A walk is a function of where it starts (the caller's return address and
+ * stack pointer, and rbp where the walk uses it), of the rules of the
+ * return addresses it meets (fixed while no module is unloaded: rules_gen),
+ * and of the words it reads from the stack.  So each thread keeps its
+ * recent walks, direct-mapped by the stack pointer they started at: the
+ * start, every address read and the word found there, and the stack's id
+ * in the depot.  A walk that starts where a kept one did and finds every
+ * one of its words unchanged would repeat it step by step, so the kept id
+ * is the answer: one comparison per word, independent loads where the walk
+ * is a chain of dependent ones (pc -> rule -> cfa -> next pc), and no hash
+ * and no depot lookup.  A loop that allocates from one call path (the same
+ * frames at the same depth) finds its walk here every time.  Any other
+ * walk differs in a word, most often one of the first ones read (its
+ * caller), and is made and kept in its slot.
+ *
+ * (Taking only the outer frames of a kept walk, from the first frame where
+ * the new walk stands where the kept one stood, was tried: in cc1, where
+ * nine walks in ten are new, checking and copying the kept frames cost more
+ * instructions and cache misses than the rule lookups they saved.) */
+#define MEMO_SLOTS 32
+
+typedef struct {
+  uintptr_t sp0, pc0, bp0;
+  uint32_t  id;                   /* 0: an empty entry */
+  uint32_t  gen;
+  uint16_t  max, skip, nreads;
+  uint8_t   mode, needbp;
+  walk_read rd[LOG_READS];
+} walk_entry;
+
+#define MEMO_CREDIT_MAX 32
+#define MEMO_KEEP_COST  4
+#define MEMO_KEEP_EVERY 8
+
+struct ta_walk_memo {
+  uint32_t   credit, tick;
+  size_t     hits;
+  walk_entry e[MEMO_SLOTS];
+};
+
+static inline size_t memo_slot(uintptr_t sp0)
+{
+  return (size_t)(((sp0 >> 3) * 0x9E3779B97F4A7C15ull) >> 59);
+}
+
+/* Are all the words e's walk read still there?  From the innermost word
+ * out: two walks that start at one stack pointer mostly differ in their
+ * first frames. */
+static inline TA_NO_ASAN bool memo_same(const walk_entry *e)
+{
+  for (size_t i = 0; i < e->nreads; i++)
+    if (peek(e->rd[i].addr) != e->rd[i].val)
+      return false;
+  return true;
+}
+
+TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
+{
+  if (max == 0 || (mode != TA_UNWIND_EXACT && mode != TA_UNWIND_FAST))
+    return 0;
+  if (max > TA_MAX_DEPTH)
+    max = TA_MAX_DEPTH;
+  uintptr_t ra0 = (uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0));
+  uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+  uintptr_t pcs[TA_MAX_DEPTH];
+  ta_thread *t = _ta_self;
+  if (t == NULL || t->walk_memo_busy || skip > UINT16_MAX)   /* busy: a signal handler nested in a walk */
+    return _ta_depot_put(pcs, unwind_from(pcs, max, skip, mode, ra0, fp, NULL));
+  t->walk_memo_busy = 1;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (TA_UNLIKELY(t->walk_memo == NULL)) {
+    t->walk_memo = _ta_meta_calloc(1, sizeof *t->walk_memo);
+    if (t->walk_memo)
+      t->walk_memo->credit = MEMO_CREDIT_MAX;   /* a new thread keeps its first walks */
+  }
+  uint32_t id;
+  if (TA_UNLIKELY(t->walk_memo == NULL)) {
+    id = _ta_depot_put(pcs, unwind_from(pcs, max, skip, mode, ra0, fp, NULL));
+  } else {
+    uintptr_t sp0 = fp + 2 * sizeof(uintptr_t), bp0 = peek(fp);
+    uint32_t gen = atomic_load_explicit(&rules_gen, memory_order_acquire);
+    walk_entry *e = &t->walk_memo->e[memo_slot(sp0)];
+    if (e->id && e->sp0 == sp0 && e->pc0 == ra0 && e->gen == gen && e->max == max &&
+        e->skip == skip && e->mode == mode && (!e->needbp || e->bp0 == bp0) && memo_same(e)) {
+      id = e->id;
+      t->walk_memo->hits++;
+      if (t->walk_memo->credit < MEMO_CREDIT_MAX)
+        t->walk_memo->credit++;
+    } else {
+      /* Keeping a walk costs two stores per word read: worth it where
+       * walks repeat, not where nine in ten are new (cc1).  Every miss is
+       * kept while hits earn credit; else one in MEMO_KEEP_EVERY. */
+      struct ta_walk_memo *m = t->walk_memo;
+      bool keep = m->credit > 0 || (++m->tick & (MEMO_KEEP_EVERY - 1)) == 0;
+      if (m->credit > 0)
+        m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
+      size_t n;
+      walk_log log = { 0, mode == TA_UNWIND_FAST, e->rd };
+      if (keep) {
+        e->id = 0;                /* the new walk goes straight into the slot */
+        n = unwind_from(pcs, max, skip, mode, ra0, fp, &log);
+      } else {
+        n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL);
+      }
+      id = _ta_depot_put(pcs, n);
+      if (keep && id != 0 && log.n <= LOG_READS) {
+        e->sp0 = sp0;
+        e->pc0 = ra0;
+        e->bp0 = bp0;
+        e->gen = gen;
+        e->max = (uint16_t)max;
+        e->skip = (uint16_t)skip;
+        e->mode = (uint8_t)mode;
+        e->needbp = log.needbp;
+        e->nreads = (uint16_t)log.n;
+        e->id = id;
+      }
+    }
+  }
+  atomic_signal_fence(memory_order_seq_cst);
+  t->walk_memo_busy = 0;
+  return id;
+}
+
+size_t _ta_unwind_memo_hits(void)
+{
+  ta_thread *t = _ta_self;
+  return t && t->walk_memo ? t->walk_memo->hits : 0;
 }

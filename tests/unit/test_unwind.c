@@ -7,12 +7,17 @@
  * address space (the prefetch along that chain once wrapped around and
  * read address 0); and the fast (frame-pointer) walk stops at a frame
  * record whose return address is an address on the stack, as code
- * without frame pointers leaves them, instead of recording it. */
+ * without frame pointers leaves them, instead of recording it.
+ * And the walk memo (a walk that finds every word of a kept walk unchanged
+ * takes its stack id) answers a repeated call path, and never a call path
+ * that differs only in an outer frame: the stacks it gives are the ones a
+ * fresh walk gives, in exact and in fast mode. */
 #include "harness.h"
 #include "child.h"
 #include "support.h"
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -164,15 +169,134 @@ static void test_fast_stops_at_stack_address(void **state) {
   child_result_free(&r);
 }
 
+/* ---- the walk memo ----------------------------------------------------- */
+
+/* outer -> via_a or via_b -> middle -> leaf: via_a and via_b have the same
+ * frame, so leaf's stack pointer, its caller and its caller's caller are
+ * the same on both paths; only the third frame's return address differs. */
+typedef struct {
+  uint32_t  id;
+  size_t    fresh_n;
+  uintptr_t fresh[TA_MAX_DEPTH];
+} memo_probe;
+
+NOIPA static void leaf(memo_probe *p) {
+  p->id = ta_stack_here();                    /* frame #0: this call site in leaf */
+  KEEP();
+  p->fresh_n = _ta_unwind(p->fresh, TA_MAX_DEPTH, 0, (int)_ta_opt.unwind);   /* no memo */
+  KEEP();
+}
+
+NOIPA static void middle(memo_probe *p) {
+  leaf(p);
+  KEEP();
+}
+
+NOIPA static void via_a(memo_probe *p) {
+  volatile int pad = 1;
+  middle(p);
+  KEEP();
+  (void)pad;
+}
+
+NOIPA static void via_b(memo_probe *p) {
+  volatile int pad = 2;
+  middle(p);
+  KEEP();
+  (void)pad;
+}
+
+/* One call site for both paths: the same stack pointer all the way down. */
+NOIPA static void outer(void (*via)(memo_probe *), memo_probe *p) {
+  via(p);
+  KEEP();
+}
+
+/* The memo's stack is the fresh walk's, but for frame #0 (another call site
+ * in leaf); -1 where not, else the number of frames. */
+static int probe_check(const memo_probe *p) {
+  const uintptr_t *frames;
+  size_t n = ta_stack_frames(p->id, &frames);
+  if (n < 4 || n != p->fresh_n || (n == TA_MAX_DEPTH) != false) return -1;
+  for (size_t i = 1; i < n; i++)
+    if (frames[i] != p->fresh[i]) return -1;
+  return (int)n;
+}
+
+/* In a thread of its own (a memo of its own): ten calls on one path, then
+ * six alternating between the two, from one call site.  "hits=9 alt=0
+ * same=1 differ=1 bad=0": the repeats after the first are answered, and
+ * stay right; no alternating call is (each differs from the walk kept
+ * before it in the third frame); each path keeps its stack id, and the two
+ * paths have two. */
+static void *memo_thread(void *arg) {
+  char *out = arg;
+  memo_probe p;
+  uint32_t ida = 0, idb = 0;
+  int bad = 0, same = 1;
+  ta_free(ta_alloc(T, 8));                    /* the thread's ledger state, its memo */
+  size_t h0 = _ta_unwind_memo_hits(), h1 = 0;
+  for (int i = 0; i < 16; i++) {
+    if (i == 10) h1 = _ta_unwind_memo_hits();
+    bool b = i >= 10 && (i & 1) == 0;
+    outer(b ? via_b : via_a, &p);
+    if (probe_check(&p) < 0) bad++;
+    uint32_t *id = b ? &idb : &ida;
+    if (*id != 0 && *id != p.id) same = 0;
+    *id = p.id;
+  }
+  size_t h2 = _ta_unwind_memo_hits();
+  snprintf(out, 128, "hits=%zu alt=%zu same=%d differ=%d bad=%d", h1 - h0, h2 - h1, same,
+           ida != idb && ida != 0 && idb != 0, bad);
+  return NULL;
+}
+
+static void memo_run(char *out) {
+  T = ta_tag_get("unwind");
+  pthread_t th;
+  if (pthread_create(&th, NULL, memo_thread, out) != 0) { snprintf(out, 128, "no thread"); return; }
+  pthread_join(th, NULL);
+}
+
+static void test_memo_exact(void **state) {
+  (void)state;
+  char out[128];
+  memo_run(out);
+  assert_string_equal(out, "hits=9 alt=0 same=1 differ=1 bad=0");
+}
+
+static int child_memo_fast(void) {
+  char out[128];
+  memo_run(out);
+  printf("%s\n", out);
+  return 0;
+}
+
+static void test_memo_fast(void **state) {
+  (void)state;
+  const char *env[] = { "TAGALLOC_UNWIND=fast", NULL };
+  child_result r;
+  child_exec("memo-fast", env, &r);
+  assert_true(WIFEXITED(r.status));
+  assert_int_equal(WEXITSTATUS(r.status), 0);
+  assert_string_equal(r.out, "hits=9 alt=0 same=1 differ=1 bad=0\n");
+  child_result_free(&r);
+}
+
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "--child") == 0)
-    return strcmp(argv[2], "fast-stack-rbp") == 0 ? child_fast_stack_rbp() : 2;
+  if (argc == 3 && strcmp(argv[1], "--child") == 0) {
+    if (strcmp(argv[2], "fast-stack-rbp") == 0) return child_fast_stack_rbp();
+    if (strcmp(argv[2], "memo-fast") == 0) return child_memo_fast();
+    return 2;
+  }
   setenv("TAGALLOC_UNWIND", "exact", 1);
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_child_rules_serve_parent),
     cmocka_unit_test(test_wild_frame_pointer),
     cmocka_unit_test(test_fast_stops_at_stack_address),
+    cmocka_unit_test(test_memo_exact),
+    cmocka_unit_test(test_memo_fast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
