@@ -73,13 +73,15 @@ static ta_tag tag_realloc;      /* the tag of ta_realloc(NULL, n) */
 
 #define NSHARDS 256
 
+/* One cache line each (a hand-counted pad once made them 72 bytes: every
+ * other shard straddled two lines). */
 typedef struct {
   _Atomic int lock;
   uint32_t mask;              /* capacity - 1; capacity 0 before first use */
   uint32_t used;
   ta_block *slots;
-  char pad[64 - 4 - 4 - 4 - 8];
-} shard;
+} __attribute__((aligned(64))) shard;
+_Static_assert(sizeof(shard) == 64, "a shard is one cache line");
 
 static shard shards[NSHARDS] __attribute__((aligned(64)));
 static _Atomic int64_t live_bytes[TA_MAX_TAGS];
@@ -583,13 +585,17 @@ static void quarantine_grow(ta_thread *t) {
 
 static int64_t quarantine_share(int64_t budget);
 
-static bool quarantine_push(ta_thread *t, const ta_block *b, int64_t budget) {
+/* b: the block's live record; it enters the ring as freed at `stack`. */
+static bool quarantine_push(ta_thread *t, const ta_block *b, uint32_t stack, int64_t budget) {
   if (t->q == NULL && !quarantine_ring(t)) return false;
   if (t->qlen == t->qcap) {                            /* full: grow, or the oldest leaves */
     if (t->qcap < t->qmax && t->qbytes < quarantine_share(budget)) quarantine_grow(t);
     else quarantine_evict(t);
   }
-  t->q[(t->qhead + t->qlen) & (t->qcap - 1)] = *b;
+  ta_block *e = &t->q[(t->qhead + t->qlen) & (t->qcap - 1)];
+  *e = *b;
+  e->state = TA_FREED;
+  e->free_stack = stack;
   t->qlen++;
   return true;
 }
@@ -695,11 +701,14 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   _ta_solo_leave(t, solo);
   int64_t budget = quarantine_budget();          /* 0: no quarantine */
   if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
-  freed.state = TA_FREED;
-  freed.free_stack = stack;
-  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_retire(&freed)) {}   /* pages made PROT_NONE */
-  else if (budget > 0) memset((void *)a, (int)_ta_opt.poison, poison_span(size));
-  if (budget > 0 && quarantine_push(t, &freed, budget)) {
+  bool guarded = false;
+  if (TA_UNLIKELY(_ta_guard_on)) {
+    freed.state = TA_FREED;
+    freed.free_stack = stack;
+    guarded = _ta_guard_retire(&freed);          /* pages made PROT_NONE */
+  }
+  if (!guarded && budget > 0) memset((void *)a, (int)_ta_opt.poison, poison_span(size));
+  if (budget > 0 && quarantine_push(t, &freed, stack, budget)) {
     t->qbytes += q_charge(a, size);
     quarantine_trim(t, budget);
   } else {
