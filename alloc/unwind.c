@@ -613,7 +613,13 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
                   uintptr_t bp, uintptr_t hi, walk_log *log)
 {
   size_t n = 0, k = 0;
-  bool bp_first = true;           /* bp is still the one the walk started with */
+  /* Where bp came from, for the log: a restored rbp is logged only when a
+   * later step uses it (CFA = rbp + k).  Code without frame pointers saves
+   * rbp as any callee-saved register, so what the walk restores is most
+   * often data (a pointer of the program's) that no step uses: logged, a
+   * different value there made the next walk from the same place a miss. */
+  enum { BP_FIRST, BP_PENDING, BP_DONE } bp_src = BP_FIRST;
+  uintptr_t bp_addr = 0;
   for (;;) {
     if (k++ >= skip) {
       pcs[n++] = pc;
@@ -641,8 +647,15 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
     else {
       cfa = bp;
       __asm__("" : "+r"(cfa));
-      if (log && bp_first)
-        log->needbp = true;
+      if (log && bp_src != BP_DONE) {
+        if (bp_src == BP_FIRST)
+          log->needbp = true;
+        else if (log->n < LOG_READS)
+          log->rd[log->n++] = (walk_read){ bp_addr, bp };
+        else
+          log->n++;
+        bp_src = BP_DONE;
+      }
     }
     cfa += (uintptr_t)(intptr_t)off;
     /* [cfa - 8, cfa) holds the RA: need sp < cfa <= hi (sp >= lo already) */
@@ -653,13 +666,14 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
       uintptr_t a = cfa + (uintptr_t)(intptr_t)flags_rbp_off(flags);
       if (a < sp || a > hi - 8 || (a & 7) != 0)   /* a == sp: push rbp; call */
         return n;
-      bp = peek_log(log, a);
-      bp_first = false;
+      bp = peek(a);
+      bp_addr = a;
+      bp_src = BP_PENDING;
       break;
     }
     case RBP_UNDEF:
       bp = 0;
-      bp_first = false;
+      bp_src = BP_DONE;
       break;
     default:
       break;

@@ -206,7 +206,20 @@ NOIPA static void via_b(memo_probe *p) {
   (void)pad;
 }
 
-/* One call site for both paths: the same stack pointer all the way down. */
+/* A third path, built without a frame pointer: it keeps a value of its
+ * own in rbp (a callee-saved register) across the call.  middle's frame
+ * saves that value, the exact walk restores it, and no step uses it: a
+ * different value there must not make the next walk a miss. */
+static uintptr_t rbp_data;
+
+__attribute__((noipa, optimize("omit-frame-pointer"))) static void via_data(memo_probe *p) {
+  register uintptr_t r __asm__("rbp") = rbp_data;
+  __asm__ volatile("" : "+r"(r));
+  middle(p);
+  __asm__ volatile("" : : "r"(r));
+}
+
+/* One call site for all paths: the same stack pointer all the way down. */
 NOIPA static void outer(void (*via)(memo_probe *), memo_probe *p) {
   via(p);
   KEEP();
@@ -228,7 +241,9 @@ static int probe_check(const memo_probe *p) {
  * same=1 differ=1 bad=0": the repeats after the first are answered, and
  * stay right; no alternating call is (each differs from the walk kept
  * before it in the third frame); each path keeps its stack id, and the two
- * paths have two. */
+ * paths have two.  Exact mode, then ten calls through via_data, each with
+ * another value in rbp: "data=9", the repeats are answered (fast mode
+ * follows rbp, so there a different rbp is a different walk: not run). */
 static void *memo_thread(void *arg) {
   char *out = arg;
   memo_probe p;
@@ -246,8 +261,20 @@ static void *memo_thread(void *arg) {
     *id = p.id;
   }
   size_t h2 = _ta_unwind_memo_hits();
-  snprintf(out, 128, "hits=%zu alt=%zu same=%d differ=%d bad=%d", h1 - h0, h2 - h1, same,
-           ida != idb && ida != 0 && idb != 0, bad);
+  char data[16] = "-";
+  if (_ta_opt.unwind == TA_UNWIND_EXACT) {
+    uint32_t idd = 0;
+    for (int i = 0; i < 10; i++) {
+      rbp_data = 0x5eed0000u + (uintptr_t)i * 0x1010u;
+      outer(via_data, &p);
+      if (probe_check(&p) < 0) bad++;
+      if (idd != 0 && idd != p.id) same = 0;
+      idd = p.id;
+    }
+    snprintf(data, sizeof data, "%zu", _ta_unwind_memo_hits() - h2);
+  }
+  snprintf(out, 128, "hits=%zu alt=%zu same=%d differ=%d bad=%d data=%s", h1 - h0, h2 - h1, same,
+           ida != idb && ida != 0 && idb != 0, bad, data);
   return NULL;
 }
 
@@ -262,7 +289,7 @@ static void test_memo_exact(void **state) {
   (void)state;
   char out[128];
   memo_run(out);
-  assert_string_equal(out, "hits=9 alt=0 same=1 differ=1 bad=0");
+  assert_string_equal(out, "hits=9 alt=0 same=1 differ=1 bad=0 data=9");
 }
 
 static int child_memo_fast(void) {
@@ -279,7 +306,7 @@ static void test_memo_fast(void **state) {
   child_exec("memo-fast", env, &r);
   assert_true(WIFEXITED(r.status));
   assert_int_equal(WEXITSTATUS(r.status), 0);
-  assert_string_equal(r.out, "hits=9 alt=0 same=1 differ=1 bad=0\n");
+  assert_string_equal(r.out, "hits=9 alt=0 same=1 differ=1 bad=0 data=-\n");
   child_result_free(&r);
 }
 
