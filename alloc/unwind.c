@@ -792,16 +792,16 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * stack pointer, and rbp where the walk uses it), of the rules of the
  * return addresses it meets (fixed while no module is unloaded: rules_gen),
  * and of the words it reads from the stack.  So each thread keeps its
- * recent walks, direct-mapped by the stack pointer they started at: the
- * start, every address read and the word found there, and the stack's id
- * in the depot.  A walk that starts where a kept one did and finds every
+ * recent walks, two for each of 16 sets of stack pointers they started at
+ * (the one used last stays): the start, every address read and the word
+ * found there, and the stack's id in the depot.  A walk that starts where a kept one did and finds every
  * one of its words unchanged would repeat it step by step, so the kept id
  * is the answer: one comparison per word, independent loads where the walk
  * is a chain of dependent ones (pc -> rule -> cfa -> next pc), and no hash
  * and no depot lookup.  A loop that allocates from one call path (the same
  * frames at the same depth) finds its walk here every time.  Any other
  * walk differs in a word, most often one of the first ones read (its
- * caller), and is made and kept in its slot.
+ * caller), and is made and kept in place of its set's other walk.
  *
  * (Taking only the outer frames of a kept walk, from the first frame where
  * the new walk stands where the kept one stood, was tried: in cc1, where
@@ -825,12 +825,15 @@ typedef struct {
 struct ta_walk_memo {
   uint32_t   credit, tick;
   size_t     hits;
-  walk_entry e[MEMO_SLOTS];
+  uint8_t    mru[MEMO_SLOTS / 2];       /* the way of each set used last */
+  walk_entry e[MEMO_SLOTS];            /* sets of two ways */
 };
 
-static inline size_t memo_slot(uintptr_t sp0)
+/* Two ways per stack pointer: a program that calls malloc from two call
+ * paths at one depth in turn keeps both. */
+static inline size_t memo_set(uintptr_t sp0)
 {
-  return (size_t)(((sp0 >> 3) * 0x9E3779B97F4A7C15ull) >> 59);
+  return (size_t)(((sp0 >> 3) * 0x9E3779B97F4A7C15ull) >> 60);
 }
 
 /* Are all the words e's walk read still there?  From the innermost word
@@ -869,18 +872,30 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
   } else {
     uintptr_t sp0 = fp + 2 * sizeof(uintptr_t), bp0 = peek(fp);
     uint32_t gen = atomic_load_explicit(&rules_gen, memory_order_acquire);
-    walk_entry *e = &t->walk_memo->e[memo_slot(sp0)];
-    if (e->id && e->sp0 == sp0 && e->pc0 == ra0 && e->gen == gen && e->max == max &&
-        e->skip == skip && e->mode == mode && (!e->needbp || e->bp0 == bp0) && memo_same(e)) {
+    struct ta_walk_memo *m = t->walk_memo;
+    size_t set = memo_set(sp0), way = 0;
+    walk_entry *e = NULL;
+    for (; way < 2; way++) {
+      walk_entry *w = &m->e[2 * set + way];
+      if (w->id && w->sp0 == sp0 && w->pc0 == ra0 && w->gen == gen && w->max == max &&
+          w->skip == skip && w->mode == mode && (!w->needbp || w->bp0 == bp0) && memo_same(w)) {
+        e = w;
+        break;
+      }
+    }
+    if (e) {
       id = e->id;
-      t->walk_memo->hits++;
-      if (t->walk_memo->credit < MEMO_CREDIT_MAX)
-        t->walk_memo->credit++;
+      m->mru[set] = (uint8_t)way;
+      m->hits++;
+      if (m->credit < MEMO_CREDIT_MAX)
+        m->credit++;
     } else {
       /* Keeping a walk costs two stores per word read: worth it where
        * walks repeat, not where nine in ten are new (cc1).  Every miss is
-       * kept while hits earn credit; else one in MEMO_KEEP_EVERY. */
-      struct ta_walk_memo *m = t->walk_memo;
+       * kept while hits earn credit; else one in MEMO_KEEP_EVERY.  It
+       * goes in place of the way not used last. */
+      way = m->mru[set] ^ 1u;
+      e = &m->e[2 * set + way];
       bool keep = m->credit > 0 || (++m->tick & (MEMO_KEEP_EVERY - 1)) == 0;
       if (m->credit > 0)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
@@ -904,6 +919,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         e->needbp = log.needbp;
         e->nreads = (uint16_t)log.n;
         e->id = id;
+        m->mru[set] = (uint8_t)way;
       }
     }
   }

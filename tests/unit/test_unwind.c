@@ -171,9 +171,10 @@ static void test_fast_stops_at_stack_address(void **state) {
 
 /* ---- the walk memo ----------------------------------------------------- */
 
-/* outer -> via_a or via_b -> middle -> leaf: via_a and via_b have the same
- * frame, so leaf's stack pointer, its caller and its caller's caller are
- * the same on both paths; only the third frame's return address differs. */
+/* outer -> via_a, via_b or via_c -> middle -> leaf: the three have the
+ * same frame, so leaf's stack pointer, its caller and its caller's caller
+ * are the same on all paths; only the third frame's return address
+ * differs. */
 typedef struct {
   uint32_t  id;
   size_t    fresh_n;
@@ -201,6 +202,13 @@ NOIPA static void via_a(memo_probe *p) {
 
 NOIPA static void via_b(memo_probe *p) {
   volatile int pad = 2;
+  middle(p);
+  KEEP();
+  (void)pad;
+}
+
+NOIPA static void via_c(memo_probe *p) {
+  volatile int pad = 3;
   middle(p);
   KEEP();
   (void)pad;
@@ -236,34 +244,39 @@ static int probe_check(const memo_probe *p) {
   return (int)n;
 }
 
-/* In a thread of its own (a memo of its own): ten calls on one path, then
- * six alternating between the two, from one call site.  "hits=9 alt=0
- * same=1 differ=1 bad=0": the repeats after the first are answered, and
- * stay right; no alternating call is (each differs from the walk kept
- * before it in the third frame); each path keeps its stack id, and the two
- * paths have two.  Exact mode, then ten calls through via_data, each with
- * another value in rbp: "data=9", the repeats are answered (fast mode
- * follows rbp, so there a different rbp is a different walk: not run). */
+/* In a thread of its own (a memo of its own), from one call site: ten
+ * calls on one path; six that take the three paths in turn; six that
+ * alternate between two of them.  "hits=9 three=0 two=4 same=1 differ=1 bad=0":
+ * the repeats after the first are answered, and stay right; with three
+ * paths in turn no call is (each differs from both walks kept for that
+ * stack pointer in the third frame); two paths in turn are both kept, so
+ * after the first two calls every one is; each path keeps its stack id,
+ * and the three have three.  Exact mode, then ten calls through via_data,
+ * each with another value in rbp: "data=9", the repeats are answered
+ * (fast mode follows rbp, so there a different rbp is a different walk:
+ * not run). */
 static void *memo_thread(void *arg) {
+  static void (*const path[])(memo_probe *) = { via_a, via_b, via_c };
   char *out = arg;
   memo_probe p;
-  uint32_t ida = 0, idb = 0;
+  uint32_t ids[3] = { 0, 0, 0 };
   int bad = 0, same = 1;
   ta_free(ta_alloc(T, 8));                    /* the thread's ledger state, its memo */
-  size_t h0 = _ta_unwind_memo_hits(), h1 = 0;
-  for (int i = 0; i < 16; i++) {
-    if (i == 10) h1 = _ta_unwind_memo_hits();
-    bool b = i >= 10 && (i & 1) == 0;
-    outer(b ? via_b : via_a, &p);
+  size_t h0 = _ta_unwind_memo_hits(), h[3] = { 0, 0, 0 };
+  for (int i = 0; i < 22; i++) {
+    if (i == 10) h[0] = _ta_unwind_memo_hits();
+    if (i == 16) h[1] = _ta_unwind_memo_hits();
+    int which = i < 10 ? 0 : i < 16 ? (i - 9) % 3 : 1 + (i - 16) % 2;   /* a..a, b c a b c a, b c b c b c */
+    outer(path[which], &p);
     if (probe_check(&p) < 0) bad++;
-    uint32_t *id = b ? &idb : &ida;
-    if (*id != 0 && *id != p.id) same = 0;
-    *id = p.id;
+    if (ids[which] != 0 && ids[which] != p.id) same = 0;
+    ids[which] = p.id;
   }
-  size_t h2 = _ta_unwind_memo_hits();
+  h[2] = _ta_unwind_memo_hits();
   char data[16] = "-";
   if (_ta_opt.unwind == TA_UNWIND_EXACT) {
     uint32_t idd = 0;
+    size_t h3 = _ta_unwind_memo_hits();
     for (int i = 0; i < 10; i++) {
       rbp_data = 0x5eed0000u + (uintptr_t)i * 0x1010u;
       outer(via_data, &p);
@@ -271,10 +284,10 @@ static void *memo_thread(void *arg) {
       if (idd != 0 && idd != p.id) same = 0;
       idd = p.id;
     }
-    snprintf(data, sizeof data, "%zu", _ta_unwind_memo_hits() - h2);
+    snprintf(data, sizeof data, "%zu", _ta_unwind_memo_hits() - h3);
   }
-  snprintf(out, 128, "hits=%zu alt=%zu same=%d differ=%d bad=%d data=%s", h1 - h0, h2 - h1, same,
-           ida != idb && ida != 0 && idb != 0, bad, data);
+  bool differ = ids[0] && ids[1] && ids[2] && ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2];
+  snprintf(out, 128, "hits=%zu three=%zu two=%zu same=%d differ=%d bad=%d data=%s", h[0] - h0, h[1] - h[0], h[2] - h[1], same, differ, bad, data);
   return NULL;
 }
 
@@ -289,7 +302,7 @@ static void test_memo_exact(void **state) {
   (void)state;
   char out[128];
   memo_run(out);
-  assert_string_equal(out, "hits=9 alt=0 same=1 differ=1 bad=0 data=9");
+  assert_string_equal(out, "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=9");
 }
 
 static int child_memo_fast(void) {
@@ -306,7 +319,7 @@ static void test_memo_fast(void **state) {
   child_exec("memo-fast", env, &r);
   assert_true(WIFEXITED(r.status));
   assert_int_equal(WEXITSTATUS(r.status), 0);
-  assert_string_equal(r.out, "hits=9 alt=0 same=1 differ=1 bad=0 data=-\n");
+  assert_string_equal(r.out, "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=-\n");
   child_result_free(&r);
 }
 
