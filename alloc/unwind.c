@@ -794,11 +794,11 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * and of the words it reads from the stack.  So each thread keeps its
  * recent walks, two for each of 16 sets of stack pointers they started at
  * (the one used last stays): the start, every address read and the word
- * found there, and the stack's id in the depot.  A walk that starts where a kept one did and finds every
- * one of its words unchanged would repeat it step by step, so the kept id
- * is the answer: one comparison per word, independent loads where the walk
- * is a chain of dependent ones (pc -> rule -> cfa -> next pc), and no hash
- * and no depot lookup.  A loop that allocates from one call path (the same
+ * found there, and the stack's id in the depot.  A walk that starts where
+ * a kept one did and finds every one of its words unchanged would repeat
+ * it step by step, so the kept id is the answer: one comparison per word,
+ * independent loads where the walk is a chain of dependent ones (pc ->
+ * rule -> cfa -> next pc), and no hash and no depot lookup.  A loop that allocates from one call path (the same
  * frames at the same depth) finds its walk here every time.  Any other
  * walk differs in a word, most often one of the first ones read (its
  * caller), and is made and kept in place of its set's other walk.
