@@ -585,17 +585,13 @@ static void quarantine_grow(ta_thread *t) {
 
 static int64_t quarantine_share(int64_t budget);
 
-/* b: the block's live record; it enters the ring as freed at `stack`. */
-static bool quarantine_push(ta_thread *t, const ta_block *b, uint32_t stack, int64_t budget) {
+static bool quarantine_push(ta_thread *t, const ta_block *b, int64_t budget) {
   if (t->q == NULL && !quarantine_ring(t)) return false;
   if (t->qlen == t->qcap) {                            /* full: grow, or the oldest leaves */
     if (t->qcap < t->qmax && t->qbytes < quarantine_share(budget)) quarantine_grow(t);
     else quarantine_evict(t);
   }
-  ta_block *e = &t->q[(t->qhead + t->qlen) & (t->qcap - 1)];
-  *e = *b;
-  e->state = TA_FREED;
-  e->free_stack = stack;
+  t->q[(t->qhead + t->qlen) & (t->qcap - 1)] = *b;
   t->qlen++;
   return true;
 }
@@ -701,14 +697,11 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   _ta_solo_leave(t, solo);
   int64_t budget = quarantine_budget();          /* 0: no quarantine */
   if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
-  bool guarded = false;
-  if (TA_UNLIKELY(_ta_guard_on)) {
-    freed.state = TA_FREED;
-    freed.free_stack = stack;
-    guarded = _ta_guard_retire(&freed);          /* pages made PROT_NONE */
-  }
-  if (!guarded && budget > 0) memset((void *)a, (int)_ta_opt.poison, poison_span(size));
-  if (budget > 0 && quarantine_push(t, &freed, stack, budget)) {
+  freed.state = TA_FREED;
+  freed.free_stack = stack;
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_retire(&freed)) {}   /* pages made PROT_NONE */
+  else if (budget > 0) memset((void *)a, (int)_ta_opt.poison, poison_span(size));
+  if (budget > 0 && quarantine_push(t, &freed, budget)) {
     t->qbytes += q_charge(a, size);
     quarantine_trim(t, budget);
   } else {
