@@ -149,9 +149,10 @@ static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek(uintptr_t
 
 /* The words a walk read from the stack, in order, for the walk memo (see
  * _ta_unwind_id): rd is where they go.  n counts every read; past
- * LOG_READS the walk is not kept.  needbp: the walk used the rbp it started
- * with (exact mode: code without frame pointers leaves any value in rbp,
- * so it is compared only when the walk's result depends on it). */
+ * LOG_READS the walk is not kept.  needbp: the exact walk used the rbp it
+ * started with (code without frame pointers leaves any value in rbp, so it
+ * is compared only when the walk's result depends on it; the fast walk
+ * reads the caller's rbp from the stack, [fp], and logs it as any word). */
 #define LOG_READS 80
 #define LOG_NONE  ((size_t)-1)       /* n: the walk cannot be kept (libunwind did it) */
 
@@ -900,7 +901,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       if (m->credit > 0)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
       size_t n;
-      walk_log log = { 0, mode == TA_UNWIND_FAST, e->rd };
+      walk_log log = { 0, false, e->rd };
       if (keep) {
         e->id = 0;                /* the new walk goes straight into the slot */
         n = unwind_from(pcs, max, skip, mode, ra0, fp, &log);
