@@ -157,16 +157,21 @@ static int child_fast_stack_rbp(void) {
   return 0;
 }
 
-static void test_fast_stops_at_stack_address(void **state) {
-  (void)state;
+/* Runs `--child name` with fast stacks: it exits 0 and prints want. */
+static void fast_child_says(const char *name, const char *want) {
   const char *env[] = { "TAGALLOC_UNWIND=fast", NULL };
   child_result r;
-  child_exec("fast-stack-rbp", env, &r);
+  child_exec(name, env, &r);
   assert_true(WIFEXITED(r.status));
   assert_int_equal(WEXITSTATUS(r.status), 0);
-  /* unwind_alloc_one, then the asm's call site; not the stack address */
-  assert_string_equal(r.out, "frames=2 on_stack=0\n");
+  assert_string_equal(r.out, want);
   child_result_free(&r);
+}
+
+static void test_fast_stops_at_stack_address(void **state) {
+  (void)state;
+  /* unwind_alloc_one, then the asm's call site; not the stack address */
+  fast_child_says("fast-stack-rbp", "frames=2 on_stack=0\n");
 }
 
 /* ---- the walk memo ----------------------------------------------------- */
@@ -314,13 +319,7 @@ static int child_memo_fast(void) {
 
 static void test_memo_fast(void **state) {
   (void)state;
-  const char *env[] = { "TAGALLOC_UNWIND=fast", NULL };
-  child_result r;
-  child_exec("memo-fast", env, &r);
-  assert_true(WIFEXITED(r.status));
-  assert_int_equal(WEXITSTATUS(r.status), 0);
-  assert_string_equal(r.out, "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=-\n");
-  child_result_free(&r);
+  fast_child_says("memo-fast", "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=-\n");
 }
 
 int main(int argc, char **argv) {
