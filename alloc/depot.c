@@ -1,30 +1,41 @@
 /* depot.c - the stack depot: each distinct stack is stored once and named by
  * a 32-bit id.
  *
- *   index (mmap, open addressing)            region (mmap'd 64 MiB chunks)
- *   +-----------+                            +------------------------------+
- *   | hash | id-+--------------------------->| node: n|state|pcs[n]         |
- *   +-----------+                            | node ...                     |
+ * Stacks share their outer frames.  The depot is a tree of frames grown from
+ * the outermost frame in (a trie): a node is one return address and the id
+ * of the node of its callers, and the id of a stack is the id of the node
+ * of its innermost frame.  A recursive build of a binary tree has a
+ * different stack for each of its 2^20 nodes, 20 frames deep, but each
+ * differs from its parent's by one or two frames: as whole stacks they were
+ * 400 MiB of the depot and of the trace; as nodes they are ~35 bytes each.
  *
- * A node's id is its byte offset in the region divided by 8, so id -> node is
- * one shift and two loads.  The index maps a stack's hash to its id: 64-bit
- * slots (hash << 32 | id, 0 = empty), linear probing, at most three
- * quarters full, so a lookup reads a cache line or two of slots (the hash
- * is in the slot) and the one node it names.  It starts at 2^12 slots
- * (32 KiB) and doubles when three quarters full, so its size
- * follows the stacks the program has (a fixed 2^22-bucket array was 16 MiB
- * touched at random: every lookup missed the cache and the TLB, 11% of
- * cc1's time under the auditor).
+ *   index (mmap, open addressing)              nodes (mmap'd 64 MiB chunks)
+ *   +------------------------+                 +---------------------------+
+ *   | pc | parent | w | id --+---------------->| pc | parent | depth | st  |
+ *   +------------------------+                 | ...                       |
  *
- * Lookups take no lock.  Inserts take one mutex (a new stack is rare next
- * to lookups): look again, write the node, publish its slot with a release
- * store; growing builds the bigger index, publishes it, and gives the old
- * one's pages back (MADV_DONTNEED): a reader still on it then reads zeros,
- * a miss, and goes to the locked path, which sees the new one.  The depot
- * never allocates from the audited heap.  A node that would straddle two
- * chunks leaves a "skip" marker and is placed at the next chunk.  Nodes are
- * never removed; the trace writer walks them in region order to write each
- * stack once (_ta_depot_each_since). */
+ * The index maps (parent, pc) to a node id; a slot holds the whole key, so
+ * a lookup reads the slot and no node.  Linear probing, at most three
+ * quarters full; it starts at 2^12 slots and doubles.  Slot bit w says the
+ * node has been named as a whole stack (what ta_stacks_count counts: a
+ * stack's outer part is a node too, but not a stack of the program's).
+ * Node ids are given in order, so node i's parent is below i, and the
+ * nodes array is a record of every node in the order it was made: the
+ * trace writer walks it to write each node once (_ta_depot_each_since),
+ * and reading a stack back follows the parents (_ta_depot_get).
+ *
+ * Putting a stack looks up its frames from the outermost in, each with the
+ * node found for its callers; a thread keeps the path of its last stack,
+ * so the frames its new stack shares with that one (usually all but the
+ * innermost few: the same main loop, the same caller) cost a compare each,
+ * not a lookup.  The innermost frame is always looked up, for its w bit.
+ *
+ * Lookups take no lock.  Inserts take one mutex (a new node is rare next to
+ * lookups): look again, write the node, publish its slot with a release
+ * store of the word holding the id; growing builds the bigger index,
+ * publishes it, and gives the old one's pages back (MADV_DONTNEED): a
+ * reader still on it then reads zeros, a miss, and goes to the locked path,
+ * which sees the new one.  The depot never allocates from the audited heap. */
 #include "internal.h"
 
 #include <sched.h>
@@ -33,38 +44,47 @@
 
 #define CHUNK_SHIFT 26                       /* 64 MiB */
 #define CHUNK_SIZE  ((uint64_t)1 << CHUNK_SHIFT)
-#define MAX_CHUNKS  512                      /* 32 GiB: ids fit 32 bits */
+#define NODE_SHIFT  4                        /* 16-byte nodes */
+#define CHUNK_NODES_SHIFT (CHUNK_SHIFT - NODE_SHIFT)
+#define MAX_CHUNKS  512                      /* 2^31 nodes: ids fit 31 bits */
 #define INDEX_FIRST_BITS 12
+#define WHOLE 0x80000000u                    /* in a slot's key: named as a whole stack */
+#define ID_MASK 0x7fffffffu
 
-enum { NODE_EMPTY = 0, NODE_READY = 1, NODE_SKIP = 2 };
-
-typedef struct {                             /* 8 bytes, then the frames */
-  uint16_t n;
-  _Atomic uint16_t state;
-  uintptr_t pcs[];
+typedef struct {
+  uintptr_t pc;
+  uint32_t parent;                           /* 0: pc is the outermost frame */
+  uint16_t depth;                            /* frames of the stack this node names */
+  _Atomic uint16_t whole;                    /* its slot's w bit, for the path's guess */
 } node;
+_Static_assert(sizeof(node) == 1u << NODE_SHIFT, "a node is 16 bytes");
+
+typedef struct {
+  _Atomic uint64_t pc;
+  _Atomic uint64_t key;                      /* parent << 32 | w | id; 0: empty */
+} slot;
 
 typedef struct {
   uint64_t mask;                             /* slots - 1 */
   uint64_t size;                             /* bytes mapped */
-  _Atomic uint64_t slots[];
+  uint64_t pad[2];
+  slot slots[];
 } stack_index;
 
 static stack_index *_Atomic index_now;
 static uint64_t index_entries;               /* under put_lock */
 static pthread_mutex_t put_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *_Atomic chunks[MAX_CHUNKS];
-static _Atomic uint64_t used = 8;            /* offset 0 is never an id */
-static _Atomic uint64_t count;
+static node *_Atomic chunks[MAX_CHUNKS];
+static _Atomic uint32_t next_id = 1;         /* 0 is never an id */
+static _Atomic uint64_t count;               /* whole stacks */
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Big regions, touched at random (buckets) or written once in order
+/* Big regions, touched at random (the index) or written once in order
  * (chunks).  Transparent huge pages cut the page faults and TLB misses of a
- * depot with millions of stacks, but a huge page is 2 MiB to zero on its
- * first touch: the buckets alone were 16 MiB of RSS and most of a
- * millisecond in every short process (a shell's echo).  So small pages
- * first, huge pages from HUGE_AFTER stacks on (madvise then covers what is
- * touched from there). */
+ * depot with millions of nodes, but a huge page is 2 MiB to zero on its
+ * first touch, most of a millisecond in every short process (a shell's
+ * echo).  So small pages first, huge pages from HUGE_AFTER nodes on
+ * (madvise then covers what is touched from there). */
 #define HUGE_AFTER (1u << 16)
 static _Atomic bool huge;
 
@@ -83,15 +103,15 @@ static void go_huge(void) {
     stack_index *ix = atomic_load(&index_now);
     if (ix) madvise(ix, ix->size, MADV_HUGEPAGE);
     for (size_t i = 0; i < MAX_CHUNKS; i++) {
-      char *c = atomic_load(&chunks[i]);
+      node *c = atomic_load(&chunks[i]);
       if (c) madvise(c, CHUNK_SIZE, MADV_HUGEPAGE);
     }
   }
   pthread_mutex_unlock(&init_lock);
 }
 
-static char *chunk_get(size_t i) {
-  char *c = atomic_load_explicit(&chunks[i], memory_order_acquire);
+static node *chunk_get(size_t i) {
+  node *c = atomic_load_explicit(&chunks[i], memory_order_acquire);
   if (TA_LIKELY(c != NULL)) return c;
   pthread_mutex_lock(&init_lock);
   c = atomic_load(&chunks[i]);
@@ -103,10 +123,256 @@ static char *chunk_get(size_t i) {
   return c;
 }
 
-static inline node *node_at(uint64_t off) {
-  char *c = atomic_load_explicit(&chunks[off >> CHUNK_SHIFT], memory_order_acquire);
-  return c ? (node *)(c + (off & (CHUNK_SIZE - 1))) : NULL;
+/* Node id, or NULL when no node has that id (yet). */
+static inline node *node_at(uint32_t id) {
+  if (id == 0 || id >= atomic_load_explicit(&next_id, memory_order_acquire)) return NULL;
+  node *c = atomic_load_explicit(&chunks[id >> CHUNK_NODES_SHIFT], memory_order_acquire);
+  return c ? &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)] : NULL;
 }
+
+static inline uint64_t hash_frame(uint32_t parent, uintptr_t pc) {
+  uint64_t h = (uint64_t)pc * 0x9E3779B97F4A7C15ull ^ (uint64_t)parent * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 29;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 32);
+}
+
+/* The slot of node (parent, pc) in ix, or NULL. */
+static slot *index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint64_t h) {
+  if (ix == NULL) return NULL;
+  uint64_t mask = ix->mask;
+  for (uint64_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+    slot *s = &ix->slots[i];
+    uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+    if (k == 0) return NULL;
+    if ((uint32_t)(k >> 32) == parent && atomic_load_explicit(&s->pc, memory_order_relaxed) == pc) return s;
+  }
+  return NULL;
+}
+
+/* Puts a slot (not there yet) into ix; false when ix is full. */
+static bool index_add(stack_index *ix, uint64_t h, uint64_t pc, uint64_t key) {
+  uint64_t mask = ix->mask;
+  for (uint64_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+    slot *s = &ix->slots[i];
+    if (atomic_load_explicit(&s->key, memory_order_relaxed) == 0) {
+      atomic_store_explicit(&s->pc, pc, memory_order_relaxed);
+      atomic_store_explicit(&s->key, key, memory_order_release);
+      return true;
+    }
+  }
+  return false;
+}
+
+static stack_index *index_new(int bits) {
+  uint64_t size = sizeof(stack_index) + (sizeof(slot) << bits);
+  stack_index *ix = map(size);
+  if (ix == NULL) return NULL;
+  ix->mask = ((uint64_t)1 << bits) - 1;
+  ix->size = size;
+  return ix;
+}
+
+/* Room for one more entry: a new index twice the size once this one is
+ * three quarters full (under put_lock).  Keeps the old one when no memory
+ * is left: it still works, with longer probes, until it is full. */
+static stack_index *index_room(stack_index *ix) {
+  if (ix == NULL) {
+    ix = index_new(INDEX_FIRST_BITS);
+    if (ix) atomic_store_explicit(&index_now, ix, memory_order_release);
+    return ix;
+  }
+  if ((index_entries + 1) * 4 <= (ix->mask + 1) * 3) return ix;
+  int bits = 0;
+  while (((uint64_t)1 << bits) <= ix->mask) bits++;
+  stack_index *big = bits + 1 <= 32 ? index_new(bits + 1) : NULL;
+  if (big == NULL) return index_entries < ix->mask ? ix : NULL;
+  for (uint64_t i = 0; i <= ix->mask; i++) {
+    uint64_t k = atomic_load_explicit(&ix->slots[i].key, memory_order_relaxed);
+    if (k == 0) continue;
+    uint64_t pc = atomic_load_explicit(&ix->slots[i].pc, memory_order_relaxed);
+    index_add(big, hash_frame((uint32_t)(k >> 32), (uintptr_t)pc), pc, k);
+  }
+  atomic_store_explicit(&index_now, big, memory_order_release);
+  madvise(ix, ix->size, MADV_DONTNEED);      /* readers still on it read zeros: a miss */
+  return big;
+}
+
+/* A new node, under put_lock; 0 when the depot is full.  It is written
+ * before next_id passes it, so every id below next_id names a whole node. */
+static uint32_t node_new(uint32_t parent, uintptr_t pc, size_t depth, bool whole) {
+  uint32_t id = atomic_load_explicit(&next_id, memory_order_relaxed);
+  if ((id >> CHUNK_NODES_SHIFT) >= MAX_CHUNKS || id > ID_MASK - 1) return 0;
+  node *c = chunk_get(id >> CHUNK_NODES_SHIFT);
+  if (c == NULL) return 0;
+  node *nd = &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
+  nd->pc = pc;
+  nd->parent = parent;
+  nd->depth = (uint16_t)depth;
+  atomic_store_explicit(&nd->whole, whole, memory_order_relaxed);
+  atomic_store_explicit(&next_id, id + 1, memory_order_release);
+  if (TA_UNLIKELY(id == HUGE_AFTER)) go_huge();
+  return id;
+}
+
+/* put_lock for a thread the ledger does not know (it cannot tell a nested
+ * call): a bounded wait, then no stack rather than a deadlock. */
+static bool put_lock_take(bool may_lock) {
+  if (may_lock && _ta_self != NULL) return pthread_mutex_lock(&put_lock) == 0;
+  for (int k = 0; k < 100000; k++) {
+    if (pthread_mutex_trylock(&put_lock) == 0) return true;
+    if (!may_lock) return false;
+    sched_yield();
+  }
+  return false;
+}
+
+/* The node of frame pc called from the stack `parent` (depth frames in
+ * all), made if missing; `whole`: pc is the innermost frame of a stack
+ * being put, which is then counted once.  Returns the id, with WHOLE set
+ * when the node is a whole stack; 0 when the depot is full, or when the
+ * node is new and the lock may not be taken. */
+static uint32_t frame_id(uint32_t parent, uintptr_t pc, size_t depth, bool whole, bool may_lock) {
+  uint64_t h = hash_frame(parent, pc);
+  slot *s = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
+  uint64_t k = s ? atomic_load_explicit(&s->key, memory_order_relaxed) : 0;
+  if (k != 0 && (!whole || (k & WHOLE))) return (uint32_t)k;
+  if (!put_lock_take(may_lock)) return (uint32_t)k;
+  stack_index *ix = atomic_load_explicit(&index_now, memory_order_relaxed);
+  uint32_t id = 0;
+  s = index_find(ix, parent, pc, h);               /* put meanwhile by another thread? */
+  if (s != NULL) {
+    k = atomic_load_explicit(&s->key, memory_order_relaxed);
+    id = (uint32_t)k;
+    if (whole && !(k & WHOLE)) {
+      id |= WHOLE;
+      atomic_store_explicit(&node_at(id & ID_MASK)->whole, 1, memory_order_relaxed);
+      atomic_store_explicit(&s->key, k | WHOLE, memory_order_release);
+      atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+    }
+  } else if ((ix = index_room(ix)) != NULL && (id = node_new(parent, pc, depth, whole)) != 0) {
+    if (whole) id |= WHOLE;
+    index_add(ix, h, pc, (uint64_t)parent << 32 | id);
+    index_entries++;
+    if (whole) atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&put_lock);
+  return id;
+}
+
+/* A thread's path: the frames of the last stack it put, outermost first,
+ * and the node of each prefix; and its guess of the next node it will
+ * look up.
+ *
+ * The guess: the node made right after the last one it found.  A program
+ * that repeats a phase (a training step, a tree built again) asks for its
+ * stacks in the order it first made them, so the node it needs next is
+ * usually the next one in the nodes array: checking that node reads the
+ * cache line after the one just read, where a lookup is a cache miss in an
+ * index of millions of slots, at random (the tree's 2^20 new stacks per
+ * build).  A wrong guess costs a read of a node the thread does not need,
+ * so guesses are made while they pay: each right one earns credit, a
+ * wrong one costs GUESS_COST, and without credit one lookup in
+ * GUESS_RETRY tries again. */
+#define GUESS_CREDIT_MAX 64
+#define GUESS_COST 8
+#define GUESS_RETRY 32
+
+typedef struct {
+  uint32_t  n;
+  uint32_t  last, run;                       /* the last id found; the last one of a run of new ones */
+  int32_t   credit;
+  uint32_t  tries;
+  uint64_t  lookups;                         /* in the index (for tests) */
+  uint32_t  ids[TA_MAX_DEPTH];                /* with WHOLE where known to be whole stacks */
+  uintptr_t pcs[TA_MAX_DEPTH];
+} path;
+
+/* Node id if it is (parent, pc) and, when `whole` asks, a whole stack:
+ * the id with WHOLE as the node has it; else 0. */
+static inline uint32_t node_is(uint32_t id, uint32_t parent, uintptr_t pc, bool whole) {
+  node *nd = node_at(id);
+  if (nd == NULL || nd->parent != parent || nd->pc != pc) return 0;
+  bool w = atomic_load_explicit(&nd->whole, memory_order_relaxed);
+  return whole && !w ? 0 : id | (w ? WHOLE : 0);
+}
+
+/* Node (parent, pc) as node_is gives it if it is one p guesses, else 0.
+ * Keeps the guesses' credit. */
+static inline uint32_t guess(path *p, uint32_t parent, uintptr_t pc, bool whole) {
+  if (p->credit <= 0 && ++p->tries % GUESS_RETRY != 0) return 0;
+  uint32_t v = node_is(p->last + 1, parent, pc, whole);
+  if (v == 0 && p->run != p->last) v = node_is(p->run + 1, parent, pc, whole);
+  if (v != 0) {
+    if (p->credit < GUESS_CREDIT_MAX) p->credit++;
+  } else if (p->credit > 0) {
+    p->credit -= GUESS_COST;
+  }
+  return v;
+}
+
+/* Puts pcs[0..n) (innermost first) starting from what it shares with *p
+ * (may be NULL), and leaves it in *p.  A stack that is all in the path
+ * (the callers of the last stack: a free in the caller of the function
+ * that just allocated) costs no lookup when its node is known to be a
+ * whole stack; otherwise the innermost frame is looked up, for its
+ * WHOLE bit. */
+static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock) {
+  size_t j = 0;
+  uint32_t v = 0;
+  if (p == NULL) {
+    for (; j < n && (v = frame_id(v & ID_MASK, pcs[n - 1 - j], j + 1, j == n - 1, may_lock)) != 0; j++) {}
+    return v & ID_MASK;
+  }
+  size_t same = p->n < n ? p->n : n;
+  while (j < same && p->pcs[j] == pcs[n - 1 - j]) j++;
+  if (j == n) {
+    if (p->ids[n - 1] & WHOLE) return p->ids[n - 1] & ID_MASK;
+    j = n - 1;
+  }
+  if (j > 0) v = p->ids[j - 1];
+  for (; j < n; j++) {
+    uintptr_t pc = pcs[n - 1 - j];
+    bool whole = j == n - 1;
+    uint32_t parent = v & ID_MASK;
+    v = guess(p, parent, pc, whole);
+    if (v == 0) {
+      v = frame_id(parent, pc, j + 1, whole, may_lock);
+      p->lookups++;
+    }
+    p->pcs[j] = pc;
+    p->ids[j] = v;
+    uint32_t id = v & ID_MASK;
+    if (id == 0) {
+      p->n = (uint32_t)j;
+      return 0;
+    }
+    if (id == p->run + 1 || id == p->last + 1) p->run = id;
+    p->last = id;
+  }
+  p->n = (uint32_t)n;
+  return v & ID_MASK;
+}
+
+/* Each thread's memo of the stacks it put recently: direct-mapped by hash,
+ * each entry a full copy of its frames, compared whole before its id is
+ * used, so a hit is exact.  A hit reads only the thread's own memory; the
+ * depot's index is cold whenever the program's own work (a matrix product
+ * between two tensor allocations) has pushed it out of the CPU's caches.
+ * Stacks deeper than MEMO_FRAMES go to the depot.  The thread's path is
+ * kept here too. */
+#define MEMO_BITS   8
+#define MEMO_FRAMES 32
+
+typedef struct {
+  uint32_t hash, id, n, pad;
+  uintptr_t pcs[MEMO_FRAMES];
+} memo_entry;
+
+struct ta_stack_memo {
+  memo_entry e[1u << MEMO_BITS];
+  path       path;
+};
 
 /* Four independent lanes, so the multiplies overlap instead of forming one
  * chain through every frame; mixed at the end. */
@@ -127,127 +393,32 @@ static inline uint32_t hash_pcs(const uintptr_t *pcs, size_t n) {
   return (uint32_t)(h ^ (h >> 29));
 }
 
-/* The id of the stack pcs[0..n) with hash h in ix, or 0. */
-static uint32_t index_find(const stack_index *ix, uint32_t h, const uintptr_t *pcs, size_t n) {
-  if (ix == NULL) return 0;
-  uint64_t mask = ix->mask;
-  for (uint64_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
-    uint64_t v = atomic_load_explicit(&ix->slots[i], memory_order_acquire);
-    if (v == 0) return 0;
-    if ((uint32_t)(v >> 32) != h) continue;
-    node *nd = node_at((v & 0xffffffffu) << 3);
-    if (nd && nd->n == n && memcmp(nd->pcs, pcs, n * sizeof *pcs) == 0) return (uint32_t)v;
-  }
-  return 0;
-}
-
-/* Puts slot value v into ix (not there yet); false when ix is full. */
-static bool index_add(stack_index *ix, uint64_t v) {
-  uint64_t mask = ix->mask;
-  for (uint64_t i = (v >> 32) & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
-    if (atomic_load_explicit(&ix->slots[i], memory_order_relaxed) == 0) {
-      atomic_store_explicit(&ix->slots[i], v, memory_order_release);
-      return true;
-    }
-  }
-  return false;
-}
-
-static stack_index *index_new(int bits) {
-  uint64_t size = sizeof(stack_index) + (sizeof(uint64_t) << bits);
-  stack_index *ix = map(size);
-  if (ix == NULL) return NULL;
-  ix->mask = ((uint64_t)1 << bits) - 1;
-  ix->size = size;
-  return ix;
-}
-
-/* Room for one more entry: a new index twice the size once this one is
- * three quarters full (under put_lock).  Keeps the old one when no memory is left: it
- * still works, with longer probes, until it is full. */
-static stack_index *index_room(stack_index *ix) {
-  if (ix == NULL) {
-    ix = index_new(INDEX_FIRST_BITS);
-    if (ix) atomic_store_explicit(&index_now, ix, memory_order_release);
-    return ix;
-  }
-  if ((index_entries + 1) * 4 <= (ix->mask + 1) * 3) return ix;
-  int bits = 0;
-  while (((uint64_t)1 << bits) <= ix->mask) bits++;
-  stack_index *big = bits + 1 <= 34 ? index_new(bits + 1) : NULL;
-  if (big == NULL) return index_entries < ix->mask ? ix : NULL;
-  for (uint64_t i = 0; i <= ix->mask; i++) {
-    uint64_t v = atomic_load_explicit(&ix->slots[i], memory_order_relaxed);
-    if (v) index_add(big, v);
-  }
-  atomic_store_explicit(&index_now, big, memory_order_release);
-  madvise(ix, ix->size, MADV_DONTNEED);      /* readers still on it read zeros: a miss */
-  return big;
-}
-
-/* Room for a node of n frames, under put_lock (the only writer of
- * `used`).  A node never straddles two chunks: one that would goes to the
- * start of the next chunk, and the rest of this one is marked skipped
- * (when a header fits; the reader skips a shorter rest by itself).  The
- * chunk exists and the skip mark is written before `used` moves, so a
- * reader never meets space nobody will fill (the trace writer once waited
- * on such a node at every flush once the depot passed 64 MiB). */
-static uint64_t take(size_t n) {
-  uint64_t size = sizeof(node) + n * sizeof(uintptr_t);
-  uint64_t cur = atomic_load_explicit(&used, memory_order_relaxed);
-  uint64_t room = CHUNK_SIZE - (cur & (CHUNK_SIZE - 1));
-  uint64_t off = room < size ? cur + room : cur;
-  if (off + size > (uint64_t)MAX_CHUNKS << CHUNK_SHIFT || !chunk_get(off >> CHUNK_SHIFT)) return 0;
-  if (off != cur && room >= sizeof(node) && chunk_get(cur >> CHUNK_SHIFT))
-    atomic_store_explicit(&node_at(cur)->state, NODE_SKIP, memory_order_release);
-  atomic_store_explicit(&used, off + size, memory_order_release);
-  return off;
-}
-
-/* Each thread's memo of the stacks it put recently: direct-mapped by hash,
- * each entry a full copy of its frames, compared whole before its id is
- * used, so a hit is exact.  A hit reads only the thread's own memory; the
- * depot's bucket and node are cold whenever the program's own work (a
- * matrix product between two tensor allocations) has pushed them out of
- * the CPU's caches, and they cost about half of a stack's recording in a
- * training loop.  Stacks deeper than MEMO_FRAMES go to the depot. */
-#define MEMO_BITS   8
-#define MEMO_FRAMES 32
-
-typedef struct {
-  uint32_t hash, id, n, pad;
-  uintptr_t pcs[MEMO_FRAMES];
-} memo_entry;
-
-struct ta_stack_memo { memo_entry e[1u << MEMO_BITS]; };
-
 static inline bool same_pcs(const uintptr_t *a, const uintptr_t *b, size_t n) {
   uintptr_t diff = 0;
   for (size_t i = 0; i < n; i++) diff |= a[i] ^ b[i];
   return diff == 0;
 }
 
-static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h, bool may_lock);
-
 uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
   if (n == 0) return 0;
   if (n > TA_MAX_DEPTH) n = TA_MAX_DEPTH;
-  uint32_t h = hash_pcs(pcs, n);
   ta_thread *t = _ta_self;
-  if (t == NULL) return depot_put(pcs, n, h, true);
+  if (t == NULL) return stack_put(pcs, n, NULL, true);
   /* A call nested in this one (a signal handler that allocates) may find
    * put_lock held by the frame it interrupted: it only looks up. */
-  if (t->stack_memo_busy) return depot_put(pcs, n, h, false);
+  if (t->stack_memo_busy) return stack_put(pcs, n, NULL, false);
   t->stack_memo_busy = 1;
   atomic_signal_fence(memory_order_seq_cst);   /* a nested call (a signal) sees busy */
   if (TA_UNLIKELY(t->stack_memo == NULL)) t->stack_memo = _ta_meta_calloc(1, sizeof *t->stack_memo);
+  struct ta_stack_memo *m = t->stack_memo;
   uint32_t id;
-  if (TA_LIKELY(t->stack_memo != NULL && n <= MEMO_FRAMES)) {
-    memo_entry *e = &t->stack_memo->e[h & ((1u << MEMO_BITS) - 1)];
+  if (TA_LIKELY(m != NULL && n <= MEMO_FRAMES)) {
+    uint32_t h = hash_pcs(pcs, n);
+    memo_entry *e = &m->e[h & ((1u << MEMO_BITS) - 1)];
     if (e->hash == h && e->n == n && same_pcs(e->pcs, pcs, n)) {
       id = e->id;
     } else {
-      id = depot_put(pcs, n, h, true);
+      id = stack_put(pcs, n, &m->path, true);
       e->n = 0;                          /* no entry while it is written */
       memcpy(e->pcs, pcs, n * sizeof *pcs);
       e->hash = h;
@@ -255,45 +426,10 @@ uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
       e->n = id ? (uint32_t)n : 0;
     }
   } else {
-    id = depot_put(pcs, n, h, true);
+    id = stack_put(pcs, n, m ? &m->path : NULL, true);
   }
   atomic_signal_fence(memory_order_seq_cst);
   t->stack_memo_busy = 0;
-  return id;
-}
-
-/* put_lock for a thread the ledger does not know (it cannot tell a nested
- * call): a bounded wait, then no stack rather than a deadlock. */
-static bool put_lock_take(bool may_lock) {
-  if (may_lock && _ta_self != NULL) return pthread_mutex_lock(&put_lock) == 0;
-  for (int k = 0; k < 100000; k++) {
-    if (pthread_mutex_trylock(&put_lock) == 0) return true;
-    if (!may_lock) return false;
-    sched_yield();
-  }
-  return false;
-}
-
-static uint32_t depot_put(const uintptr_t *pcs, size_t n, uint32_t h, bool may_lock) {
-  uint32_t id = index_find(atomic_load_explicit(&index_now, memory_order_acquire), h, pcs, n);
-  if (id != 0 || !put_lock_take(may_lock)) return id;
-  stack_index *ix = atomic_load_explicit(&index_now, memory_order_relaxed);
-  id = index_find(ix, h, pcs, n);              /* put meanwhile by another thread? */
-  if (id == 0 && (ix = index_room(ix)) != NULL) {
-    uint64_t off = take(n);
-    if (off != 0) {
-      node *nd = node_at(off);
-      nd->n = (uint16_t)n;
-      memcpy(nd->pcs, pcs, n * sizeof *pcs);
-      atomic_store_explicit(&nd->state, NODE_READY, memory_order_release);
-      id = (uint32_t)(off >> 3);
-      index_add(ix, (uint64_t)h << 32 | id);
-      index_entries++;
-      if (TA_UNLIKELY(atomic_fetch_add_explicit(&count, 1, memory_order_relaxed) + 1 == HUGE_AFTER))
-        go_huge();
-    }
-  }
-  pthread_mutex_unlock(&put_lock);
   return id;
 }
 
@@ -308,36 +444,38 @@ void _ta_depot_fork(int phase) {
   }
 }
 
-size_t _ta_depot_get(uint32_t id, const uintptr_t **pcs) {
-  uint64_t off = (uint64_t)id << 3;
-  if (id == 0 || off >= atomic_load_explicit(&used, memory_order_acquire)) return 0;
-  node *nd = node_at(off);
-  if (nd == NULL || atomic_load_explicit(&nd->state, memory_order_acquire) != NODE_READY) return 0;
-  *pcs = nd->pcs;
-  return nd->n;
+size_t _ta_depot_get(uint32_t id, uintptr_t *pcs, size_t max) {
+  size_t k = 0;
+  for (node *nd; k < max && (nd = node_at(id)) != NULL; k++) {
+    pcs[k] = nd->pc;
+    if (nd->parent >= id) return k + 1;      /* never: parents come first */
+    id = nd->parent;
+  }
+  return k;
+}
+
+size_t _ta_depot_depth(uint32_t id) {
+  node *nd = node_at(id);
+  return nd ? nd->depth : 0;
 }
 
 size_t _ta_depot_count(void) { return atomic_load(&count); }
 
-void _ta_depot_each_since(uint64_t *cursor,
-                          void (*fn)(uint32_t id, const uintptr_t *pcs, size_t n, void *arg),
+uint64_t _ta_depot_lookups(void) {
+  ta_thread *t = _ta_self;
+  return t && t->stack_memo ? t->stack_memo->path.lookups : 0;
+}
+
+size_t _ta_depot_nodes(void) { return atomic_load(&next_id) - 1; }
+
+void _ta_depot_each_since(uint64_t *cursor, void (*fn)(uint32_t id, uint32_t parent, uintptr_t pc, void *arg),
                           void *arg) {
-  uint64_t off = *cursor < 8 ? 8 : *cursor;
-  uint64_t end = atomic_load_explicit(&used, memory_order_acquire);
-  while (off < end) {
-    uint64_t in_chunk = CHUNK_SIZE - (off & (CHUNK_SIZE - 1));
-    if (in_chunk < sizeof(node)) { off += in_chunk; continue; }
-    node *nd = node_at(off);
+  uint32_t id = *cursor < 1 ? 1 : (uint32_t)*cursor;
+  uint32_t end = atomic_load_explicit(&next_id, memory_order_acquire);
+  for (; id < end; id++) {
+    node *nd = node_at(id);
     if (nd == NULL) break;
-    uint16_t st;
-    int spins = 0;
-    while ((st = atomic_load_explicit(&nd->state, memory_order_acquire)) == NODE_EMPTY) {
-      if (++spins > 1000000) { *cursor = off; return; }   /* a writer died mid-insert */
-      sched_yield();
-    }
-    if (st == NODE_SKIP) { off += in_chunk; continue; }
-    fn((uint32_t)(off >> 3), nd->pcs, nd->n, arg);
-    off += sizeof(node) + (uint64_t)nd->n * sizeof(uintptr_t);
+    fn(id, nd->parent, nd->pc, arg);
   }
-  *cursor = off;
+  *cursor = id;
 }

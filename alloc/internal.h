@@ -197,16 +197,21 @@ bool       _ta_addr_on_unknown_stack(uintptr_t addr);
 
 /* ---- depot.c ------------------------------------------------------------- */
 
-/* Stack depot: deduplicated stacks, lock-free insert, ids are stable and never
- * 0.  Memory comes from mmap, never from the audited heap. */
+/* Stack depot (a trie of frames, outermost first): deduplicated stacks, ids
+ * stable and never 0.  Memory comes from mmap, never from the audited heap. */
 uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n);
-size_t   _ta_depot_get(uint32_t id, const uintptr_t **pcs);
-size_t   _ta_depot_count(void);
+/* Copies up to max frames of stack id (innermost first); returns how many. */
+size_t   _ta_depot_get(uint32_t id, uintptr_t *pcs, size_t max);
+size_t   _ta_depot_depth(uint32_t id);        /* frames of stack id; 0: no such id */
+size_t   _ta_depot_count(void);               /* distinct stacks put */
+size_t   _ta_depot_nodes(void);               /* nodes: stacks and their outer parts */
+uint64_t _ta_depot_lookups(void);             /* this thread's lookups in the index (tests) */
 void     _ta_depot_fork(int phase);
-/* Calls fn for each stack inserted since *cursor (in insertion order) and
- * advances *cursor; used by the trace writer to emit each stack once. */
+/* Calls fn for each node made since *cursor (in order: a node's parent
+ * comes before it) and advances *cursor; used by the trace writer to
+ * write each node once. */
 void     _ta_depot_each_since(uint64_t *cursor,
-                              void (*fn)(uint32_t id, const uintptr_t *pcs, size_t n, void *arg),
+                              void (*fn)(uint32_t id, uint32_t parent, uintptr_t pc, void *arg),
                               void *arg);
 
 /* The LD_PRELOAD shim's entry points (ledger.c): the shim captures the stack. */

@@ -303,8 +303,8 @@ TA_NOINLINE uint32_t _ta_stack_capture(size_t skip) {
   return id;
 }
 
-size_t ta_stack_frames(uint32_t stack, const uintptr_t **frames) {
-  return _ta_depot_get(stack, frames);
+size_t ta_stack_frames(uint32_t stack, uintptr_t *frames, size_t max) {
+  return frames ? _ta_depot_get(stack, frames, max) : 0;
 }
 
 size_t ta_stacks_count(void) { return _ta_depot_count(); }
@@ -1197,8 +1197,8 @@ static void print_one(const void *p, size_t size, ta_tag tag, uint32_t stack, vo
   int len = _ta_snprintf(line, sizeof line, "  live: %zu bytes at %p [tag %s] allocated from:\n",
                          size, p, ta_tag_name(tag));
   _ta_write_all(2, line, (size_t)len);
-  const uintptr_t *pcs;
-  size_t n = ta_stack_frames(stack, &pcs);
+  uintptr_t pcs[TA_MAX_DEPTH];
+  size_t n = ta_stack_frames(stack, pcs, TA_MAX_DEPTH);
   for (size_t i = 0; i < n; i++) {
     len = _ta_snprintf(line, sizeof line, "    #%zu 0x%lx\n", i, (unsigned long)pcs[i]);
     _ta_write_all(2, line, (size_t)len);

@@ -187,9 +187,10 @@ void ta_reporter_set(ta_reporter_fn *fn);
 /* ---- stacks -------------------------------------------------------------- */
 
 #define TA_MAX_DEPTH 128
-/* The frames (return addresses, innermost first) of a stack id; returns the
- * number of frames, 0 for an unknown id. */
-size_t ta_stack_frames(uint32_t stack, const uintptr_t **frames);
+/* Copies up to max frames (return addresses, innermost first) of a stack id
+ * into frames; returns how many, 0 for an unknown id.  A stack has at most
+ * TA_MAX_DEPTH frames. */
+size_t ta_stack_frames(uint32_t stack, uintptr_t *frames, size_t max);
 uint32_t ta_stack_here(void);   /* the stack of the caller, deduplicated */
 size_t   ta_stacks_count(void); /* distinct stacks recorded so far */
 

@@ -2,8 +2,8 @@
  *
  * Each thread appends fixed-layout records to its own buffer; a full buffer
  * is written with one write(2) under the file lock, preceded by every stack
- * the depot gained since the last write, so a stack record always comes
- * before the first event that names it.  At exit every buffer is written,
+ * the depot gained since the last write (FRAME records), so a stack is always
+ * in the file before the first event that names it.  At exit every buffer is written,
  * then the findings, then an END record; on SIGSEGV, SIGBUS, SIGABRT and
  * SIGFPE the buffers are written before the signal goes on.  The format is
  * in TRACE.md. */
@@ -48,22 +48,16 @@ static void raw_write(const void *p, size_t n) {
   if (trace_fd >= 0) _ta_write_all(trace_fd, p, n);
 }
 
-static void stack_out(uint32_t id, const uintptr_t *pcs, size_t n, void *arg) {
+static void frame_out(uint32_t id, uint32_t parent, uintptr_t pc, void *arg) {
   (void)arg;
-  size_t size = sizeof(tr_header) + sizeof(tr_stack) + n * sizeof(uint64_t);
+  size_t size = sizeof(tr_header) + sizeof(tr_frame);
   if (stacklen + size > sizeof stackbuf) {
     raw_write(stackbuf, stacklen);
     stacklen = 0;
   }
   tr_header *h = (tr_header *)(stackbuf + stacklen);
-  h->size = (uint32_t)size;
-  h->type = TR_STACK;
-  memset(h->pad, 0, sizeof h->pad);
-  tr_stack *s = (tr_stack *)(h + 1);
-  s->id = id;
-  s->n = (uint16_t)n;
-  s->pad = 0;
-  memcpy(s + 1, pcs, n * sizeof(uint64_t));
+  *h = (tr_header){ .size = (uint32_t)size, .type = TR_FRAME };
+  *(tr_frame *)(h + 1) = (tr_frame){ .id = id, .parent = parent, .pc = pc };
   stacklen += size;
 }
 
@@ -73,7 +67,7 @@ static void flush_locked(tbuf *b) {
     if (b) b->len = 0;
     return;
   }
-  _ta_depot_each_since(&depot_cursor, stack_out, NULL);
+  _ta_depot_each_since(&depot_cursor, frame_out, NULL);
   if (stacklen) {
     raw_write(stackbuf, stacklen);
     stacklen = 0;

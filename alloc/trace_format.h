@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define TR_MAGIC   0x31434f4c4c414754ull   /* "TGALLOC1" read as little-endian bytes */
-#define TR_VERSION 1
+#define TR_VERSION 2                      /* 2: stacks as FRAME records */
 
 typedef struct {
   uint64_t magic;
@@ -28,7 +28,7 @@ enum {
   TR_MODULE = 1, TR_STACK = 2, TR_TAG = 3, TR_ALLOC = 4, TR_FREE = 5, TR_REALLOC = 6,
   TR_REF = 7, TR_HOLD = 8, TR_ARENA_RESET = 9, TR_MARK = 10, TR_THREAD_START = 11,
   TR_THREAD_END = 12, TR_TIME = 13, TR_FINDING_EVENT = 14, TR_FINDING = 15, TR_END = 16,
-  TR_PACKED = 17,
+  TR_PACKED = 17, TR_FRAME = 18,
 };
 
 /* PACKED: a run of one thread's ALLOC and FREE events, varint-encoded (see
@@ -38,7 +38,8 @@ enum { TR_PK_ALLOC = 1, TR_PK_ARENA = 2, TR_PK_FREE = 4 };
 #define TR_PK_EVENT_MAX 64          /* bytes an encoded event may take, at most */
 
 typedef struct { uint64_t lo, hi, offset; /* then the path, NUL-terminated */ } tr_module;
-typedef struct { uint32_t id; uint16_t n, pad; /* then n uint64 return addresses */ } tr_stack;
+typedef struct { uint32_t id; uint16_t n, pad; /* then n uint64 return addresses */ } tr_stack;   /* version 1 */
+typedef struct { uint32_t id, parent; uint64_t pc; } tr_frame;   /* stack id: pc called from stack parent (0: none) */
 typedef struct { uint32_t id; /* then the name */ } tr_tag;
 typedef struct { uint64_t seq, addr, size; uint32_t stack; uint16_t tag; uint8_t arena, pad; uint32_t thread; } tr_alloc;
 typedef struct { uint64_t seq, addr; uint32_t stack, thread; } tr_free;

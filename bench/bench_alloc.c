@@ -143,8 +143,8 @@ static NOFRAME_OPT void run_pairs(worker *w, uint64_t n)
 {
   if (w->impl == IMPL_TA && w->frames == SIZE_MAX) {
     /* the stack that ta_alloc records here, untimed (first call only) */
-    const uintptr_t *frames;
-    w->frames = ta_stack_frames(ta_stack_here(), &frames);
+    uintptr_t frames[TA_MAX_DEPTH];
+    w->frames = ta_stack_frames(ta_stack_here(), frames, TA_MAX_DEPTH);
   }
   switch (w->impl) {
   case IMPL_TA: pairs_loop(w, n, IMPL_TA); break;

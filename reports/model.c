@@ -319,9 +319,9 @@ static report_mstack *symbolize_stack(report_process *p, uint32_t id) {
   if (!st) return NULL;
   memset(st, 0, sizeof *st);
   st->id = id;
-  const uintptr_t *pcs = NULL;
-  size_t n = p->src.stack_frames(p->src.arg, id, &pcs);
-  if (n == 0 || !pcs) return st;
+  uintptr_t pcs[TA_MAX_DEPTH];
+  size_t n = p->src.stack_frames(p->src.arg, id, pcs, TA_MAX_DEPTH);
+  if (n == 0) return st;
   report_ctx *ctx = report_source_ctx(&p->src);
   size_t cap = n + 4;
   st->frames = malloc(cap * sizeof *st->frames);
@@ -500,10 +500,10 @@ static int by_callsite(const void *a, const void *b) {
 
 /* The innermost frame of a stack, symbolized (the first pc only). */
 static bool top_frame(report_process *p, uint32_t stack, report_mframe *out) {
-  const uintptr_t *pcs = NULL;
-  size_t n = stack ? p->src.stack_frames(p->src.arg, stack, &pcs) : 0;
+  uintptr_t pcs[1];
+  size_t n = stack ? p->src.stack_frames(p->src.arg, stack, pcs, 1) : 0;
   memset(out, 0, sizeof *out);
-  if (!n || !pcs) return false;
+  if (!n) return false;
   report_frame fr[REPORT_MAX_INLINE];
   report_ctx *ctx = report_source_ctx(&p->src);
   int k = ctx ? report_symbolize(ctx, pcs[0], fr, REPORT_MAX_INLINE) : 0;

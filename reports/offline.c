@@ -20,12 +20,13 @@ struct report_offline {
 
 /* ---- the source's callbacks -------------------------------------------------- */
 
-static size_t off_frames(void *arg, uint32_t stack, const uintptr_t **frames) {
+static size_t off_frames(void *arg, uint32_t stack, uintptr_t *frames, size_t max) {
   report_offline *o = arg;
   const report_trace_stack *s = report_trace_model_stack(o->m, stack);
-  if (!s || !s->n) return 0;
-  *frames = (const uintptr_t *)s->frames;
-  return s->n;
+  if (!s) return 0;
+  size_t n = s->n < max ? s->n : max;
+  for (size_t i = 0; i < n; i++) frames[i] = (uintptr_t)s->frames[i];
+  return n;
 }
 
 static const char *off_tag(void *arg, ta_tag tag) {

@@ -106,8 +106,9 @@ typedef struct report_source {
   long        pid;
   report_ctx *ctx;          /* the symbolizer; NULL: this process's own (made on first use) */
   void       *arg;          /* passed to the callbacks */
-  /* The frames of a stack id (return addresses, innermost first); 0 if unknown. */
-  size_t    (*stack_frames)(void *arg, uint32_t stack, const uintptr_t **frames);
+  /* Copies up to max frames of a stack id (return addresses, innermost
+   * first) into frames; returns how many, 0 if unknown. */
+  size_t    (*stack_frames)(void *arg, uint32_t stack, uintptr_t *frames, size_t max);
   /* A tag's name; NULL when the tag has none. */
   const char *(*tag_name)(void *arg, ta_tag tag);
   /* ta_findings_visit: errors first, then leaks, largest first. */

@@ -241,9 +241,9 @@ static supp_entry *match(report_suppressions *s, int type, const char *name) {
 }
 
 static supp_entry *match_stack(report_suppressions *s, const report_source *src, uint32_t stack) {
-  const uintptr_t *pcs = NULL;
-  size_t n = stack ? src->stack_frames(src->arg, stack, &pcs) : 0;
-  if (!n || !pcs) return NULL;
+  uintptr_t pcs[TA_MAX_DEPTH];
+  size_t n = stack ? src->stack_frames(src->arg, stack, pcs, TA_MAX_DEPTH) : 0;
+  if (!n) return NULL;
   report_ctx *ctx = report_source_ctx(src);
   for (size_t i = 0; i < n; i++) {
     report_frame fr[REPORT_MAX_INLINE];

@@ -114,9 +114,9 @@ static long option_or(const char *name, long dflt) {
 
 /* ---- the ledger as a source ------------------------------------------------- */
 
-static size_t ledger_frames(void *arg, uint32_t stack, const uintptr_t **frames) {
+static size_t ledger_frames(void *arg, uint32_t stack, uintptr_t *frames, size_t max) {
   (void)arg;
-  return ta_stack_frames(stack, frames);
+  return ta_stack_frames(stack, frames, max);
 }
 
 static const char *ledger_tag(void *arg, ta_tag tag) {

@@ -68,8 +68,8 @@ static bool check_header(report_trace *t, char *err, size_t errlen) {
     return false;
   }
   memcpy(&t->hdr, t->data, sizeof t->hdr);
-  if (t->hdr.version != TR_VERSION) {
-    set_err(err, errlen, "TRACE: version %" PRIu32 " is not supported (this reader knows %d): %s",
+  if (t->hdr.version != 1 && t->hdr.version != TR_VERSION) {
+    set_err(err, errlen, "TRACE: version %" PRIu32 " is not supported (this reader knows 1 and %d): %s",
             t->hdr.version, TR_VERSION, name);
     return false;
   }
@@ -196,7 +196,7 @@ const char *report_trace_type_name(unsigned type) {
     [TR_FREE] = "FREE", [TR_REALLOC] = "REALLOC", [TR_REF] = "REF", [TR_HOLD] = "HOLD",
     [TR_ARENA_RESET] = "ARENA_RESET", [TR_MARK] = "MARK", [TR_THREAD_START] = "THREAD_START",
     [TR_THREAD_END] = "THREAD_END", [TR_TIME] = "TIME", [TR_FINDING_EVENT] = "FINDING_EVENT",
-    [TR_FINDING] = "FINDING", [TR_END] = "END", [TR_PACKED] = "PACKED",
+    [TR_FINDING] = "FINDING", [TR_END] = "END", [TR_PACKED] = "PACKED", [TR_FRAME] = "FRAME",
   };
   return type < sizeof names / sizeof *names && names[type] ? names[type] : "?";
 }
@@ -207,6 +207,7 @@ static int layout(unsigned type, size_t *fixed) {
   switch (type) {
   case TR_MODULE:        *fixed = sizeof(tr_module); return 1;
   case TR_STACK:         *fixed = sizeof(tr_stack); return 0;
+  case TR_FRAME:         *fixed = sizeof(tr_frame); return 0;
   case TR_TAG:           *fixed = sizeof(tr_tag); return 1;
   case TR_ALLOC:         *fixed = sizeof(tr_alloc); return 0;
   case TR_FREE:          *fixed = sizeof(tr_free); return 0;
@@ -363,6 +364,13 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
         return damage(it, off, "a STACK record of %u frames needs %zu bytes, has %zu", s.n,
                       fixed + (size_t)s.n * sizeof(uint64_t), psize);
     }
+    if (h.type == TR_FRAME) {
+      tr_frame f;
+      memcpy(&f, p, sizeof f);
+      if (f.id == 0 || f.parent >= f.id)
+        return damage(it, off, "a FRAME record of stack %" PRIu32 " names parent %" PRIu32
+                      ", which is not below it", f.id, f.parent);
+    }
     size_t at = fixed;
     for (int i = 0; i < nstr; i++) {
       const unsigned char *z = at < psize ? memchr(p + at, 0, psize - at) : NULL;
@@ -506,8 +514,17 @@ static void map_free(u64map *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* A FRAME record: stack id is pc, then the frames of stack parent. */
+typedef struct { uint32_t parent, depth; uint64_t pc, offset; } frame_node;
+
 struct report_trace_index {
   u64map stacks;     /* id -> index in m->stacks */
+  u64map frames;     /* id -> index in fnodes */
+  frame_node *fnodes;
+  size_t nfnodes, cap_fnodes;
+  u64map made;       /* id -> index in madev: stacks put together from FRAME records */
+  report_trace_stack **madev;
+  size_t nmade, cap_made;
   u64map blocks;     /* addr -> index in m->blocks */
   u64map sites;      /* stack id -> index in m->sites */
 };
@@ -555,7 +572,7 @@ typedef struct {
   bool unsorted;               /* ALLOC/FREE/MARK not in increasing seq order in the file */
   uint64_t nevents;
   struct replayer *r;          /* the replay while the file is read */
-  uint64_t *known;             /* bitmap of the stack ids below 2^22 that have a STACK record */
+  uint64_t *known;             /* bitmap of the stack ids below 2^22 that have a STACK or FRAME record */
   size_t nknown;               /* words */
 } builder;
 
@@ -581,7 +598,7 @@ static void check_stack(builder *b, uint32_t stack) {
   if (stack == 0) return;
   if (stack < (1u << 22)) {
     if (stack / 64 >= b->nknown || !(b->known[stack / 64] >> (stack % 64) & 1)) b->m->late_stacks++;
-  } else if (!map_get(&b->m->index->stacks, stack, &i)) {
+  } else if (!map_get(&b->m->index->stacks, stack, &i) && !map_get(&b->m->index->frames, stack, &i)) {
     b->m->late_stacks++;
   }
 }
@@ -619,6 +636,28 @@ static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
   return false;
 }
 
+/* Has a STACK or FRAME record said stack id already? */
+static bool stack_said(const report_trace_model *m, uint32_t id) {
+  size_t i;
+  return map_get(&m->index->stacks, id, &i) || map_get(&m->index->frames, id, &i);
+}
+
+/* Marks stack id as said (check_stack's bitmap of the small ids). */
+static bool set_known(builder *b, uint32_t id) {
+  if (id >= (1u << 22)) return true;
+  if (id / 64 >= b->nknown) {
+    size_t n = b->nknown ? b->nknown : 64;
+    while (n <= id / 64) n *= 2;
+    uint64_t *nk = realloc(b->known, n * sizeof *nk);
+    if (nk == NULL) return false;
+    memset(nk + b->nknown, 0, (n - b->nknown) * sizeof *nk);
+    b->known = nk;
+    b->nknown = n;
+  }
+  b->known[id / 64] |= 1ull << (id % 64);
+  return true;
+}
+
 static int on_record(const report_trace_rec *r, void *arg) {
   builder *b = arg;
   report_trace_model *m = b->m;
@@ -636,7 +675,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     tr_stack x;
     memcpy(&x, p, sizeof x);
     size_t i;
-    if (map_get(&m->index->stacks, x.id, &i)) return 0;     /* said before: keep the first */
+    if (stack_said(m, x.id)) return 0;                      /* said before: keep the first */
     uint64_t *frames = NULL;
     if (x.n) {
       frames = malloc((size_t)x.n * sizeof *frames);
@@ -649,19 +688,22 @@ static int on_record(const report_trace_rec *r, void *arg) {
       break;
     }
     *e = (report_trace_stack){ x.id, x.n, frames, r->offset };
-    if (!map_put(&m->index->stacks, x.id, m->nstacks - 1)) break;
-    if (x.id < (1u << 22)) {
-      if (x.id / 64 >= b->nknown) {
-        size_t n = b->nknown ? b->nknown : 64;
-        while (n <= x.id / 64) n *= 2;
-        uint64_t *nk = realloc(b->known, n * sizeof *nk);
-        if (nk == NULL) break;
-        memset(nk + b->nknown, 0, (n - b->nknown) * sizeof *nk);
-        b->known = nk;
-        b->nknown = n;
-      }
-      b->known[x.id / 64] |= 1ull << (x.id % 64);
-    }
+    (void)i;
+    if (!map_put(&m->index->stacks, x.id, m->nstacks - 1) || !set_known(b, x.id)) break;
+    return 0;
+  }
+  case TR_FRAME: {
+    tr_frame x;
+    memcpy(&x, p, sizeof x);
+    if (stack_said(m, x.id)) return 0;                      /* said before: keep the first */
+    report_trace_index *ix = m->index;
+    size_t pi;
+    uint32_t depth = 1;
+    if (x.parent != 0 && map_get(&ix->frames, x.parent, &pi)) depth = ix->fnodes[pi].depth + 1;
+    frame_node *e = PUSH(ix->fnodes, ix->nfnodes, ix->cap_fnodes);
+    if (e == NULL) break;
+    *e = (frame_node){ x.parent, depth, x.pc, r->offset };
+    if (!map_put(&ix->frames, x.id, ix->nfnodes - 1) || !set_known(b, x.id)) break;
     return 0;
   }
   case TR_TAG: {
@@ -1304,6 +1346,14 @@ void report_trace_model_free(report_trace_model *m) {
   }
   free(m->findings);
   if (m->index) {
+    for (size_t i = 0; i < m->index->nmade; i++) {
+      free((void *)m->index->madev[i]->frames);
+      free(m->index->madev[i]);
+    }
+    free(m->index->madev);
+    map_free(&m->index->made);
+    free(m->index->fnodes);
+    map_free(&m->index->frames);
     map_free(&m->index->stacks);
     map_free(&m->index->blocks);
     map_free(&m->index->sites);
@@ -1316,9 +1366,52 @@ const char *report_trace_model_tag(const report_trace_model *m, uint32_t tag) {
   return tag < m->ntag_names ? m->tag_names[tag] : NULL;
 }
 
+/* Stacks said by FRAME records are put together on first use, from the
+ * frame of the id out through its parents, and kept (each on its own, so
+ * what was returned before stays where it is). */
+#define FRAME_CHAIN_MAX 4096
+
 const report_trace_stack *report_trace_model_stack(const report_trace_model *m, uint32_t id) {
+  report_trace_index *ix = m->index;
   size_t i;
-  return map_get(&m->index->stacks, id, &i) ? &m->stacks[i] : NULL;
+  if (map_get(&ix->stacks, id, &i)) return &m->stacks[i];
+  if (map_get(&ix->made, id, &i)) return ix->madev[i];
+  if (!map_get(&ix->frames, id, &i)) return NULL;
+  uint32_t depth = ix->fnodes[i].depth;
+  uint64_t offset = ix->fnodes[i].offset;
+  size_t n = depth < FRAME_CHAIN_MAX ? depth : FRAME_CHAIN_MAX;
+  uint64_t *frames = malloc(n * sizeof *frames);
+  report_trace_stack *st = malloc(sizeof *st);
+  if (ix->nmade == ix->cap_made) {
+    size_t cap = ix->cap_made ? ix->cap_made * 2 : 64;
+    report_trace_stack **v = realloc(ix->madev, cap * sizeof *v);
+    if (v != NULL) {
+      ix->madev = v;
+      ix->cap_made = cap;
+    }
+  }
+  if (frames == NULL || st == NULL || ix->nmade == ix->cap_made) {
+    free(frames);
+    free(st);
+    return NULL;
+  }
+  size_t k = 0;
+  for (size_t at = i; k < n; k++) {
+    frames[k] = ix->fnodes[at].pc;
+    uint32_t parent = ix->fnodes[at].parent;
+    if (parent == 0 || !map_get(&ix->frames, parent, &at)) {   /* the outermost, or a parent never said */
+      k++;
+      break;
+    }
+  }
+  *st = (report_trace_stack){ id, (uint16_t)k, frames, offset };
+  if (!map_put(&ix->made, id, ix->nmade)) {
+    free(frames);
+    free(st);
+    return NULL;
+  }
+  ix->madev[ix->nmade++] = st;
+  return st;
 }
 
 const report_trace_block *report_trace_model_block(const report_trace_model *m, uint64_t addr) {

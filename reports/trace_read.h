@@ -24,7 +24,8 @@
  * The reader never reads outside the file, whatever its contents: a record
  * whose size is below the 8-byte header, not a multiple of 8, or past the end
  * of the file, a known record too short for its fixed part, a stack whose
- * frames overrun its record, or a string not NUL-terminated inside its record
+ * frames overrun its record, a FRAME whose parent is not below it, or a
+ * string not NUL-terminated inside its record
  * stops the iteration; it.damaged is set with the byte offset of the bad
  * record and the reason.  Everything before it was yielded.  Records of an
  * unknown type are skipped and counted (it.unknown).  A file that ends exactly
@@ -118,7 +119,7 @@ typedef struct {
   uint32_t        id;
   uint16_t        n;
   const uint64_t *frames;    /* n return addresses, innermost first */
-  uint64_t        offset;    /* file offset of its (first) STACK record */
+  uint64_t        offset;    /* file offset of its STACK record, or of the FRAME record of its innermost frame */
 } report_trace_stack;
 
 typedef struct {
@@ -197,7 +198,8 @@ typedef struct {
   /* what was said once */
   char   **tag_names;                  /* by tag id, NULL when no TAG record named it */
   size_t   ntag_names;                 /* length of tag_names (highest id + 1) */
-  report_trace_stack *stacks;          /* in file order */
+  report_trace_stack *stacks;          /* the STACK records (version 1), in file order; stacks
+                                          said by FRAME records are in the private index */
   size_t   nstacks;
   report_trace_module *modules;        /* in file order (at open, then new ones at exit) */
   size_t   nmodules;

@@ -114,8 +114,8 @@ static inline const char *function_at(report_ctx *ctx, uintptr_t pc) {
 
 /* The function of frame #0 of a ledger stack, "<no stack>" if it has none. */
 static inline const char *stack_frame0(report_ctx *ctx, uint32_t stack) {
-  const uintptr_t *pcs;
-  if (stack == 0 || ta_stack_frames(stack, &pcs) == 0) return "<no stack>";
+  uintptr_t pcs[TA_MAX_DEPTH];
+  if (stack == 0 || ta_stack_frames(stack, pcs, TA_MAX_DEPTH) == 0) return "<no stack>";
   return function_at(ctx, pcs[0]);
 }
 

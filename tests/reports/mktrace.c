@@ -12,7 +12,11 @@
  * base.trace, new.trace   the same program before and after a change that
  *                 allocates more at one callsite and leaks at another
  * xss.trace       tag, slot, detail and module names that are HTML and
- *                 script: `<img src=x onerror=...>`, `</script>` */
+ *                 script: `<img src=x onerror=...>`, `</script>`
+ *
+ * They are version 1 traces (whole STACK records), which the reader still
+ * reads; the ledger's own traces (FRAME records) are checked by
+ * tests/unit/test_trace.c and the integration tests. */
 #include "trace_format.h"
 
 #include <stdbool.h>
@@ -51,7 +55,7 @@ static void rec(out *o, uint8_t type, const void *fixed, size_t nfixed, const ch
 }
 
 static void header(out *o, uint32_t pid, uint32_t ppid, uint64_t start) {
-  tr_file_header h = { TR_MAGIC, TR_VERSION, sizeof h, pid, ppid, start };
+  tr_file_header h = { TR_MAGIC, 1, sizeof h, pid, ppid, start };   /* version 1: whole STACK records */
   put(o, &h, sizeof h);
 }
 

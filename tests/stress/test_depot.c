@@ -110,8 +110,8 @@ static void test_frames_read_back(void **state) {
   (void)state;
   uint32_t a = ta_stack_here(), b = ta_stack_here();
   assert_true(a != 0 && b != 0 && a != b);   /* two call sites */
-  const uintptr_t *fa, *fa2;
-  size_t na = ta_stack_frames(a, &fa);
+  uintptr_t fa[TA_MAX_DEPTH], fa2[TA_MAX_DEPTH];
+  size_t na = ta_stack_frames(a, fa, TA_MAX_DEPTH);
   assert_true(na >= 2);
   uint32_t a2 = 0;
   for (volatile int i = 0; i < 2; i++) {   /* volatile: not unrolled into two sites */
@@ -119,40 +119,136 @@ static void test_frames_read_back(void **state) {
     if (i == 0) a2 = s;
     else assert_int_equal(s, a2);
   }
-  size_t na2 = ta_stack_frames(a2, &fa2);
+  size_t na2 = ta_stack_frames(a2, fa2, TA_MAX_DEPTH);
   assert_int_equal(na2, na);
   assert_memory_equal(fa + 1, fa2 + 1, (na - 1) * sizeof *fa);   /* same callers */
-  assert_int_equal(ta_stack_frames(0, &fa), 0);
-  assert_int_equal(ta_stack_frames(0x7fffffff, &fa), 0);
+  assert_int_equal(ta_stack_frames(0, fa, TA_MAX_DEPTH), 0);
+  assert_int_equal(ta_stack_frames(0x7fffffff, fa, TA_MAX_DEPTH), 0);
 }
 
 /* The trace writer's walk of the depot (every node in the order it was
- * placed) sees each distinct stack once, across the 64 MiB chunks the tree
- * filled (depth 18: ~260,000 stacks of ~40 frames, over 80 MiB), and its
- * frames are the ones the id reads back.  A node that would have straddled
- * two chunks once left a never-ready node at the next chunk's start, where
- * the walk stopped. */
-typedef struct { size_t n, frames_bad; } walk_acc;
+ * made) sees each node once, each after its parent, and the frames of
+ * each node's stack are its own pc and then its parent's frames. */
+typedef struct { size_t n, bad; uint32_t last; } walk_acc;
 
-static void walk_one(uint32_t id, const uintptr_t *pcs, size_t n, void *arg) {
+static void walk_one(uint32_t id, uint32_t parent, uintptr_t pc, void *arg) {
   walk_acc *a = arg;
-  const uintptr_t *got;
+  uintptr_t got[TA_MAX_DEPTH], up[TA_MAX_DEPTH];
   a->n++;
-  if (_ta_depot_get(id, &got) != n || memcmp(got, pcs, n * sizeof *pcs) != 0) a->frames_bad++;
+  size_t n = _ta_depot_get(id, got, TA_MAX_DEPTH);
+  size_t np = parent ? _ta_depot_get(parent, up, TA_MAX_DEPTH) : 0;
+  if (id != a->last + 1 || parent >= id || n != np + 1 || n != _ta_depot_depth(id) || got[0] != pc ||
+      memcmp(got + 1, up, np * sizeof *up) != 0)
+    a->bad++;
+  a->last = id;
 }
 
 static void test_walk_all(void **state) {
   (void)state;
-  size_t stacks = _ta_depot_count();
-  assert_true(stacks > 200000);
+  size_t nodes = _ta_depot_nodes();
+  assert_true(_ta_depot_count() > 200000);
+  assert_true(nodes >= _ta_depot_count());
   walk_acc a = { 0 };
   uint64_t cursor = 0;
   _ta_depot_each_since(&cursor, walk_one, &a);
-  assert_int_equal(a.n, stacks);
-  assert_int_equal(a.frames_bad, 0);
-  walk_acc again = { 0 };
+  assert_int_equal(a.n, nodes);
+  assert_int_equal(a.bad, 0);
+  walk_acc again = { .last = a.last };
   _ta_depot_each_since(&cursor, walk_one, &again);   /* nothing new since */
   assert_int_equal(again.n, 0);
+}
+
+/* Stacks share their outer frames: two stacks that differ only in the
+ * innermost frame add one node each past their shared callers, and the
+ * callers' stack, when put later as a stack of its own, adds no node but
+ * counts once as a stack. */
+static void test_shared_frames(void **state) {
+  (void)state;
+  uintptr_t a[3] = { 0x6100000001ull, 0x6100000002ull, 0x6100000003ull };
+  uintptr_t b[3] = { 0x6100000004ull, 0x6100000002ull, 0x6100000003ull };
+  size_t stacks = _ta_depot_count(), nodes = _ta_depot_nodes();
+  uint32_t ia = _ta_depot_put(a, 3), ib = _ta_depot_put(b, 3);
+  assert_true(ia != 0 && ib != 0 && ia != ib);
+  assert_int_equal(_ta_depot_nodes() - nodes, 4);      /* 3, then 2, then 1, then 4 */
+  assert_int_equal(_ta_depot_count() - stacks, 2);
+  uint32_t callers = _ta_depot_put(a + 1, 2);
+  assert_int_equal(_ta_depot_nodes() - nodes, 4);
+  assert_int_equal(_ta_depot_count() - stacks, 3);
+  assert_int_equal(_ta_depot_put(b + 1, 2), callers);
+  assert_int_equal(_ta_depot_put(a, 3), ia);
+  assert_int_equal(_ta_depot_count() - stacks, 3);
+  uintptr_t got[4];
+  assert_int_equal(_ta_depot_get(ib, got, 4), 3);
+  assert_memory_equal(got, b, sizeof b);
+  assert_int_equal(_ta_depot_get(ib, got, 2), 2);      /* the innermost two */
+  assert_memory_equal(got, b, 2 * sizeof *b);
+  assert_int_equal(_ta_depot_get(callers, got, 4), 2);
+  assert_memory_equal(got, a + 1, 2 * sizeof *a);
+  assert_int_equal(_ta_depot_depth(ia), 3);
+  assert_int_equal(_ta_depot_depth(callers), 2);
+}
+
+/* A thread that puts again the stacks it made, in the order it made
+ * them, finds them by guessing the next node, not in the index; and a
+ * stack that is all in the thread's path (the callers of its last stack)
+ * is found with no lookup once it is known to be a whole stack.  The
+ * stacks are deeper than the per-thread memo's 32 frames, so that every
+ * put reaches the path. */
+enum { SEQ_STACKS = 3000, SEQ_SHARED = 34, SEQ_FRAMES = SEQ_SHARED + 3 };
+
+static void seq_stack(size_t k, uintptr_t *pcs) {
+  pcs[0] = 0x6200000000ull + k;                       /* the allocating frame */
+  pcs[1] = 0x6300000000ull + k / 10;                  /* its caller, one per ten stacks */
+  pcs[2] = 0x6400000000ull + k / 100;
+  for (size_t f = 3; f < SEQ_FRAMES; f++) pcs[f] = 0x6500000000ull + f;   /* the shared callers */
+}
+
+static void test_guessed_in_order(void **state) {
+  (void)state;
+  static uint32_t ids[SEQ_STACKS];
+  uintptr_t pcs[SEQ_FRAMES];
+  assert_non_null(_ta_thread());                      /* the path is the thread's */
+  size_t nodes = _ta_depot_nodes();
+  uint64_t l0 = _ta_depot_lookups();
+  for (size_t k = 0; k < SEQ_STACKS; k++) {
+    seq_stack(k, pcs);
+    ids[k] = _ta_depot_put(pcs, SEQ_FRAMES);
+  }
+  size_t made = _ta_depot_nodes() - nodes;
+  assert_int_equal(made, SEQ_SHARED + SEQ_STACKS / 100 + SEQ_STACKS / 10 + SEQ_STACKS);
+  uint64_t l1 = _ta_depot_lookups();
+  assert_int_equal(l1 - l0, made);                    /* each new node looked up once */
+  /* Again, in order: the guesses start after their credit ran out while
+   * the nodes were being made (one try in 32), then stay right; the next
+   * round has one lookup, where it goes back from stack 2999 to stack 0
+   * (stack 0's callers are an older node than any guess). */
+  for (int round = 0; round < 2; round++) {
+    uint64_t before = _ta_depot_lookups();
+    for (size_t k = 0; k < SEQ_STACKS; k++) {
+      seq_stack(k, pcs);
+      assert_int_equal(_ta_depot_put(pcs, SEQ_FRAMES), ids[k]);
+    }
+    uint64_t looked = _ta_depot_lookups() - before;
+    if (round == 0) assert_true(looked < 32);
+    else assert_int_equal(looked, 1);
+  }
+  assert_int_equal(_ta_depot_nodes() - nodes, made);
+  /* The callers of stack 5 (a free in the function that allocated): all in
+   * the path; looked up once, for its whole-stack bit, then not again. */
+  seq_stack(5, pcs);
+  assert_int_equal(_ta_depot_put(pcs, SEQ_FRAMES), ids[5]);
+  size_t stacks = _ta_depot_count();
+  uint64_t before = _ta_depot_lookups();
+  uint32_t callers = _ta_depot_put(pcs + 1, SEQ_FRAMES - 1);
+  assert_int_equal(_ta_depot_lookups() - before, 1);
+  assert_int_equal(_ta_depot_count() - stacks, 1);
+  seq_stack(6, pcs);
+  assert_int_equal(_ta_depot_put(pcs, SEQ_FRAMES), ids[6]);
+  before = _ta_depot_lookups();
+  assert_int_equal(_ta_depot_put(pcs + 1, SEQ_FRAMES - 1), callers);
+  assert_int_equal(_ta_depot_lookups() - before, 0);
+  assert_int_equal(_ta_depot_count() - stacks, 1);
+  assert_int_equal(_ta_depot_nodes() - nodes, made);
 }
 
 /* Four threads put the same 150,000 made-up stacks at once, in the same
@@ -210,8 +306,8 @@ static void test_racing_puts(void **state) {
   for (size_t k = 0; k < RACE_STACKS; k += 997) {
     race_stack(k, pcs);
     uint32_t id = _ta_depot_put(pcs, 1 + k % RACE_FRAMES);
-    const uintptr_t *got;
-    assert_int_equal(_ta_depot_get(id, &got), 1 + k % RACE_FRAMES);
+    uintptr_t got[RACE_FRAMES];
+    assert_int_equal(_ta_depot_get(id, got, RACE_FRAMES), 1 + k % RACE_FRAMES);
     assert_memory_equal(got, pcs, (1 + k % RACE_FRAMES) * sizeof *pcs);
   }
   assert_int_equal(_ta_depot_count() - before, RACE_STACKS);
@@ -227,6 +323,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_racing_puts),
     cmocka_unit_test(test_frames_read_back),
+    cmocka_unit_test(test_shared_frames),
+    cmocka_unit_test(test_guessed_in_order),
     cmocka_unit_test(test_many_stacks),
     cmocka_unit_test(test_walk_all),
   };

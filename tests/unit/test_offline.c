@@ -81,10 +81,10 @@ static int collect(const ta_finding *f, void *arg) {
   collected *c = arg;
   if (c->n == 16) return 1;
   c->f[c->n] = *f;
-  const uintptr_t *pcs;
+  uintptr_t pcs[1];
   report_frame fr[REPORT_MAX_INLINE];
   c->fn0[c->n][0] = '\0';
-  if (c->src->stack_frames(c->src->arg, f->stack, &pcs) > 0 &&
+  if (c->src->stack_frames(c->src->arg, f->stack, pcs, 1) > 0 &&
       report_symbolize(report_source_ctx(c->src), pcs[0], fr, REPORT_MAX_INLINE) > 0 && fr[0].function)
     snprintf(c->fn0[c->n], sizeof c->fn0[0], "%s", fr[0].function);
   c->n++;

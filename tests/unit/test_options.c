@@ -49,13 +49,13 @@ NOIPA static int child_stack(void) {
   printf("depth=%ld unwind=%ld quarantine=%ld\n", ta_option("depth"), ta_option("unwind"),
          ta_option("quarantine"));
   recurse(10);
-  const uintptr_t *pcs;
-  size_t n = ta_stack_frames(deep_stack, &pcs);
+  uintptr_t pcs[TA_MAX_DEPTH];
+  size_t n = ta_stack_frames(deep_stack, pcs, TA_MAX_DEPTH);
   printf("frames=%zu\n", n);
   report_ctx *ctx = report_ctx_new();
   for (size_t i = 0; i < n && i < 12; i++) printf("#%zu %s\n", i, function_at(ctx, pcs[i]));
   alloc_here();
-  n = ta_stack_frames(alloc_stack, &pcs);
+  n = ta_stack_frames(alloc_stack, pcs, TA_MAX_DEPTH);
   printf("alloc frames=%zu #0 %s\n", n, n ? function_at(ctx, pcs[0]) : "none");
   report_ctx_free(ctx);
   KEEP();

@@ -17,11 +17,13 @@ NOIPA static int other_function(volatile int *x) { return *x + 2; }
 
 static uintptr_t stack1[2], stack2[1];
 
-static size_t fake_frames(void *arg, uint32_t stack, const uintptr_t **frames) {
+static size_t fake_frames(void *arg, uint32_t stack, uintptr_t *frames, size_t max) {
   (void)arg;
-  if (stack == 1) { *frames = stack1; return 2; }
-  if (stack == 2) { *frames = stack2; return 1; }
-  return 0;
+  const uintptr_t *from = stack == 1 ? stack1 : stack == 2 ? stack2 : NULL;
+  size_t n = stack == 1 ? 2 : stack == 2 ? 1 : 0;
+  if (n > max) n = max;
+  for (size_t i = 0; i < n; i++) frames[i] = from[i];
+  return n;
 }
 
 static const char *fake_tag(void *arg, ta_tag tag) {

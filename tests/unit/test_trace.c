@@ -225,7 +225,8 @@ static void test_exact_counts(void **state) {
   report_trace_model_free(m);
 }
 
-/* Record by record: each ALLOC's stack came before it; END is the last record. */
+/* Record by record: each ALLOC's stack came before it, each FRAME's parent
+ * before the FRAME; END is the last record. */
 static void test_record_order(void **state) {
   (void)state;
   char err[512] = "";
@@ -248,10 +249,15 @@ static void test_record_order(void **state) {
     assert_int_equal(r.payload_size % 8, 0);
     prev = r.offset;
     last = r.offset;
-    if (r.type == TR_STACK) {
-      const tr_stack *s = r.payload;
+    assert_int_not_equal(r.type, TR_STACK);     /* version 1 only */
+    if (r.type == TR_FRAME) {
+      const tr_frame *f = r.payload;
       assert_true(nseen < 4096);
-      seen[nseen++] = s->id;
+      bool parent_before = f->parent == 0;
+      for (size_t i = 0; i < nseen && !parent_before; i++) parent_before = seen[i] == f->parent;
+      assert_true(parent_before);
+      assert_true(f->parent < f->id);
+      seen[nseen++] = f->id;
     } else if (r.type == TR_ALLOC) {
       const tr_alloc *a = r.payload;
       nallocs++;
@@ -667,9 +673,20 @@ static void test_header_errors(void **state) {
   assert_null(report_trace_open_mem(b.p, b.len, "x.trace", err, sizeof err));
   assert_string_equal(err, "TRACE: not a tagalloc trace (bad magic): x.trace");
   free(b.p);
-  b = file_start(TR_MAGIC, 2);
+  b = file_start(TR_MAGIC, 3);
   assert_null(report_trace_open_mem(b.p, b.len, "x.trace", err, sizeof err));
-  assert_string_equal(err, "TRACE: version 2 is not supported (this reader knows 1): x.trace");
+  assert_string_equal(err, "TRACE: version 3 is not supported (this reader knows 1 and 2): x.trace");
+  free(b.p);
+  b = file_start(TR_MAGIC, 1);                /* version 1: STACK records */
+  rec_stack(&b, 1, 2, 2);
+  report_trace *t1 = report_trace_open_mem(b.p, b.len, "v1.trace", err, sizeof err);
+  assert_non_null(t1);
+  report_trace_model *m1 = report_trace_model_build(t1);
+  assert_non_null(m1);
+  assert_false(m1->damaged);
+  assert_int_equal(report_trace_model_stack(m1, 1)->n, 2);
+  report_trace_model_free(m1);
+  report_trace_close(t1);
   assert_null(report_trace_open_mem(b.p, 3, "x.trace", err, sizeof err));
   assert_non_null(strstr(err, "not a tagalloc trace"));
   free(b.p);
@@ -726,6 +743,7 @@ static void test_damage_kinds(void **state) {
     { "not NUL-terminated" },
     { "ends inside a record header" },
     { "FINDING record whose string 2 is not NUL-terminated" },
+    { "FRAME record of stack 5 names parent 5, which is not below it" },
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     bytes b = file_start(TR_MAGIC, TR_VERSION);
@@ -746,6 +764,7 @@ static void test_damage_kinds(void **state) {
               /* 62 bytes of which the last string "dd" runs to the end: pad with non-zero */
               rec(&b, TR_FINDING, p, 64, 0);
               memcpy(b.p + b.len - 2, "ee", 2); break; }
+    case 8: { tr_frame f = { .id = 5, .parent = 5, .pc = 0x401000 }; rec(&b, TR_FRAME, &f, sizeof f, 0); break; }
     }
     if (c != 6) rec_tag(&b, 3, "never");
     expect_damage(&b, 3, bad, cases[c].why);
@@ -925,6 +944,62 @@ static void test_model_replay(void **state) {
   free(b.p);
 }
 
+static uint64_t rec_frame(bytes *b, uint32_t id, uint32_t parent, uint64_t pc) {
+  tr_frame f = { .id = id, .parent = parent, .pc = pc };
+  return rec(b, TR_FRAME, &f, sizeof f, 0);
+}
+
+/* Stacks from FRAME records: each id is its pc, then its parent's frames;
+ * ids shared by several stacks; an id said twice keeps the first; an id
+ * whose parent was never said ends there; an event naming an id before
+ * its FRAME is late. */
+static void test_model_frames(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_frame(&b, 1, 0, 0x401000);             /* main */
+  rec_frame(&b, 2, 1, 0x402000);             /* f, from main */
+  uint64_t off3 = rec_frame(&b, 3, 2, 0x403000);   /* g, from f */
+  rec_frame(&b, 4, 2, 0x404000);             /* h, from f */
+  rec_alloc(&b, 1, 0x1000, 10, 3, 1);
+  rec_alloc(&b, 2, 0x2000, 20, 6, 1);        /* 6: said after: late */
+  rec_frame(&b, 3, 1, 0x409000);             /* said again: the first stays */
+  rec_frame(&b, 6, 5, 0x406000);             /* parent 5 never said */
+  rec_alloc(&b, 3, 0x3000, 30, 4, 1);
+  char err[512];
+  report_trace *t = report_trace_open_mem(b.p, b.len, "frames.trace", err, sizeof err);
+  assert_non_null(t);
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  assert_false(m->damaged);
+  assert_int_equal(m->allocs, 3);
+  assert_int_equal(m->late_stacks, 1);
+  const report_trace_stack *g = report_trace_model_stack(m, 3);
+  assert_non_null(g);
+  assert_int_equal(g->id, 3);
+  assert_int_equal(g->n, 3);
+  assert_int_equal(g->frames[0], 0x403000);
+  assert_int_equal(g->frames[1], 0x402000);
+  assert_int_equal(g->frames[2], 0x401000);
+  assert_int_equal(g->offset, off3);
+  const report_trace_stack *h = report_trace_model_stack(m, 4);
+  assert_non_null(h);
+  assert_int_equal(h->n, 3);
+  assert_int_equal(h->frames[0], 0x404000);
+  assert_int_equal(h->frames[2], 0x401000);
+  assert_ptr_equal(report_trace_model_stack(m, 3), g);   /* put together once */
+  assert_int_equal(g->frames[0], 0x403000);              /* and still there */
+  const report_trace_stack *lone = report_trace_model_stack(m, 6);
+  assert_non_null(lone);
+  assert_int_equal(lone->n, 1);
+  assert_int_equal(lone->frames[0], 0x406000);
+  assert_int_equal(report_trace_model_stack(m, 1)->n, 1);
+  assert_null(report_trace_model_stack(m, 5));
+  assert_null(report_trace_model_stack(m, 7));
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+}
+
 int main(int argc, char **argv) {
   snprintf(g_self, sizeof g_self, "%s", argv[0]);
   ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
@@ -947,6 +1022,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_packed_events),
     cmocka_unit_test(test_unknown_types_skipped),
     cmocka_unit_test(test_model_replay),
+    cmocka_unit_test(test_model_frames),
   };
   return cmocka_run_group_tests(tests, make_clean_trace, remove_clean_trace);
 }

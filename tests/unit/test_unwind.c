@@ -101,12 +101,12 @@ static void test_wild_frame_pointer(void **state) {
   T = ta_tag_get("unwind");
   void *p = call_with_wild_rbp();
   assert_non_null(p);
-  const uintptr_t *frames;
+  uintptr_t frames[TA_MAX_DEPTH];
   ta_block b;
   assert_true(_ta_block_get((uintptr_t)p, &b));
   /* the walk stops at the wild frame: unwind_alloc_one, then at most the
    * frame the asm sits in */
-  size_t n = ta_stack_frames(b.stack, &frames);
+  size_t n = ta_stack_frames(b.stack, frames, TA_MAX_DEPTH);
   assert_true(n >= 1 && n <= 2);
   ta_free(p);
 }
@@ -147,8 +147,8 @@ static int child_fast_stack_rbp(void) {
   void *p = call_with_stack_rbp();
   ta_block b;
   if (p == NULL || !_ta_block_get((uintptr_t)p, &b)) return 2;
-  const uintptr_t *frames;
-  size_t n = ta_stack_frames(b.stack, &frames);
+  uintptr_t frames[TA_MAX_DEPTH];
+  size_t n = ta_stack_frames(b.stack, frames, TA_MAX_DEPTH);
   size_t on_stack = 0;
   for (size_t i = 0; i < n; i++)
     if (frames[i] == fake_record[1]) on_stack++;
@@ -241,8 +241,8 @@ NOIPA static void outer(void (*via)(memo_probe *), memo_probe *p) {
 /* The memo's stack is the fresh walk's, but for frame #0 (another call site
  * in leaf); -1 where not, else the number of frames. */
 static int probe_check(const memo_probe *p) {
-  const uintptr_t *frames;
-  size_t n = ta_stack_frames(p->id, &frames);
+  uintptr_t frames[TA_MAX_DEPTH];
+  size_t n = ta_stack_frames(p->id, frames, TA_MAX_DEPTH);
   if (n < 4 || n != p->fresh_n || (n == TA_MAX_DEPTH) != false) return -1;
   for (size_t i = 1; i < n; i++)
     if (frames[i] != p->fresh[i]) return -1;
