@@ -88,17 +88,21 @@ enum {                                            /* ta_block.flags */
   TA_F_ARENA = 4,   /* lives in an arena chunk: not freeable, dies at reset */
 };
 
+/* 32 bytes: two records a cache line, none across two lines (the table's
+ * slots are 32-byte aligned).  A size fits 48 bits (no allocation is
+ * larger than the 47-bit address space) and the sequence 56 bits (2^56
+ * events). */
 typedef struct {
-  uintptr_t addr;         /* 0: an empty slot */
-  uint64_t  size;         /* bytes asked for */
-  uint64_t  seq;          /* birth: the ledger's event sequence number */
-  uint32_t  stack;        /* allocation stack */
-  uint32_t  free_stack;   /* while quarantined */
-  uint32_t  thread;
-  uint16_t  tag;
-  uint8_t   state;
-  uint8_t   flags;
+  uintptr_t addr;          /* 0: an empty slot */
+  uint64_t  size : 48;     /* bytes asked for */
+  uint64_t  tag : 16;
+  uint64_t  seq : 56;      /* birth: the ledger's event sequence number */
+  uint64_t  state : 4;
+  uint64_t  flags : 4;
+  uint32_t  stack;         /* allocation stack */
+  uint32_t  free_stack;    /* while quarantined */
 } ta_block;
+_Static_assert(sizeof(ta_block) == 32, "a block's record is 32 bytes");
 
 /* Per-thread counters, one row per tag (row 0: all tags).  Each thread
  * writes only its own rows (relaxed atomics, so others may read them). */

@@ -6,7 +6,7 @@
  * its own spin lock, so threads freeing and allocating different blocks
  * rarely meet.  A block's record:
  *
- *   addr | size | seq (birth) | stack | free_stack | thread | tag | state | flags
+ *   addr | size, tag | seq (birth), state, flags | stack | free_stack   (32 bytes)
  *
  * A freed block leaves the table for its thread's quarantine (a FIFO
  * ring, its share of TAGALLOC_QUARANTINE bytes), its first
@@ -349,16 +349,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   shard_lock_if(s, solo);
   ta_block *b = slot_find(s, a);
   if (b == NULL) b = slot_insert(s, a);
-  if (b) {
-    b->size = size;
-    b->seq = seq;
-    b->stack = stack;
-    b->free_stack = 0;
-    b->thread = t->id;
-    b->tag = (uint16_t)tag;
-    b->state = TA_LIVE;
-    b->flags = 0;
-  }
+  if (b) *b = (ta_block){ .addr = a, .size = size, .tag = tag, .seq = seq, .state = TA_LIVE, .stack = stack };
   shard_unlock_if(s, solo);
   if (TA_UNLIKELY(b == NULL)) {
     _ta_solo_leave(t, solo);
@@ -866,8 +857,8 @@ void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uin
   }
   if (b == NULL) b = slot_insert(s, a);
   if (b) {
-    *b = (ta_block){ .addr = a, .size = size, .seq = seq, .stack = stack, .thread = t->id,
-                     .tag = (uint16_t)tag, .state = TA_LIVE, .flags = TA_F_ARENA };
+    *b = (ta_block){ .addr = a, .size = size, .tag = tag, .seq = seq, .state = TA_LIVE, .flags = TA_F_ARENA,
+                     .stack = stack };
   }
   shard_unlock(s);
   if (b == NULL) return;
