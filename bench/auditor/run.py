@@ -128,8 +128,16 @@ def workloads(build, quick, tmp):
     ]
     src = "alloc/map.c" if quick else "alloc/ledger.c"
     obj = os.path.join(tmp, "cc1-out.o")
-    real.append(Workload("cc1", ["/usr/bin/gcc", "-O2", "-std=gnu11", "-D_GNU_SOURCE", "-Ialloc", "-Ireports", "-c",
-                                 src, "-o", obj],
+    # gcc compiles a copy of the sources taken now, so that an edit to the
+    # working tree during the run does not change its input (and its
+    # object file, which every run is checked against)
+    snap = os.path.join(tmp, "cc1-src")
+    for d in ("alloc", "reports"):
+        shutil.copytree(os.path.join(ROOT, d), os.path.join(snap, d),
+                        ignore=lambda _, names: [x for x in names if not x.endswith((".c", ".h"))])
+    real.append(Workload("cc1", ["/usr/bin/gcc", "-O2", "-std=gnu11", "-D_GNU_SOURCE",
+                                 "-I" + os.path.join(snap, "alloc"), "-I" + os.path.join(snap, "reports"), "-c",
+                                 os.path.join(snap, src), "-o", obj],
                          "gcc -O2 -c %s (gcc, cc1 and as: 3 processes)" % src, "real", outfile=obj, procs=3,
                          slow=not quick))
     repo = os.path.join(b, "gitrepo")
