@@ -7,11 +7,12 @@
  * of its innermost frame.  A recursive build of a binary tree has a
  * different stack for each of its 2^20 nodes, 20 frames deep, but each
  * differs from its parent's by one or two frames: as whole stacks they were
- * 400 MiB of the depot and of the trace; as nodes they are ~35 bytes each.
+ * 430 MB of the depot and 400 MB of the trace; as nodes they are 3.1M of
+ * 16 bytes (50 MB, and 75 MB of trace) and an index of 64 MB.
  *
  *   index (mmap, open addressing)              nodes (mmap'd 64 MiB chunks)
  *   +------------------------+                 +---------------------------+
- *   | pc | parent | w | id --+---------------->| pc | parent | depth | st  |
+ *   | pc | parent | w | id --+---------------->| pc | parent | depth | w   |
  *   +------------------------+                 | ...                       |
  *
  * The index maps (parent, pc) to a node id; a slot holds the whole key, so
@@ -28,7 +29,8 @@
  * node found for its callers; a thread keeps the path of its last stack,
  * so the frames its new stack shares with that one (usually all but the
  * innermost few: the same main loop, the same caller) cost a compare each,
- * not a lookup.  The innermost frame is always looked up, for its w bit.
+ * not a lookup; and it guesses the node of each other frame (below) before
+ * it looks it up.  The innermost frame's node must also have its w bit.
  *
  * Lookups take no lock.  Inserts take one mutex (a new node is rare next to
  * lookups): look again, write the node, publish its slot with a release
@@ -264,27 +266,29 @@ static uint32_t frame_id(uint32_t parent, uintptr_t pc, size_t depth, bool whole
  * and the node of each prefix; and its guess of the next node it will
  * look up.
  *
- * The guess: the node made right after the last one it found.  A program
- * that repeats a phase (a training step, a tree built again) asks for its
- * stacks in the order it first made them, so the node it needs next is
- * usually the next one in the nodes array: checking that node reads the
- * cache line after the one just read, where a lookup is a cache miss in an
- * index of millions of slots, at random (the tree's 2^20 new stacks per
- * build).  A wrong guess costs a read of a node the thread does not need,
- * so guesses are made while they pay: each right one earns credit, a
- * wrong one costs GUESS_COST, and without credit one lookup in
- * GUESS_RETRY tries again. */
+ * The guess: the node made right after the last one it found, or, when
+ * that one was an older node, right after the last of the run of nodes
+ * before it.  A program that repeats a phase (a training step, a tree
+ * built again) asks for its stacks in the order it first made them, so
+ * the node it needs next is usually the next one in the nodes array:
+ * checking that node reads the cache line after the one just read, where
+ * a lookup is a cache miss in an index of millions of slots, at random
+ * (the tree's 2^20 new stacks per build: 3.7M lookups in its first build,
+ * a handful in each later one).  A wrong guess costs a read of a node the
+ * thread does not need, so guesses are made while they pay: each right
+ * one earns credit, a wrong one costs GUESS_COST, and without credit one
+ * lookup in GUESS_RETRY tries again. */
 #define GUESS_CREDIT_MAX 64
 #define GUESS_COST 8
 #define GUESS_RETRY 32
 
 typedef struct {
   uint32_t  n;
-  uint32_t  last, run;                       /* the last id found; the last one of a run of new ones */
+  uint32_t  last, run;                       /* the last id found; the last of the run it is in or broke */
   int32_t   credit;
   uint32_t  tries;
   uint64_t  lookups;                         /* in the index (for tests) */
-  uint32_t  ids[TA_MAX_DEPTH];                /* with WHOLE where known to be whole stacks */
+  uint32_t  ids[TA_MAX_DEPTH];               /* with WHOLE where known to be whole stacks */
   uintptr_t pcs[TA_MAX_DEPTH];
 } path;
 
@@ -325,6 +329,10 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
     return v & ID_MASK;
   }
   size_t same = p->n < n ? p->n : n;
+  /* four frames a branch: the shared part is most of the stack */
+  while (j + 4 <= same && ((p->pcs[j] ^ pcs[n - 1 - j]) | (p->pcs[j + 1] ^ pcs[n - 2 - j]) |
+                           (p->pcs[j + 2] ^ pcs[n - 3 - j]) | (p->pcs[j + 3] ^ pcs[n - 4 - j])) == 0)
+    j += 4;
   while (j < same && p->pcs[j] == pcs[n - 1 - j]) j++;
   if (j == n) {
     if (p->ids[n - 1] & WHOLE) return p->ids[n - 1] & ID_MASK;
