@@ -1,12 +1,12 @@
 /* trace.c - the trace writer (TAGALLOC_TRACE=path, "%p" becomes the pid).
  *
  * Each thread appends fixed-layout records to its own buffer; a full buffer
- * is written with one write(2) under the file lock, preceded by every stack
- * the depot gained since the last write (FRAME records), so a stack is always
- * in the file before the first event that names it.  At exit every buffer is written,
- * then the findings, then an END record; on SIGSEGV, SIGBUS, SIGABRT and
- * SIGFPE the buffers are written before the signal goes on.  The format is
- * in TRACE.md. */
+ * is written with one write(2) under the file lock, preceded by every node
+ * the stack depot gained since the last write (FRAME records), so a stack
+ * is always in the file before the first event that names it.  At exit
+ * every buffer is written, then the findings, then an END record; on
+ * SIGSEGV, SIGBUS, SIGABRT and SIGFPE the buffers are written before the
+ * signal goes on.  The format is in TRACE.md. */
 #include "internal.h"
 #include "trace_format.h"
 

@@ -674,7 +674,6 @@ static int on_record(const report_trace_rec *r, void *arg) {
   case TR_STACK: {
     tr_stack x;
     memcpy(&x, p, sizeof x);
-    size_t i;
     if (stack_said(m, x.id)) return 0;                      /* said before: keep the first */
     uint64_t *frames = NULL;
     if (x.n) {
@@ -688,7 +687,6 @@ static int on_record(const report_trace_rec *r, void *arg) {
       break;
     }
     *e = (report_trace_stack){ x.id, x.n, frames, r->offset };
-    (void)i;
     if (!map_put(&m->index->stacks, x.id, m->nstacks - 1) || !set_known(b, x.id)) break;
     return 0;
   }

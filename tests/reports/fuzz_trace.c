@@ -1,6 +1,6 @@
 /* fuzz_trace.c - libFuzzer target of the trace reader (reports/trace_read.c):
  * any bytes as a trace: open, every record and its strings, the replayed
- * model (sites, timeline, growth, time anchors).  `make fuzz` runs it for
+ * model (sites, timeline, growth, time anchors, the stacks of live blocks).  `make fuzz` runs it for
  * FUZZ_SECONDS (600) with the corpus of tests/reports/fuzz-corpus/. */
 #include "trace_read.h"
 
@@ -30,7 +30,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < m->nsites; i++) sum += report_trace_model_site(m, m->sites[i].stack) != NULL;
     for (size_t i = 0; i < m->timeline.nbuckets; i++) sum += (size_t)report_trace_model_ns(m, m->timeline.seq[i]);
     sum += (size_t)report_trace_model_ns(m, m->peak_seq);
-    for (size_t i = 0; i < m->nblocks; i++) sum += report_trace_model_block(m, m->blocks[i].addr) != NULL;
+    for (size_t i = 0; i < m->nblocks; i++) {
+      sum += report_trace_model_block(m, m->blocks[i].addr) != NULL;
+      const report_trace_stack *s = report_trace_model_stack(m, m->blocks[i].stack);   /* FRAME chains */
+      for (size_t k = 0; s && k < s->n; k++) sum += (size_t)s->frames[k];
+    }
     for (size_t i = 0; i < m->ntag_names; i++) sum += report_trace_model_tag(m, (uint32_t)i) != NULL;
     report_trace_model_free(m);
   }
