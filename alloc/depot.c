@@ -69,7 +69,6 @@ typedef struct {
 typedef struct {
   uint64_t mask;                             /* slots - 1 */
   uint64_t size;                             /* bytes mapped */
-  uint64_t pad[2];
   slot slots[];
 } stack_index;
 

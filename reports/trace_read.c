@@ -1380,15 +1380,9 @@ const report_trace_stack *report_trace_model_stack(const report_trace_model *m, 
   size_t n = depth < FRAME_CHAIN_MAX ? depth : FRAME_CHAIN_MAX;
   uint64_t *frames = malloc(n * sizeof *frames);
   report_trace_stack *st = malloc(sizeof *st);
-  if (ix->nmade == ix->cap_made) {
-    size_t cap = ix->cap_made ? ix->cap_made * 2 : 64;
-    report_trace_stack **v = realloc(ix->madev, cap * sizeof *v);
-    if (v != NULL) {
-      ix->madev = v;
-      ix->cap_made = cap;
-    }
-  }
-  if (frames == NULL || st == NULL || ix->nmade == ix->cap_made) {
+  report_trace_stack **slot = frames && st ? PUSH(ix->madev, ix->nmade, ix->cap_made) : NULL;
+  if (slot == NULL || !map_put(&ix->made, id, ix->nmade - 1)) {
+    if (slot) ix->nmade--;
     free(frames);
     free(st);
     return NULL;
@@ -1403,12 +1397,7 @@ const report_trace_stack *report_trace_model_stack(const report_trace_model *m, 
     }
   }
   *st = (report_trace_stack){ id, (uint16_t)k, frames, offset };
-  if (!map_put(&ix->made, id, ix->nmade)) {
-    free(frames);
-    free(st);
-    return NULL;
-  }
-  ix->madev[ix->nmade++] = st;
+  *slot = st;
   return st;
 }
 

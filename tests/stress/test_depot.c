@@ -3,10 +3,13 @@
  * A recursive binary tree build where every node is allocated at the bottom
  * of a different call path (left and right children are built from two
  * different call sites): depth 21 gives 2^21 - 1 nodes, each with a stack of
- * its own (`test_depot 21`; make test uses depth 18, 262,143 stacks).  Proves that every distinct stack gets a distinct id, that equal
- * stacks share one, that ids read back the same frames, and that the counts
- * stay exact; and that the trace writer's walk of the depot sees every
- * stack once. */
+ * its own (`test_depot 21`; make test uses depth 18, 262,143 stacks).
+ * Proves that every distinct stack gets a distinct id, that equal stacks
+ * share one, that ids read back the same frames, and that the counts stay
+ * exact; that stacks share their outer frames' nodes, and a thread finds
+ * stacks it asks for again in order without index lookups; and that the
+ * trace writer's walk of the depot sees every node once, after its
+ * parent. */
 #include "harness.h"
 #include "internal.h"
 
