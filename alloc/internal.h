@@ -70,6 +70,9 @@ size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode);
 uint32_t _ta_unwind_id(size_t max, size_t skip, int mode);
 /* Walks of the calling thread that the walk memo answered (tests). */
 size_t _ta_unwind_memo_hits(void);
+/* Walks of the calling thread that took over the outer frames of its last
+ * walk, and the frames they took over (tests). */
+size_t _ta_unwind_taken(size_t *frames);
 /* Forget cached rules in [lo, hi) (a module was unloaded). */
 void   _ta_unwind_forget(uintptr_t lo, uintptr_t hi);
 /* Mark records held now (ledger.c; freed marks leave). */

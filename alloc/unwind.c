@@ -66,7 +66,11 @@
  * The walk memo (_ta_unwind_id, the ledger's entry): each thread keeps its
  * recent walks with every word they read from the stack; a walk that
  * starts where a kept one did and finds all its words unchanged takes the
- * kept stack id without walking (see "the walk memo" below).
+ * kept stack id without walking (see "the walk memo" below).  A walk it
+ * does not answer walks until it stands where the thread's last walk
+ * stood (the same return address at the same stack address), and takes
+ * the rest of its frames over when every word the last walk read from
+ * there on is unchanged (walk_exact).
  *
  * Fast mode walks the frame-pointer chain ([fp] = caller's fp, [fp + 8] =
  * return address), stopping when fp leaves the stack, does not grow, or is
@@ -174,6 +178,34 @@ static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek_log(walk_
   }
   return v;
 }
+
+/* A thread's last exact walk, kept so that the next one can take over its
+ * outer frames (see walk_exact): for each step (one turn of the walk,
+ * innermost first) the state it started from (pc, sp, the rbp it was
+ * given), what it did with rbp, and where its reads begin in rd: the
+ * words the walk read that decide it, in order (each return address, and
+ * a restored rbp where a later step uses it: logged at that use, as for
+ * the walk memo).  Two of them: the walk being made and the last one. */
+#define STEPS_MAX (TA_MAX_DEPTH + 8)
+#define PREFETCH_TAKE 4      /* rules prefetched for a walk that may take over */
+
+enum { END_MAX, END_STOP };  /* stopped at max frames (before its last step's rule); any other end */
+
+enum {
+  ST_RBP_BASE = 1,           /* the step's CFA is rbp + k: it uses the rbp it was given */
+  ST_BP_SET   = 2,           /* it restored rbp from a word, or made it undefined */
+};
+
+typedef struct {
+  uint32_t  n, nrd, end, gen;        /* steps (0: none kept), reads, how it ended, rules_gen */
+  bool      first_bp;                /* the walk used the rbp it started with */
+  uint32_t  took;                    /* frames it took over from the last walk */
+  uintptr_t sp[STEPS_MAX], pc[STEPS_MAX], bp[STEPS_MAX];
+  uint8_t   flags[STEPS_MAX];
+  uint16_t  rd_left[STEPS_MAX];      /* reads from the step's first one to the end (while the
+                                        walk is made: the index of its first read) */
+  walk_read rd[2 * STEPS_MAX];
+} walk_steps;
 
 /* ---- libunwind fallback ------------------------------------------------- */
 
@@ -607,13 +639,111 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
   return rule;
 }
 
+/* Does the last walk from its step m on use the rbp step m was given
+ * (before a step sets it)? */
+static inline bool steps_need_bp(const walk_steps *prev, size_t m)
+{
+  for (size_t j = m; j < prev->n; j++) {
+    if (prev->flags[j] & ST_RBP_BASE)
+      return true;
+    if (prev->flags[j] & ST_BP_SET)
+      return false;
+  }
+  return false;
+}
+
+/* The walk being made (rec), at its step k, stands where the last walk
+ * (prev) stood at its step m: same pc and sp, and the same rbp if the last
+ * walk went on to use it.  Takes over prev's steps from m on if every word
+ * prev read from there on is still there (walking on would repeat them)
+ * and they hold enough frames; returns the walk's frame count, or
+ * SIZE_MAX with *fail at the first read that changed (SIZE_MAX: none).
+ * (A restored rbp that step m was given is among prev's reads from m on,
+ * though read by a step inside m: its word in this walk's frames is
+ * still checked, as a word of this walk's too.) */
+static inline __attribute__((always_inline)) TA_NO_ASAN
+size_t take_over(walk_steps *rec, const walk_steps *prev, size_t m, uintptr_t *pcs, size_t n,
+                 size_t max, size_t skip, size_t k, size_t *fail)
+{
+  size_t pn = prev->n, lost = skip > k ? skip - k : 0;
+  *fail = SIZE_MAX;
+  if (lost >= pn - m || k + (pn - m) > STEPS_MAX)
+    return SIZE_MAX;
+  size_t outs = pn - m - lost;       /* frames prev's steps give this walk */
+  if (prev->end == END_MAX && outs < max - n)
+    return SIZE_MAX;                 /* prev stopped short of this walk's max */
+  size_t r0 = prev->nrd - prev->rd_left[m];
+  for (size_t r = r0; r < prev->nrd; r++)
+    if (peek(prev->rd[r].addr) != prev->rd[r].val) {
+      *fail = r;
+      return SIZE_MAX;
+    }
+  size_t take = outs < max - n ? outs : max - n;
+  memcpy(&pcs[n], &prev->pc[m + lost], take * sizeof *pcs);
+  n += take;
+  /* rec: its own k steps, then prev's from m on, with their reads; cut
+   * after the step of the frame at max (it stops before its rule) */
+  size_t steps = lost + take, cut = prev->nrd, base = rec->nrd;
+  memcpy(&rec->sp[k], &prev->sp[m], steps * sizeof *rec->sp);
+  memcpy(&rec->pc[k], &prev->pc[m], steps * sizeof *rec->pc);
+  memcpy(&rec->bp[k], &prev->bp[m], steps * sizeof *rec->bp);
+  memcpy(&rec->flags[k], &prev->flags[m], steps * sizeof *rec->flags);
+  memcpy(&rec->rd_left[k], &prev->rd_left[m], steps * sizeof *rec->rd_left);
+  rec->end = prev->end;
+  if (steps < pn - m) {
+    rec->end = END_MAX;
+    rec->flags[k + steps - 1] = 0;
+    cut = prev->nrd - prev->rd_left[m + steps - 1];
+    for (size_t j = k; j < k + steps; j++)
+      rec->rd_left[j] = (uint16_t)(rec->rd_left[j] - (prev->nrd - cut));
+  }
+  memcpy(&rec->rd[base], &prev->rd[r0], (cut - r0) * sizeof *rec->rd);
+  rec->nrd = (uint32_t)(base + cut - r0);
+  for (size_t j = 0; j < k; j++)     /* its own steps: first read to reads left */
+    rec->rd_left[j] = (uint16_t)(rec->nrd - rec->rd_left[j]);
+  rec->n = (uint32_t)(k + steps);
+  rec->took = (uint32_t)take;
+  return n;
+}
+
+/* Logs a read into rec (the walk being made). */
+static inline __attribute__((always_inline)) void steps_read(walk_steps *rec, uintptr_t a, uintptr_t v)
+{
+  if (rec->nrd < 2 * STEPS_MAX)
+    rec->rd[rec->nrd] = (walk_read){ a, v };
+  rec->nrd++;
+}
+
 /* pc, sp, bp: the state of _ta_unwind's caller after the call returned.
- * Returns SIZE_MAX when libunwind must do the walk. */
+ * Returns SIZE_MAX when libunwind must do the walk.
+ *
+ * rec: where the walk's steps go (NULL: nowhere; rec->n is 0 when they
+ * are not all kept); prev: the thread's last walk (NULL: none).  Two walks
+ * of one thread share their outer frames most of the time (a malloc and
+ * the free that follows in the same caller, the nodes of a recursion, a
+ * compiler's passes under one driver), and there the outer frames are the
+ * same activations, at the same stack addresses.  So when this walk comes
+ * to the state (pc, sp, and rbp where it is used) of a step of the last
+ * walk, and every word the last walk read from there on is still there,
+ * walking on would repeat the last walk step by step: it takes those
+ * frames over, one compare per word, where a step is a rule lookup (a
+ * cache miss where the program's code is large) and a chain of dependent
+ * loads.  A word that changed is where the two walks part: the walk goes
+ * on, and may take over from a step further out, whose reads all come
+ * after that word. */
 static inline __attribute__((always_inline)) TA_NO_ASAN
 size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr_t sp,
-                  uintptr_t bp, uintptr_t hi, walk_log *log)
+                  uintptr_t bp, uintptr_t hi, walk_steps *rec, const walk_steps *prev)
 {
-  size_t n = 0, k = 0;
+  size_t n = 0, k = 0, q = 0, min_rd = 0;   /* prev's reads before min_rd: one of them changed */
+  if (rec) {
+    rec->n = 0;
+    rec->nrd = 0;
+    rec->first_bp = false;
+    rec->took = 0;
+  }
+  if (prev && prev->n == 0)
+    prev = NULL;
   /* Where bp came from, for the log: a restored rbp is logged only when a
    * later step uses it (CFA = rbp + k).  Code without frame pointers saves
    * rbp as any callee-saved register, so what the walk restores is most
@@ -621,11 +751,53 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
    * different value there made the next walk from the same place a miss. */
   enum { BP_FIRST, BP_PENDING, BP_DONE } bp_src = BP_FIRST;
   uintptr_t bp_addr = 0;
+  int end = END_STOP;
   for (;;) {
+    if (prev) {
+      while (q < prev->n && prev->sp[q] < sp)
+        q++;
+      if (q == prev->n)
+        prev = NULL;
+      else if (prev->sp[q] == sp && prev->pc[q] == pc && prev->nrd - prev->rd_left[q] >= min_rd) {
+        bool need = steps_need_bp(prev, q);
+        if (need && prev->bp[q] != bp)
+          goto walk_on;
+        /* the steps taken over use the rbp this walk restored: its word
+         * is one this walk's own steps read */
+        if (need && bp_src == BP_PENDING) {
+          steps_read(rec, bp_addr, bp);
+          bp_src = BP_DONE;
+        } else if (need && bp_src == BP_FIRST) {
+          rec->first_bp = true;
+        }
+        size_t fail, r = take_over(rec, prev, q, pcs, n, max, skip, k, &fail);
+        if (r != SIZE_MAX)
+          return r;
+        if (fail == SIZE_MAX)
+          prev = NULL;               /* not enough of it: walk on alone */
+        else
+          min_rd = fail + 1;
+      }
+    }
+  walk_on:
+    if (rec) {
+      if (k < STEPS_MAX) {
+        rec->sp[k] = sp;
+        rec->pc[k] = pc;
+        rec->bp[k] = bp;
+        rec->flags[k] = 0;
+        rec->rd_left[k] = (uint16_t)(rec->nrd < 2 * STEPS_MAX ? rec->nrd : 2 * STEPS_MAX);
+      } else {
+        rec = NULL;
+        prev = NULL;
+      }
+    }
     if (k++ >= skip) {
       pcs[n++] = pc;
-      if (n == max)
+      if (n == max) {
+        end = END_MAX;
         break;
+      }
     }
     intptr_t off;
     uint32_t flags = cache_get(pc, &off);
@@ -648,15 +820,14 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
     else {
       cfa = bp;
       __asm__("" : "+r"(cfa));
-      if (log && bp_src != BP_DONE) {
-        if (bp_src == BP_FIRST)
-          log->needbp = true;
-        else if (log->n < LOG_READS)
-          log->rd[log->n++] = (walk_read){ bp_addr, bp };
-        else
-          log->n++;
-        bp_src = BP_DONE;
+      if (rec) {
+        rec->flags[k - 1] = ST_RBP_BASE;
+        if (bp_src == BP_PENDING)
+          steps_read(rec, bp_addr, bp);
+        else if (bp_src == BP_FIRST)
+          rec->first_bp = true;
       }
+      bp_src = BP_DONE;
     }
     cfa += (uintptr_t)(intptr_t)off;
     /* [cfa - 8, cfa) holds the RA: need sp < cfa <= hi (sp >= lo already) */
@@ -666,23 +837,36 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
     case RBP_SAVED: {
       uintptr_t a = cfa + (uintptr_t)(intptr_t)flags_rbp_off(flags);
       if (a < sp || a > hi - 8 || (a & 7) != 0)   /* a == sp: push rbp; call */
-        return n;
+        goto stop;
       bp = peek(a);
       bp_addr = a;
       bp_src = BP_PENDING;
+      if (rec)
+        rec->flags[k - 1] |= ST_BP_SET;
       break;
     }
     case RBP_UNDEF:
       bp = 0;
       bp_src = BP_DONE;
+      if (rec)
+        rec->flags[k - 1] |= ST_BP_SET;
       break;
     default:
       break;
     }
-    pc = peek_log(log, cfa - 8);
+    pc = peek(cfa - 8);
+    if (rec)
+      steps_read(rec, cfa - 8, pc);
     sp = cfa;
     if (pc == 0)
       break;
+  }
+stop:
+  if (rec) {
+    rec->n = rec->nrd <= 2 * STEPS_MAX ? (uint32_t)k : 0;
+    rec->end = (uint32_t)end;
+    for (size_t j = 0; j < rec->n; j++)  /* first read to reads left */
+      rec->rd_left[j] = (uint16_t)(rec->nrd - rec->rd_left[j]);
   }
   return n;
 }
@@ -744,8 +928,12 @@ void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
  * libunwind does the walk). */
 static inline __attribute__((always_inline)) TA_NO_ASAN
 size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t ra0,
-                   uintptr_t fp, walk_log *log)
+                   uintptr_t fp, walk_log *log, walk_steps *rec, const walk_steps *prev)
 {
+  if (rec) {                      /* kept only by an exact walk that ends */
+    rec->n = 0;
+    rec->took = 0;
+  }
 #if defined(__x86_64__) || defined(__aarch64__)
   uintptr_t lo, hi;
   stack_bounds(&lo, &hi);
@@ -760,10 +948,21 @@ size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t 
   }
 # if defined(__x86_64__)
   if (on_stack) {
-    prefetch_rules(fp, hi, skip + max);
-    size_t n = walk_exact(pcs, max, skip, ra0, fp + 16, peek(fp), hi, log);
-    if (TA_LIKELY(n != SIZE_MAX))
+    /* a walk that may take over the last one's frames walks its first few */
+    prefetch_rules(fp, hi, prev && prev->n ? PREFETCH_TAKE : skip + max);
+    size_t n = walk_exact(pcs, max, skip, ra0, fp + 16, peek(fp), hi, rec, rec ? prev : NULL);
+    if (TA_LIKELY(n != SIZE_MAX)) {
+      if (log) {                  /* the memo keeps the walk: its reads */
+        if (rec && rec->n && rec->nrd <= LOG_READS) {
+          memcpy(log->rd, rec->rd, rec->nrd * sizeof *rec->rd);
+          log->n = rec->nrd;
+          log->needbp = rec->first_bp;
+        } else {
+          log->n = LOG_NONE;
+        }
+      }
       return n;
+    }
   }
 # endif
 #else
@@ -775,6 +974,8 @@ size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t 
 #endif
   if (log)
     log->n = LOG_NONE;
+  if (rec)
+    rec->n = 0;                   /* libunwind after a COMPLEX rule: the steps are not whole */
   return unwind_libunwind(pcs, max, skip, ra0);
 }
 
@@ -784,7 +985,7 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
     return 0;
   uintptr_t ra0 = (uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0));
   uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
-  return unwind_from(pcs, max, skip, mode, ra0, fp, NULL);
+  return unwind_from(pcs, max, skip, mode, ra0, fp, NULL, NULL, NULL);
 }
 
 /* ---- the walk memo ------------------------------------------------------- */
@@ -804,10 +1005,14 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * walk differs in a word, most often one of the first ones read (its
  * caller), and is made and kept in place of its set's other walk.
  *
- * (Taking only the outer frames of a kept walk, from the first frame where
- * the new walk stands where the kept one stood, was tried: in cc1, where
- * nine walks in ten are new, checking and copying the kept frames cost more
- * instructions and cache misses than the rule lookups they saved.) */
+ * A walk the memo does not answer takes over the outer frames of the
+ * thread's last walk where it can (walk_exact), and leaves its own steps
+ * and reads for the next one; a walk the memo keeps takes its reads from
+ * there.  (Taking over the frames of a kept walk, found by its stack
+ * pointer, was tried: in cc1, where nine walks in ten are new, checking
+ * and copying the kept frames cost more instructions and cache misses than
+ * the rule lookups they saved.  The last walk is the one that shares the
+ * most: cc1's walks take over 16 of their 20 frames from it.) */
 #define MEMO_SLOTS 32
 
 typedef struct {
@@ -826,8 +1031,11 @@ typedef struct {
 struct ta_walk_memo {
   uint32_t   credit, tick;
   size_t     hits;
+  size_t     taken, taken_frames;       /* take-overs of the last walk's frames */
   uint8_t    mru[MEMO_SLOTS / 2];       /* the way of each set used last */
   walk_entry e[MEMO_SLOTS];            /* sets of two ways */
+  uint32_t   last;                      /* steps[last]: the last walk */
+  walk_steps steps[2];
 };
 
 /* Two ways per stack pointer: a program that calls malloc from two call
@@ -859,7 +1067,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
   uintptr_t pcs[TA_MAX_DEPTH];
   ta_thread *t = _ta_self;
   if (t == NULL || t->walk_memo_busy || skip > UINT16_MAX)   /* busy: a signal handler nested in a walk */
-    return _ta_depot_put(pcs, unwind_from(pcs, max, skip, mode, ra0, fp, NULL));
+    return _ta_depot_put(pcs, unwind_from(pcs, max, skip, mode, ra0, fp, NULL, NULL, NULL));
   t->walk_memo_busy = 1;
   atomic_signal_fence(memory_order_seq_cst);
   if (TA_UNLIKELY(t->walk_memo == NULL)) {
@@ -869,7 +1077,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
   }
   uint32_t id;
   if (TA_UNLIKELY(t->walk_memo == NULL)) {
-    id = _ta_depot_put(pcs, unwind_from(pcs, max, skip, mode, ra0, fp, NULL));
+    id = _ta_depot_put(pcs, unwind_from(pcs, max, skip, mode, ra0, fp, NULL, NULL, NULL));
   } else {
     uintptr_t sp0 = fp + 2 * sizeof(uintptr_t), bp0 = peek(fp);
     uint32_t gen = atomic_load_explicit(&rules_gen, memory_order_acquire);
@@ -902,11 +1110,23 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
       size_t n;
       walk_log log = { 0, false, e->rd };
+      /* Each walk is left for the next one to take over (steps); the
+       * walk's reads, its own and those taken over, are what the memo
+       * keeps. */
+      walk_steps *prev = &m->steps[m->last], *rec = &m->steps[m->last ^ 1];
+      if (prev->gen != gen)
+        prev = NULL;
       if (keep) {
         e->id = 0;                /* the new walk goes straight into the slot */
-        n = unwind_from(pcs, max, skip, mode, ra0, fp, &log);
+        n = unwind_from(pcs, max, skip, mode, ra0, fp, &log, rec, prev);
       } else {
-        n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL);
+        n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL, rec, prev);
+      }
+      rec->gen = gen;
+      m->last ^= 1;
+      if (rec->took) {
+        m->taken++;
+        m->taken_frames += rec->took;
       }
       id = _ta_depot_put(pcs, n);
       if (keep && id != 0 && log.n <= LOG_READS) {
@@ -927,6 +1147,13 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
   atomic_signal_fence(memory_order_seq_cst);
   t->walk_memo_busy = 0;
   return id;
+}
+
+size_t _ta_unwind_taken(size_t *frames)
+{
+  ta_thread *t = _ta_self;
+  *frames = t && t->walk_memo ? t->walk_memo->taken_frames : 0;
+  return t && t->walk_memo ? t->walk_memo->taken : 0;
 }
 
 size_t _ta_unwind_memo_hits(void)

@@ -189,7 +189,7 @@ typedef struct {
 NOIPA static void leaf(memo_probe *p) {
   p->id = ta_stack_here();                    /* frame #0: this call site in leaf */
   KEEP();
-  p->fresh_n = _ta_unwind(p->fresh, TA_MAX_DEPTH, 0, (int)_ta_opt.unwind);   /* no memo */
+  p->fresh_n = _ta_unwind(p->fresh, (size_t)_ta_opt.depth, 0, (int)_ta_opt.unwind);   /* no memo */
   KEEP();
 }
 
@@ -322,10 +322,147 @@ static void test_memo_fast(void **state) {
   fast_child_says("memo-fast", "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=-\n");
 }
 
+/* ---- taking over the last walk's frames ---------------------------------- */
+
+/* A recursion that goes down one of two call sites at each level (as a
+ * binary tree is built), with frame pointers (climb) or without one and
+ * data of its own in rbp (climb_data, every third level), to `depth`
+ * levels, where leaf takes the stack's id and a fresh walk.  Consecutive
+ * walks share the outer frames down to where their paths part. */
+static uintptr_t climb_rbp;
+static volatile int climb_sink;              /* two call sites, two return addresses */
+
+NOIPA static void climb(int depth, unsigned path, memo_probe *p);
+
+__attribute__((noipa, optimize("omit-frame-pointer"))) static void climb_data(int depth, unsigned path,
+                                                                           memo_probe *p) {
+  register uintptr_t r __asm__("rbp") = climb_rbp + (uintptr_t)depth;
+  __asm__ volatile("" : "+r"(r));
+  climb(depth, path, p);
+  __asm__ volatile("" : : "r"(r));
+}
+
+NOIPA static void climb(int depth, unsigned path, memo_probe *p) {
+  volatile int pad = depth;
+  unsigned bit = depth > 0 ? (path >> (depth - 1)) & 1 : 0;   /* the top level takes the high bit */
+  if (depth == 0) {
+    leaf(p);
+  } else if (depth % 3 == 0 && bit) {
+    climb_data(depth - 1, path, p);
+  } else if (bit) {
+    climb(depth - 1, path, p);                /* call site 1 */
+    climb_sink = 1;
+  } else {
+    climb(depth - 1, path, p);                /* call site 2 */
+    climb_sink = 2;
+  }
+  KEEP();
+  (void)pad;
+}
+
+/* The id's stack is the fresh walk's (frame #0 aside) for every path of
+ * 64 in turn at depth 6, then at depths going 2, 9, 4, 12, 1, 7 ... (a
+ * walk much shallower or deeper than the last); rbp's data changes every
+ * walk.  "bad=0": every stack is right.  "took=100": every walk takes
+ * frames over from the one before (none is a path met again, which the
+ * memo would answer): the first of each loop the 2 frames of the thread's
+ * start, "deep=98" the others at least 4 (take_thread's and a climb frame
+ * at least). */
+static void take_one(int depth, unsigned path, memo_probe *p, size_t *stats) {
+  size_t f0, t0 = _ta_unwind_taken(&f0);
+  climb(depth, path, p);
+  size_t f1, t1 = _ta_unwind_taken(&f1);
+  if (probe_check(p) < 0) stats[0]++;
+  if (t1 - t0 == 1) stats[1]++;
+  if (t1 - t0 == 1 && f1 - f0 >= 4) stats[2]++;
+}
+
+/* Through a call site that calls a function pointer: a walk from leaf,
+ * and one from leaf two calls deeper, stand at y_call's step alike. */
+NOIPA static void y_call(void (*fn)(memo_probe *), memo_probe *p) {
+  fn(p);
+  KEEP();
+}
+
+NOIPA static void chain2(memo_probe *p) {
+  leaf(p);
+  KEEP();
+}
+
+NOIPA static void chain1(memo_probe *p) {
+  chain2(p);
+  KEEP();
+}
+
+static void *take_thread(void *arg) {
+  char *out = arg;
+  memo_probe p;
+  size_t stats[3] = { 0, 0, 0 }, walks = 0;
+  ta_free(ta_alloc(T, 8));                    /* the thread's ledger state */
+  for (unsigned path = 0; path < 64; path++, walks++) {
+    climb_rbp = 0x7a110000u + path * 0x100u;
+    take_one(6, path, &p, stats);
+  }
+  static const int depths[] = { 2, 9, 4, 12, 1, 7, 3, 11, 0, 10, 5, 8 };
+  for (unsigned i = 0; i < 3 * sizeof depths / sizeof *depths; i++, walks++) {
+    climb_rbp = 0x5eed0000u + i * 0x10u;
+    take_one(depths[i % (sizeof depths / sizeof *depths)], i * 37u, &p, stats);
+  }
+  /* Cut at 5 frames, the deeper walk stops at y_call's caller: the
+   * shallower one after it finds too few of its frames there, and walks
+   * on; the deeper one after that takes over 2 of the shallower one's
+   * frames, and its walk stops inside them. */
+  for (int i = 0; i < 6; i++, walks++) {
+    y_call(i % 2 ? leaf : chain1, &p);
+    if (probe_check(&p) < 0) stats[0]++;
+  }
+  if (_ta_opt.depth < 32)
+    snprintf(out, 128, "bad=%zu walks=%zu", stats[0], walks);
+  else
+    snprintf(out, 128, "bad=%zu walks=%zu took=%zu deep=%zu", stats[0], walks, stats[1], stats[2]);
+  return NULL;
+}
+
+static void take_run(char *out) {
+  T = ta_tag_get("unwind");
+  pthread_t th;
+  if (pthread_create(&th, NULL, take_thread, out) != 0) { snprintf(out, 128, "no thread"); return; }
+  pthread_join(th, NULL);
+}
+
+/* Stacks cut at 5 frames: a walk takes over frames up to its max, inside
+ * the last walk's, or not at all where the last walk stopped short of
+ * them; every stack is still the fresh walk's. */
+static int child_take_short(void) {
+  char out[128];
+  take_run(out);
+  printf("%s\n", out);
+  return 0;
+}
+
+static void test_take_over_short(void **state) {
+  (void)state;
+  const char *env[] = { "TAGALLOC_DEPTH=5", NULL };
+  child_result r;
+  child_exec("take-short", env, &r);
+  assert_true(WIFEXITED(r.status));
+  assert_int_equal(WEXITSTATUS(r.status), 0);
+  assert_string_equal(r.out, "bad=0 walks=106\n");
+  child_result_free(&r);
+}
+
+static void test_take_over(void **state) {
+  (void)state;
+  char out[128];
+  take_run(out);
+  assert_string_equal(out, "bad=0 walks=106 took=100 deep=98");
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) {
     if (strcmp(argv[2], "fast-stack-rbp") == 0) return child_fast_stack_rbp();
     if (strcmp(argv[2], "memo-fast") == 0) return child_memo_fast();
+    if (strcmp(argv[2], "take-short") == 0) return child_take_short();
     return 2;
   }
   setenv("TAGALLOC_UNWIND", "exact", 1);
@@ -336,6 +473,8 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_fast_stops_at_stack_address),
     cmocka_unit_test(test_memo_exact),
     cmocka_unit_test(test_memo_fast),
+    cmocka_unit_test(test_take_over),
+    cmocka_unit_test(test_take_over_short),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
