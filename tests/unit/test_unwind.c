@@ -11,7 +11,11 @@
  * And the walk memo (a walk that finds every word of a kept walk unchanged
  * takes its stack id) answers a repeated call path, and never a call path
  * that differs only in an outer frame: the stacks it gives are the ones a
- * fresh walk gives, in exact and in fast mode. */
+ * fresh walk gives, in exact and in fast mode.
+ * And a walk that takes over the outer frames of the thread's last walk
+ * gives the fresh walk's stack: down a recursion path by path, at depths
+ * that jump, through frames without a frame pointer, and with stacks cut
+ * short (TAGALLOC_DEPTH=5), where the last walk may hold too few frames. */
 #include "harness.h"
 #include "child.h"
 #include "support.h"
@@ -157,9 +161,9 @@ static int child_fast_stack_rbp(void) {
   return 0;
 }
 
-/* Runs `--child name` with fast stacks: it exits 0 and prints want. */
-static void fast_child_says(const char *name, const char *want) {
-  const char *env[] = { "TAGALLOC_UNWIND=fast", NULL };
+/* Runs `--child name` with env (one VAR=value): it exits 0 and prints want. */
+static void child_says(const char *name, const char *setting, const char *want) {
+  const char *env[] = { setting, NULL };
   child_result r;
   child_exec(name, env, &r);
   assert_true(WIFEXITED(r.status));
@@ -171,7 +175,7 @@ static void fast_child_says(const char *name, const char *want) {
 static void test_fast_stops_at_stack_address(void **state) {
   (void)state;
   /* unwind_alloc_one, then the asm's call site; not the stack address */
-  fast_child_says("fast-stack-rbp", "frames=2 on_stack=0\n");
+  child_says("fast-stack-rbp", "TAGALLOC_UNWIND=fast", "frames=2 on_stack=0\n");
 }
 
 /* ---- the walk memo ----------------------------------------------------- */
@@ -296,12 +300,15 @@ static void *memo_thread(void *arg) {
   return NULL;
 }
 
-static void memo_run(char *out) {
+/* fn(out) in a thread of its own: a walk memo and a last walk of its own. */
+static void thread_run(void *(*fn)(void *), char *out) {
   T = ta_tag_get("unwind");
   pthread_t th;
-  if (pthread_create(&th, NULL, memo_thread, out) != 0) { snprintf(out, 128, "no thread"); return; }
+  if (pthread_create(&th, NULL, fn, out) != 0) { snprintf(out, 128, "no thread"); return; }
   pthread_join(th, NULL);
 }
+
+static void memo_run(char *out) { thread_run(memo_thread, out); }
 
 static void test_memo_exact(void **state) {
   (void)state;
@@ -310,16 +317,17 @@ static void test_memo_exact(void **state) {
   assert_string_equal(out, "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=9");
 }
 
-static int child_memo_fast(void) {
+/* A child that prints what run says. */
+static int child_prints(void (*run)(char *)) {
   char out[128];
-  memo_run(out);
+  run(out);
   printf("%s\n", out);
   return 0;
 }
 
 static void test_memo_fast(void **state) {
   (void)state;
-  fast_child_says("memo-fast", "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=-\n");
+  child_says("memo-fast", "TAGALLOC_UNWIND=fast", "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=-\n");
 }
 
 /* ---- taking over the last walk's frames ---------------------------------- */
@@ -423,32 +431,14 @@ static void *take_thread(void *arg) {
   return NULL;
 }
 
-static void take_run(char *out) {
-  T = ta_tag_get("unwind");
-  pthread_t th;
-  if (pthread_create(&th, NULL, take_thread, out) != 0) { snprintf(out, 128, "no thread"); return; }
-  pthread_join(th, NULL);
-}
+static void take_run(char *out) { thread_run(take_thread, out); }
 
-/* Stacks cut at 5 frames: a walk takes over frames up to its max, inside
- * the last walk's, or not at all where the last walk stopped short of
- * them; every stack is still the fresh walk's. */
-static int child_take_short(void) {
-  char out[128];
-  take_run(out);
-  printf("%s\n", out);
-  return 0;
-}
-
+/* Stacks cut at 5 frames (a child): a walk takes over frames up to its
+ * max, inside the last walk's, or not at all where the last walk stopped
+ * short of them; every stack is still the fresh walk's. */
 static void test_take_over_short(void **state) {
   (void)state;
-  const char *env[] = { "TAGALLOC_DEPTH=5", NULL };
-  child_result r;
-  child_exec("take-short", env, &r);
-  assert_true(WIFEXITED(r.status));
-  assert_int_equal(WEXITSTATUS(r.status), 0);
-  assert_string_equal(r.out, "bad=0 walks=106\n");
-  child_result_free(&r);
+  child_says("take-short", "TAGALLOC_DEPTH=5", "bad=0 walks=106\n");
 }
 
 static void test_take_over(void **state) {
@@ -461,8 +451,8 @@ static void test_take_over(void **state) {
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) {
     if (strcmp(argv[2], "fast-stack-rbp") == 0) return child_fast_stack_rbp();
-    if (strcmp(argv[2], "memo-fast") == 0) return child_memo_fast();
-    if (strcmp(argv[2], "take-short") == 0) return child_take_short();
+    if (strcmp(argv[2], "memo-fast") == 0) return child_prints(memo_run);
+    if (strcmp(argv[2], "take-short") == 0) return child_prints(take_run);
     return 2;
   }
   setenv("TAGALLOC_UNWIND", "exact", 1);
