@@ -182,10 +182,13 @@ static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek_log(walk_
 /* A thread's last exact walk, kept so that the next one can take over its
  * outer frames (see walk_exact): for each step (one turn of the walk,
  * innermost first) the state it started from (pc, sp, the rbp it was
- * given), what it did with rbp, and where its reads begin in rd: the
- * words the walk read that decide it, in order (each return address, and
- * a restored rbp where a later step uses it: logged at that use, as for
- * the walk memo).  Two of them: the walk being made and the last one. */
+ * given), what it did with rbp, and how many of the walk's reads (rd)
+ * are its own or of the steps outside it.  rd: the words the walk read
+ * that decide it, in order (each return address, and a restored rbp
+ * where a later step uses it: logged at that use, as for the walk memo).
+ * Counted from the outer end, a step's reads stay the same when a later
+ * walk takes its steps over behind steps of its own.  Two of them per
+ * thread: the walk being made and the last one. */
 #define STEPS_MAX (TA_MAX_DEPTH + 8)
 #define PREFETCH_TAKE 4      /* rules prefetched for a walk that may take over */
 
@@ -658,9 +661,10 @@ static inline bool steps_need_bp(const walk_steps *prev, size_t m)
  * prev read from there on is still there (walking on would repeat them)
  * and they hold enough frames; returns the walk's frame count, or
  * SIZE_MAX with *fail at the first read that changed (SIZE_MAX: none).
- * (A restored rbp that step m was given is among prev's reads from m on,
- * though read by a step inside m: its word in this walk's frames is
- * still checked, as a word of this walk's too.) */
+ * (A restored rbp that step m was given and a later step used was read
+ * by a step inside m, but is logged among prev's reads from m on, at its
+ * use: that word, now in this walk's own frames, is checked too, which
+ * can only make a take-over fail; the rbp itself is compared before.) */
 static inline __attribute__((always_inline)) TA_NO_ASAN
 size_t take_over(walk_steps *rec, const walk_steps *prev, size_t m, uintptr_t *pcs, size_t n,
                  size_t max, size_t skip, size_t k, size_t *fail)
