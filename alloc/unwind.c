@@ -685,9 +685,16 @@ size_t take_over(walk_steps *rec, const walk_steps *prev, size_t m, uintptr_t *p
   size_t take = outs < max - n ? outs : max - n;
   memcpy(&pcs[n], &prev->pc[m + lost], take * sizeof *pcs);
   n += take;
+  rec->took = (uint32_t)take;
   /* rec: its own k steps, then prev's from m on, with their reads; cut
    * after the step of the frame at max (it stops before its rule) */
   size_t steps = lost + take, cut = prev->nrd, base = rec->nrd;
+  if (steps < pn - m)
+    cut = prev->nrd - prev->rd_left[m + steps - 1];
+  if (base + (cut - r0) > 2 * STEPS_MAX) {
+    rec->n = 0;                      /* too many reads to keep (a walk of ~128 frames) */
+    return n;
+  }
   memcpy(&rec->sp[k], &prev->sp[m], steps * sizeof *rec->sp);
   memcpy(&rec->pc[k], &prev->pc[m], steps * sizeof *rec->pc);
   memcpy(&rec->bp[k], &prev->bp[m], steps * sizeof *rec->bp);
@@ -697,7 +704,6 @@ size_t take_over(walk_steps *rec, const walk_steps *prev, size_t m, uintptr_t *p
   if (steps < pn - m) {
     rec->end = END_MAX;
     rec->flags[k + steps - 1] = 0;
-    cut = prev->nrd - prev->rd_left[m + steps - 1];
     for (size_t j = k; j < k + steps; j++)
       rec->rd_left[j] = (uint16_t)(rec->rd_left[j] - (prev->nrd - cut));
   }
@@ -706,7 +712,6 @@ size_t take_over(walk_steps *rec, const walk_steps *prev, size_t m, uintptr_t *p
   for (size_t j = 0; j < k; j++)     /* its own steps: first read to reads left */
     rec->rd_left[j] = (uint16_t)(rec->nrd - rec->rd_left[j]);
   rec->n = (uint32_t)(k + steps);
-  rec->took = (uint32_t)take;
   return n;
 }
 

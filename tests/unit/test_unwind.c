@@ -14,8 +14,9 @@
  * fresh walk gives, in exact and in fast mode.
  * And a walk that takes over the outer frames of the thread's last walk
  * gives the fresh walk's stack: down a recursion path by path, at depths
- * that jump, through frames without a frame pointer, and with stacks cut
- * short (TAGALLOC_DEPTH=5), where the last walk may hold too few frames. */
+ * that jump, through frames without a frame pointer, with stacks cut
+ * short (TAGALLOC_DEPTH=5), where the last walk may hold too few frames,
+ * and with stacks as deep as they are kept (TA_MAX_DEPTH). */
 #include "harness.h"
 #include "child.h"
 #include "support.h"
@@ -247,7 +248,7 @@ NOIPA static void outer(void (*via)(memo_probe *), memo_probe *p) {
 static int probe_check(const memo_probe *p) {
   uintptr_t frames[TA_MAX_DEPTH];
   size_t n = ta_stack_frames(p->id, frames, TA_MAX_DEPTH);
-  if (n < 4 || n != p->fresh_n || (n == TA_MAX_DEPTH) != false) return -1;
+  if (n < 4 || n != p->fresh_n || (n == TA_MAX_DEPTH && _ta_opt.depth < TA_MAX_DEPTH)) return -1;
   for (size_t i = 1; i < n; i++)
     if (frames[i] != p->fresh[i]) return -1;
   return (int)n;
@@ -424,7 +425,14 @@ static void *take_thread(void *arg) {
     y_call(i % 2 ? leaf : chain1, &p);
     if (probe_check(&p) < 0) stats[0]++;
   }
-  if (_ta_opt.depth < 32)
+  /* As deep as a stack may be kept: walks cut at TA_MAX_DEPTH frames,
+   * whose steps and reads fill the records to the brim. */
+  if (_ta_opt.depth == TA_MAX_DEPTH) {
+    for (int i = 0; i < 8; i++, walks++) {
+      take_one(TA_MAX_DEPTH - 6 + i, (unsigned)i * 0x9e3779b9u, &p, stats);
+    }
+  }
+  if (_ta_opt.depth != 32)
     snprintf(out, 128, "bad=%zu walks=%zu", stats[0], walks);
   else
     snprintf(out, 128, "bad=%zu walks=%zu took=%zu deep=%zu", stats[0], walks, stats[1], stats[2]);
@@ -439,6 +447,14 @@ static void take_run(char *out) { thread_run(take_thread, out); }
 static void test_take_over_short(void **state) {
   (void)state;
   child_says("take-short", "TAGALLOC_DEPTH=5", "bad=0 walks=106\n");
+}
+
+/* And with stacks of up to TA_MAX_DEPTH frames, recursions past it. */
+static void test_take_over_deep(void **state) {
+  (void)state;
+  char want[64];
+  snprintf(want, sizeof want, "TAGALLOC_DEPTH=%d", TA_MAX_DEPTH);
+  child_says("take-short", want, "bad=0 walks=114\n");
 }
 
 static void test_take_over(void **state) {
@@ -465,6 +481,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_memo_fast),
     cmocka_unit_test(test_take_over),
     cmocka_unit_test(test_take_over_short),
+    cmocka_unit_test(test_take_over_deep),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
