@@ -353,7 +353,7 @@ __attribute__((noipa, optimize("omit-frame-pointer"))) static void climb_data(in
 
 NOIPA static void climb(int depth, unsigned path, memo_probe *p) {
   volatile int pad = depth;
-  unsigned bit = depth > 0 ? (path >> (depth - 1)) & 1 : 0;   /* the top level takes the high bit */
+  unsigned bit = depth > 0 ? (path >> ((depth - 1) % 32)) & 1 : 0;   /* the top level: the high bit */
   if (depth == 0) {
     leaf(p);
   } else if (depth % 3 == 0 && bit) {
