@@ -745,11 +745,9 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
                   uintptr_t bp, uintptr_t hi, walk_steps *rec, const walk_steps *prev)
 {
   size_t n = 0, k = 0, q = 0, min_rd = 0;   /* prev's reads before min_rd: one of them changed */
-  if (rec) {
-    rec->n = 0;
+  if (rec) {                         /* its n and took are 0 (unwind_from) */
     rec->nrd = 0;
     rec->first_bp = false;
-    rec->took = 0;
   }
   if (prev && prev->n == 0)
     prev = NULL;
@@ -939,7 +937,7 @@ static inline __attribute__((always_inline)) TA_NO_ASAN
 size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t ra0,
                    uintptr_t fp, walk_log *log, walk_steps *rec, const walk_steps *prev)
 {
-  if (rec) {                      /* kept only by an exact walk that ends */
+  if (rec) {                      /* kept only by an exact walk that ends (walk_exact) */
     rec->n = 0;
     rec->took = 0;
   }
@@ -983,8 +981,6 @@ size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t 
 #endif
   if (log)
     log->n = LOG_NONE;
-  if (rec)
-    rec->n = 0;                   /* libunwind after a COMPLEX rule: the steps are not whole */
   return unwind_libunwind(pcs, max, skip, ra0);
 }
 
