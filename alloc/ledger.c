@@ -99,6 +99,16 @@ static inline uint64_t addr_hash(uintptr_t a) {
  * pass a shard's cache line back and forth. */
 static inline shard *shard_of(uintptr_t a) { return &shards[addr_hash(a >> 12) >> 56]; }
 
+/* The home slot of a block in its shard: the high half of the product.
+ * Its low bits depend on every bit of the address (a product's low bits
+ * only on the address's own low bits, which a slab's blocks share in
+ * patterns): a find probed 1.4 slots on average, where addr_hash's low
+ * bits made it 4.7 (python3 with PYTHONMALLOC=malloc; the tree 1.5 for
+ * 4.9, the churn 1.5 for 2.2). */
+static inline uint32_t slot_hash(uintptr_t a) {
+  return (uint32_t)((((uint64_t)a >> 4) * 0x9E3779B97F4A7C15ull) >> 32);
+}
+
 static inline void shard_lock(shard *s) {
   _ta_solo_check();
   int spins = 0;
@@ -125,7 +135,7 @@ static inline void shard_unlock_if(shard *s, bool solo) {
 
 static ta_block *slot_find(shard *s, uintptr_t a) {
   if (s->slots == NULL) return NULL;
-  uint32_t i = (uint32_t)addr_hash(a) & s->mask;
+  uint32_t i = slot_hash(a) & s->mask;
   for (;;) {
     ta_block *b = &s->slots[i];
     if (b->addr == a) return b;
@@ -142,7 +152,7 @@ void _ta_block_prefetch(const void *p) {
   uintptr_t a = (uintptr_t)p;
   const shard *s = shard_of(a);
   const ta_block *slots = s->slots;
-  if (slots) __builtin_prefetch(&slots[(uint32_t)addr_hash(a) & s->mask]);
+  if (slots) __builtin_prefetch(&slots[slot_hash(a) & s->mask]);
 }
 
 /* A shard starts with 8 slots (it doubles at three quarters load): 256
@@ -156,7 +166,7 @@ static bool shard_grow(shard *s) {
     for (uint32_t i = 0; i <= s->mask; i++) {
       ta_block *b = &s->slots[i];
       if (b->addr == 0) continue;
-      uint32_t j = (uint32_t)addr_hash(b->addr) & (cap - 1);
+      uint32_t j = slot_hash(b->addr) & (cap - 1);
       while (n[j].addr) j = (j + 1) & (cap - 1);
       n[j] = *b;
     }
@@ -175,7 +185,7 @@ static ta_block *slot_insert(shard *s, uintptr_t a) {
    * 86 MB at 3/4, in the same time. */
   if (s->slots == NULL || (uint64_t)(s->used + 1) * 4 > (uint64_t)(s->mask + 1) * 3)
     if (!shard_grow(s)) return NULL;
-  uint32_t i = (uint32_t)addr_hash(a) & s->mask;
+  uint32_t i = slot_hash(a) & s->mask;
   while (s->slots[i].addr) i = (i + 1) & s->mask;
   s->used++;
   s->slots[i].addr = a;
@@ -190,7 +200,7 @@ static void slot_remove(shard *s, ta_block *b) {
     for (;;) {
       j = (j + 1) & s->mask;
       if (s->slots[j].addr == 0) return;
-      uint32_t home = (uint32_t)addr_hash(s->slots[j].addr) & s->mask;
+      uint32_t home = slot_hash(s->slots[j].addr) & s->mask;
       /* Can the entry at j move to the hole at i?  Only if its home is not
        * in the cyclic range (i, j]. */
       if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
