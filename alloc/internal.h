@@ -298,6 +298,10 @@ void   _ta_block_drop_arena(ta_thread *t, uintptr_t addr, uint32_t stack);
 void   _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void *arg);
 void   _ta_block_lock_all(void);
 void   _ta_block_unlock_all(void);
+/* The live table's shape (tests): its records, its slots, and the sum over
+ * the records of how many slots each sits past its home slot (a find
+ * probes that many more). */
+void   _ta_table_shape(uint64_t *records, uint64_t *slots, uint64_t *displaced);
 void   _ta_thread_retire_births(ta_thread *t);        /* thread exit: see ta_since */
 void   _ta_summary_counts(ta_summary *s);            /* allocs, frees, live, peak */
 void   _ta_quarantine_drain(ta_thread *t);           /* thread exit */

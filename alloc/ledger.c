@@ -895,6 +895,24 @@ void _ta_block_drop_arena(ta_thread *t, uintptr_t a, uint32_t stack) {
   if (seq) _ta_trace_free(t, a, stack, seq);
 }
 
+void _ta_table_shape(uint64_t *records, uint64_t *slots, uint64_t *displaced) {
+  uint64_t r = 0, n = 0, d = 0;
+  for (int i = 0; i < NSHARDS; i++) {
+    shard *s = &shards[i];
+    shard_lock(s);
+    for (uint32_t j = 0; s->slots && j <= s->mask; j++) {
+      if (s->slots[j].addr == 0) continue;
+      r++;
+      d += (j - slot_hash(s->slots[j].addr)) & s->mask;
+    }
+    if (s->slots) n += (uint64_t)s->mask + 1;
+    shard_unlock(s);
+  }
+  *records = r;
+  *slots = n;
+  *displaced = d;
+}
+
 void _ta_block_lock_all(void) {
   for (int i = 0; i < NSHARDS; i++) shard_lock(&shards[i]);
 }
