@@ -109,6 +109,10 @@ static inline uint32_t slot_hash(uintptr_t a) {
   return (uint32_t)((((uint64_t)a >> 4) * 0x9E3779B97F4A7C15ull) >> 32);
 }
 
+/* Its home slot in s as s is now (shard_grow places records by the new
+ * size's mask). */
+static inline uint32_t slot_home(const shard *s, uintptr_t a) { return slot_hash(a) & s->mask; }
+
 static inline void shard_lock(shard *s) {
   _ta_solo_check();
   int spins = 0;
@@ -135,7 +139,7 @@ static inline void shard_unlock_if(shard *s, bool solo) {
 
 static ta_block *slot_find(shard *s, uintptr_t a) {
   if (s->slots == NULL) return NULL;
-  uint32_t i = slot_hash(a) & s->mask;
+  uint32_t i = slot_home(s, a);
   for (;;) {
     ta_block *b = &s->slots[i];
     if (b->addr == a) return b;
@@ -152,7 +156,7 @@ void _ta_block_prefetch(const void *p) {
   uintptr_t a = (uintptr_t)p;
   const shard *s = shard_of(a);
   const ta_block *slots = s->slots;
-  if (slots) __builtin_prefetch(&slots[slot_hash(a) & s->mask]);
+  if (slots) __builtin_prefetch(&slots[slot_home(s, a)]);
 }
 
 /* A shard starts with 8 slots (it doubles at three quarters load): 256
@@ -186,7 +190,7 @@ static ta_block *slot_insert(shard *s, uintptr_t a) {
    * RSS, 86 MB at 3/4, in the same time. */
   if (s->slots == NULL || (uint64_t)(s->used + 1) * 4 > (uint64_t)(s->mask + 1) * 3)
     if (!shard_grow(s)) return NULL;
-  uint32_t i = slot_hash(a) & s->mask;
+  uint32_t i = slot_home(s, a);
   while (s->slots[i].addr) i = (i + 1) & s->mask;
   s->used++;
   s->slots[i].addr = a;
@@ -201,7 +205,7 @@ static void slot_remove(shard *s, ta_block *b) {
     for (;;) {
       j = (j + 1) & s->mask;
       if (s->slots[j].addr == 0) return;
-      uint32_t home = slot_hash(s->slots[j].addr) & s->mask;
+      uint32_t home = slot_home(s, s->slots[j].addr);
       /* Can the entry at j move to the hole at i?  Only if its home is not
        * in the cyclic range (i, j]. */
       if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
@@ -904,7 +908,7 @@ void _ta_table_shape(uint64_t *records, uint64_t *slots, uint64_t *displaced) {
     for (uint32_t j = 0; s->slots && j <= s->mask; j++) {
       if (s->slots[j].addr == 0) continue;
       r++;
-      d += (j - slot_hash(s->slots[j].addr)) & s->mask;
+      d += (j - slot_home(s, s->slots[j].addr)) & s->mask;
     }
     if (s->slots) n += (uint64_t)s->mask + 1;
     shard_unlock(s);
