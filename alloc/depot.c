@@ -12,11 +12,14 @@
  *
  *   index (mmap, open addressing)              nodes (mmap'd 64 MiB chunks)
  *   +------------------------+                 +---------------------------+
- *   | pc | parent | w | id --+---------------->| pc | parent | depth | w   |
+ *   | pc | parent | w | id --+---------------->| pc | parent | w | ph      |
  *   +------------------------+                 | ...                       |
  *
  * The index maps (parent, pc) to a node id; a slot holds the whole key, so
- * a lookup reads the slot and no node.  Linear probing, at most seven
+ * a lookup reads the slot and no node.  A node's home slot is the hash of
+ * its path (ph: of every return address from the outermost in; see
+ * hash_frame), and a node keeps it for the index's growth, which makes the
+ * slots again from the nodes in order.  Linear probing, at most seven
  * eighths full; it starts at 2^12 slots and doubles.  At 7/8 a hit probes
  * 4.5 slots on average (four to a line) and a miss, once per new node, 32.
  * At 3/4 the tree's 3.2M nodes (bench/auditor/tree.c) doubled it to 128 MB:
@@ -58,9 +61,9 @@
 
 typedef struct {
   uintptr_t pc;
-  uint32_t parent;                           /* 0: pc is the outermost frame */
-  uint16_t depth;                            /* frames of the stack this node names */
-  _Atomic uint16_t whole;                    /* its slot's w bit, for the path's guess */
+  _Atomic uint32_t up;                       /* parent id (0: pc is the outermost frame), and
+                                                WHOLE as its slot's w bit, for the path's guess */
+  uint32_t ph;                               /* its path hash: its home in the index */
 } node;
 _Static_assert(sizeof(node) == 1u << NODE_SHIFT, "a node is 16 bytes");
 
@@ -134,11 +137,18 @@ static inline node *node_at(uint32_t id) {
   return c ? &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)] : NULL;
 }
 
-static inline uint64_t hash_frame(uint32_t parent, uintptr_t pc) {
-  uint64_t h = (uint64_t)pc * 0x9E3779B97F4A7C15ull ^ (uint64_t)parent * 0xC2B2AE3D27D4EB4Full;
+/* A node's home in the index is the hash of its whole path, not of its
+ * (parent, pc) key: the hash of frame pc called from the path hashed `up`
+ * (0 for the outermost frame).  It needs the program counters only, not
+ * the parent's id, so a stack's new frames are hashed before any of them
+ * is looked up, and their slots loaded together (stack_put): where the key
+ * would have made each lookup wait for the one before it, one cache miss
+ * after the other. */
+static inline uint32_t hash_frame(uint32_t up, uintptr_t pc) {
+  uint64_t h = (uint64_t)pc * 0x9E3779B97F4A7C15ull ^ (uint64_t)up * 0xC2B2AE3D27D4EB4Full;
   h ^= h >> 29;
   h *= 0xff51afd7ed558ccdull;
-  return h ^ (h >> 32);
+  return (uint32_t)(h ^ (h >> 32));
 }
 
 /* The slot of node (parent, pc) in ix, or NULL. */
@@ -191,11 +201,13 @@ static stack_index *index_room(stack_index *ix) {
   while (((uint64_t)1 << bits) <= ix->mask) bits++;
   stack_index *big = bits + 1 <= 32 ? index_new(bits + 1) : NULL;
   if (big == NULL) return index_entries < ix->mask ? ix : NULL;
-  for (uint64_t i = 0; i <= ix->mask; i++) {
-    uint64_t k = atomic_load_explicit(&ix->slots[i].key, memory_order_relaxed);
-    if (k == 0) continue;
-    uint64_t pc = atomic_load_explicit(&ix->slots[i].pc, memory_order_relaxed);
-    index_add(big, hash_frame((uint32_t)(k >> 32), (uintptr_t)pc), pc, k);
+  /* from the nodes, in order: each holds its path hash (the slots do not) */
+  uint32_t end = atomic_load_explicit(&next_id, memory_order_relaxed);
+  for (uint32_t id = 1; id < end; id++) {
+    node *nd = node_at(id);
+    if (nd == NULL) break;                   /* never: every id below next_id is a node */
+    uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
+    index_add(big, nd->ph, nd->pc, (uint64_t)(up & ID_MASK) << 32 | (up & WHOLE) | id);
   }
   atomic_store_explicit(&index_now, big, memory_order_release);
   madvise(ix, ix->size, MADV_DONTNEED);      /* readers still on it read zeros: a miss */
@@ -204,16 +216,15 @@ static stack_index *index_room(stack_index *ix) {
 
 /* A new node, under put_lock; 0 when the depot is full.  It is written
  * before next_id passes it, so every id below next_id names a whole node. */
-static uint32_t node_new(uint32_t parent, uintptr_t pc, size_t depth, bool whole) {
+static uint32_t node_new(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) {
   uint32_t id = atomic_load_explicit(&next_id, memory_order_relaxed);
   if ((id >> CHUNK_NODES_SHIFT) >= MAX_CHUNKS || id > ID_MASK - 1) return 0;
   node *c = chunk_get(id >> CHUNK_NODES_SHIFT);
   if (c == NULL) return 0;
   node *nd = &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
   nd->pc = pc;
-  nd->parent = parent;
-  nd->depth = (uint16_t)depth;
-  atomic_store_explicit(&nd->whole, whole, memory_order_relaxed);
+  nd->ph = h;
+  atomic_store_explicit(&nd->up, parent | (whole ? WHOLE : 0), memory_order_relaxed);
   atomic_store_explicit(&next_id, id + 1, memory_order_release);
   if (TA_UNLIKELY(id == HUGE_AFTER)) go_huge();
   return id;
@@ -231,13 +242,12 @@ static bool put_lock_take(bool may_lock) {
   return false;
 }
 
-/* The node of frame pc called from the stack `parent` (depth frames in
- * all), made if missing; `whole`: pc is the innermost frame of a stack
+/* The node of frame pc called from the stack `parent`, whose path hash
+ * is h, made if missing; `whole`: pc is the innermost frame of a stack
  * being put, which is then counted once.  Returns the id, with WHOLE set
  * when the node is a whole stack; 0 when the depot is full, or when the
  * node is new and the lock may not be taken. */
-static uint32_t frame_id(uint32_t parent, uintptr_t pc, size_t depth, bool whole, bool may_lock) {
-  uint64_t h = hash_frame(parent, pc);
+static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, bool may_lock) {
   slot *s = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
   uint64_t k = s ? atomic_load_explicit(&s->key, memory_order_relaxed) : 0;
   if (k != 0 && (!whole || (k & WHOLE))) return (uint32_t)k;
@@ -250,11 +260,11 @@ static uint32_t frame_id(uint32_t parent, uintptr_t pc, size_t depth, bool whole
     id = (uint32_t)k;
     if (whole && !(k & WHOLE)) {
       id |= WHOLE;
-      atomic_store_explicit(&node_at(id & ID_MASK)->whole, 1, memory_order_relaxed);
+      atomic_fetch_or_explicit(&node_at(id & ID_MASK)->up, WHOLE, memory_order_relaxed);
       atomic_store_explicit(&s->key, k | WHOLE, memory_order_release);
       atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
     }
-  } else if ((ix = index_room(ix)) != NULL && (id = node_new(parent, pc, depth, whole)) != 0) {
+  } else if ((ix = index_room(ix)) != NULL && (id = node_new(parent, pc, h, whole)) != 0) {
     if (whole) id |= WHOLE;
     index_add(ix, h, pc, (uint64_t)parent << 32 | id);
     index_entries++;
@@ -291,6 +301,7 @@ typedef struct {
   uint32_t  tries;
   uint64_t  lookups;                         /* in the index (for tests) */
   uint32_t  ids[TA_MAX_DEPTH];               /* with WHOLE where known to be whole stacks */
+  uint32_t  ph[TA_MAX_DEPTH];                /* the path hash of each prefix */
   uintptr_t pcs[TA_MAX_DEPTH];
 } path;
 
@@ -298,8 +309,10 @@ typedef struct {
  * the id with WHOLE as the node has it; else 0. */
 static inline uint32_t node_is(uint32_t id, uint32_t parent, uintptr_t pc, bool whole) {
   node *nd = node_at(id);
-  if (nd == NULL || nd->parent != parent || nd->pc != pc) return 0;
-  bool w = atomic_load_explicit(&nd->whole, memory_order_relaxed);
+  if (nd == NULL) return 0;
+  uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
+  if ((up & ID_MASK) != parent || nd->pc != pc) return 0;
+  bool w = (up & WHOLE) != 0;
   return whole && !w ? 0 : id | (w ? WHOLE : 0);
 }
 
@@ -323,11 +336,21 @@ static inline uint32_t guess(path *p, uint32_t parent, uintptr_t pc, bool whole)
  * that just allocated) costs no lookup when its node is known to be a
  * whole stack; otherwise the innermost frame is looked up, for its
  * WHOLE bit. */
+/* Starts loading the index slots of path hashes h[0..n). */
+static void index_prefetch(const uint32_t *h, size_t n) {
+  stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
+  if (ix == NULL) return;
+  for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[h[i] & ix->mask]);
+}
+
 static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock) {
   size_t j = 0;
-  uint32_t v = 0;
+  uint32_t v = 0, h = 0;
   if (p == NULL) {
-    for (; j < n && (v = frame_id(v & ID_MASK, pcs[n - 1 - j], j + 1, j == n - 1, may_lock)) != 0; j++) {}
+    for (; j < n; j++) {
+      h = hash_frame(h, pcs[n - 1 - j]);
+      if ((v = frame_id(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1, may_lock)) == 0) break;
+    }
     return v & ID_MASK;
   }
   size_t same = p->n < n ? p->n : n;
@@ -340,14 +363,25 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
     if (p->ids[n - 1] & WHOLE) return p->ids[n - 1] & ID_MASK;
     j = n - 1;
   }
-  if (j > 0) v = p->ids[j - 1];
+  if (j > 0) {
+    v = p->ids[j - 1];
+    h = p->ph[j - 1];
+  }
+  /* the path hashes of the frames not shared; at the first lookup, the
+   * slots of all the frames from there in start loading at once */
+  for (size_t i = j; i < n; i++) p->ph[i] = h = hash_frame(h, pcs[n - 1 - i]);
+  bool loading = false;
   for (; j < n; j++) {
     uintptr_t pc = pcs[n - 1 - j];
     bool whole = j == n - 1;
     uint32_t parent = v & ID_MASK;
     v = guess(p, parent, pc, whole);
     if (v == 0) {
-      v = frame_id(parent, pc, j + 1, whole, may_lock);
+      if (!loading && j + 1 < n) {
+        index_prefetch(&p->ph[j], n - j);
+        loading = true;
+      }
+      v = frame_id(parent, pc, p->ph[j], whole, may_lock);
       p->lookups++;
     }
     p->pcs[j] = pc;
@@ -458,15 +492,21 @@ size_t _ta_depot_get(uint32_t id, uintptr_t *pcs, size_t max) {
   size_t k = 0;
   for (node *nd; k < max && (nd = node_at(id)) != NULL; k++) {
     pcs[k] = nd->pc;
-    if (nd->parent >= id) return k + 1;      /* never: parents come first */
-    id = nd->parent;
+    uint32_t parent = atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK;
+    if (parent >= id) return k + 1;          /* never: parents come first */
+    id = parent;
   }
   return k;
 }
 
-size_t _ta_depot_depth(uint32_t id) {
-  node *nd = node_at(id);
-  return nd ? nd->depth : 0;
+size_t _ta_depot_depth(uint32_t id) {         /* (tests) */
+  size_t k = 0;
+  for (node *nd; (nd = node_at(id)) != NULL; k++) {
+    uint32_t parent = atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK;
+    if (parent >= id) return k + 1;
+    id = parent;
+  }
+  return k;
 }
 
 size_t _ta_depot_count(void) { return atomic_load(&count); }
@@ -485,7 +525,7 @@ void _ta_depot_each_since(uint64_t *cursor, void (*fn)(uint32_t id, uint32_t par
   for (; id < end; id++) {
     node *nd = node_at(id);
     if (nd == NULL) break;
-    fn(id, nd->parent, nd->pc, arg);
+    fn(id, atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK, nd->pc, arg);
   }
   *cursor = id;
 }
