@@ -164,7 +164,7 @@ TA_NOINLINE void ta_arena_reset(ta_arena *a) {
   a->reset_stack = stack;
   uint64_t gen = a->generation;
   pthread_mutex_unlock(&a->lock);
-  if (_ta_tracing) _ta_trace_arena_reset(t, (uintptr_t)a, gen, stack, atomic_fetch_add(&_ta_seq, 1));
+  if (_ta_tracing) _ta_trace_arena_reset(t, (uintptr_t)a, gen, stack, _ta_seq_take(t, false));
 }
 
 TA_NOINLINE void ta_arena_free(ta_arena *a) {
@@ -185,7 +185,7 @@ TA_NOINLINE void ta_arena_free(ta_arena *a) {
   }
   pthread_mutex_unlock(&a->lock);
   pthread_mutex_destroy(&a->lock);
-  if (_ta_tracing) _ta_trace_arena_reset(t, (uintptr_t)a, 0, stack, atomic_fetch_add(&_ta_seq, 1));
+  if (_ta_tracing) _ta_trace_arena_reset(t, (uintptr_t)a, 0, stack, _ta_seq_take(t, false));
   _ta_meta_free(a->blocks);
   _ta_meta_free(a);
 }

@@ -95,7 +95,7 @@ void _ta_finding_error(const ta_error_info *e) {
                e->history, e->history_len, e->detail);
     g.f.alloc_stack = e->alloc_stack;
     g.f.free_stack = e->free_stack;
-    g.first_seq = atomic_load(&_ta_seq);
+    g.first_seq = _ta_seq_now();
     if (errors.n >= MAX_ERROR_GROUPS || !list_push(&errors, &g)) {
       error_occurrences_dropped++;
       _ta_meta_free(g.history);
@@ -103,7 +103,7 @@ void _ta_finding_error(const ta_error_info *e) {
     }
   }
   pthread_mutex_unlock(&lock);
-  if (_ta_tracing) _ta_trace_finding(e->kind, e->addr, e->stack, atomic_load(&_ta_seq));
+  if (_ta_tracing) _ta_trace_finding(e->kind, e->addr, e->stack, _ta_seq_now());
   if (first)
     _ta_error(TA_EFINDING, "%s at %p%s%s (the exit report has the stacks)", e->kind, (void *)e->addr,
               e->detail && *e->detail ? ": " : "", e->detail ? e->detail : "");

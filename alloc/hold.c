@@ -112,7 +112,7 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
     _ta_error(TA_EINVAL, "ta_hold: holder and slot must not be NULL");
     return;
   }
-  if (_ta_tracing) _ta_trace_hold(t, hp, slot, p, stack, atomic_fetch_add(&_ta_seq, 1));
+  if (_ta_tracing) _ta_trace_hold(t, hp, slot, p, stack, _ta_seq_take(t, false));
 
   hold *h = _ta_meta_calloc(1, sizeof *h);
   if (h == NULL || (h->slot = _ta_meta_strdup(slot)) == NULL) {
@@ -197,7 +197,7 @@ TA_NOINLINE void ta_unhold(void *holder, const char *slot) {
   ta_thread *t = _ta_thread();
   uint32_t stack = _ta_stack_capture(1);
   if (holder == NULL || slot == NULL) return;
-  if (_ta_tracing) _ta_trace_hold(t, (uintptr_t)holder, slot, 0, stack, atomic_fetch_add(&_ta_seq, 1));
+  if (_ta_tracing) _ta_trace_hold(t, (uintptr_t)holder, slot, 0, stack, _ta_seq_take(t, false));
   pthread_mutex_lock(&lock);
   hold_drop((uintptr_t)holder, slot, stack);
   pthread_mutex_unlock(&lock);

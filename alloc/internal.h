@@ -37,6 +37,7 @@ typedef struct {
   long record;        /* TAGALLOC_RECORD: 0 counts only (no stacks, no trace) */
   const char *trace;  /* TAGALLOC_TRACE: path of the trace, NULL for none */
   long follow;        /* TAGALLOC_FOLLOW: the preload follows exec (keeps LD_PRELOAD) */
+  long clock;         /* TAGALLOC_CLOCK: threads number trace events from the TSC where it is the kernel's clock */
   const char *json;   /* TAGALLOC_JSON: the preload's per-process JSON ("%p": pid), NULL: none */
   long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
   long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
@@ -133,6 +134,7 @@ struct ta_thread {
   uint32_t     qmax;           /* the ring reserved (mmap'd, touched up to qcap) */
   int64_t      qbytes;         /* bytes in this thread's quarantine */
   uint64_t     seq_next, seq_end, seq_epoch;   /* a block of sequence numbers */
+  uint64_t     seq_last;       /* the last number it took while tracing */
   _Atomic int  solo_depth;     /* >0 while inside a solo section (thread.c) */
   struct ta_stack_memo *stack_memo;   /* recent stacks and their ids (depot.c) */
   int          stack_memo_busy;       /* inside _ta_depot_put (a signal may nest) */
@@ -261,18 +263,67 @@ extern bool _ta_tracing;
  * the shared counter, so it is not a contended line; a mark bumps the epoch,
  * and a thread that sees a new epoch takes a fresh block, so everything a
  * thread does after a mark (its own, or one it has seen) numbers after it.
- * When tracing, every event takes its number from the shared counter, so
- * the trace orders events across threads exactly. */
-static inline uint64_t _ta_seq_take(bool solo) {    /* one number from the shared counter */
+ *
+ * When tracing, the numbers order events across threads exactly (the
+ * trace is replayed in their order: a block one thread frees and another
+ * gets back from jemalloc must be freed first).  A single thread (solo
+ * mode) counts: a plain load and store of the shared counter.  Several
+ * threads each taking from it fought over its cache line: churn on 4
+ * threads spent a third of its time on that one atomic add.  So where the
+ * kernel keeps time with the TSC (it checked that the CPUs' counters agree
+ * and never go back), several threads read the TSC instead, in units of 16
+ * ticks (6 ns at 2.6 GHz; a malloc under the ledger takes 50 ns or more,
+ * and a block passes from a free to another thread's malloc through
+ * jemalloc's locks and far more than 16 ticks).  The two kinds of numbers
+ * stay in one order: the TSC runs ahead of the counter (one count per
+ * event, an event is many ticks), when solo mode ends the TSC is moved
+ * ahead of the counter if it is not (_ta_seq_clock_sync), and when it
+ * begins again the counter is moved past the TSC; a thread's own numbers
+ * always grow (seq_last). */
+extern bool _ta_seq_clock;                        /* several threads read the TSC */
+extern _Atomic uint64_t _ta_seq_clock_base;       /* subtracted from the TSC / 16 */
+#define TA_CLOCK_SHIFT 4
+static inline uint64_t _ta_tsc(void) {
+#if defined(__x86_64__)
+  return __builtin_ia32_rdtsc() >> TA_CLOCK_SHIFT;
+#else
+  return 0;                                       /* _ta_seq_clock is never set */
+#endif
+}
+static inline uint64_t _ta_clock(void) {
+  return _ta_tsc() - atomic_load_explicit(&_ta_seq_clock_base, memory_order_relaxed);
+}
+void _ta_seq_raise(uint64_t v);                   /* the counter to at least v */
+void _ta_seq_clock_sync(void);                    /* the TSC ahead of the counter */
+void _ta_seq_counter_sync(void);                  /* the counter ahead of the TSC */
+/* Where the sequence is now: the number the next event gets, or about
+ * (trace anchors, findings, thread records). */
+static inline uint64_t _ta_seq_now(void) {
+  if (_ta_seq_clock && atomic_load_explicit(&_ta_solo, memory_order_relaxed) == NULL) return _ta_clock();
+  return atomic_load_explicit(&_ta_seq, memory_order_relaxed);
+}
+/* One number while tracing; solo: t is the solo thread, in a solo section. */
+static inline uint64_t _ta_seq_take(ta_thread *t, bool solo) {
+  uint64_t v;
   if (solo) {
-    uint64_t v = atomic_load_explicit(&_ta_seq, memory_order_relaxed);
+    v = atomic_load_explicit(&_ta_seq, memory_order_relaxed);
+    if (TA_UNLIKELY(v <= t->seq_last)) v = t->seq_last + 1;
     atomic_store_explicit(&_ta_seq, v + 1, memory_order_relaxed);
-    return v;
+  } else if (_ta_seq_clock && atomic_load_explicit(&_ta_solo, memory_order_relaxed) == NULL) {
+    v = _ta_clock();
+    if (t != NULL && TA_UNLIKELY(v <= t->seq_last)) v = t->seq_last + 1;
+  } else {
+    v = atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed);
+    if (t != NULL && TA_UNLIKELY(v <= t->seq_last)) {
+      v = t->seq_last + 1;
+      _ta_seq_raise(v + 1);
+    }
   }
-  return atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed);
+  if (t != NULL) t->seq_last = v;
+  return v;
 }
 static inline uint64_t _ta_next_seq(ta_thread *t, bool solo) {
-  if (_ta_tracing) return _ta_seq_take(solo);
+  if (_ta_tracing) return _ta_seq_take(t, solo);
   uint64_t e = atomic_load_explicit(&_ta_seq_epoch, memory_order_relaxed);
   if (TA_UNLIKELY(t->seq_next == t->seq_end || t->seq_epoch != e)) {
     t->seq_next = atomic_fetch_add_explicit(&_ta_seq, 256, memory_order_relaxed);

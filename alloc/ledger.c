@@ -26,9 +26,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <emmintrin.h>
+#include <fcntl.h>
 
 _Atomic uint64_t _ta_seq = 1;
 _Atomic uint64_t _ta_seq_epoch;
+bool _ta_seq_clock;
+_Atomic uint64_t _ta_seq_clock_base;
 _Atomic int _ta_threads_live;
 _Atomic int _ta_ready;
 
@@ -701,7 +704,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
       return false;
     }
   }
-  uint64_t seq = _ta_tracing ? _ta_seq_take(solo) : 0;
+  uint64_t seq = _ta_tracing ? _ta_seq_take(t, solo) : 0;
   ta_block freed = *b;
   slot_remove(s, b);
   shard_unlock_if(s, solo);
@@ -753,7 +756,7 @@ void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stac
   if (n == NULL) return NULL;
   memcpy(n, p, old.size < size ? old.size : size);
   if (_ta_tracing)
-    _ta_trace_realloc(t, a, (uintptr_t)n, size, stack, atomic_load(&_ta_seq));
+    _ta_trace_realloc(t, a, (uintptr_t)n, size, stack, _ta_seq_now());
   block_free(t, a, stack);
   return n;
 }
@@ -893,7 +896,7 @@ void _ta_block_drop_arena(ta_thread *t, uintptr_t a, uint32_t stack) {
   if (b == NULL || !(b->flags & TA_F_ARENA)) { shard_unlock(s); return; }
   ta_tag tag = b->tag;
   uint64_t size = b->size;
-  uint64_t seq = _ta_tracing ? atomic_fetch_add_explicit(&_ta_seq, 1, memory_order_relaxed) : 0;
+  uint64_t seq = _ta_tracing ? _ta_seq_take(t, false) : 0;
   slot_remove(s, b);
   shard_unlock(s);
   count_free(t, tag, size, false);
@@ -1040,7 +1043,7 @@ ta_mark ta_mark_now(void) {
     cap_marks = cap;
   }
   atomic_fetch_add(&_ta_seq_epoch, 1);     /* threads take fresh sequence blocks */
-  uint64_t seq = atomic_fetch_add(&_ta_seq, 1);
+  uint64_t seq = _ta_tracing ? _ta_seq_take(t, false) : atomic_fetch_add(&_ta_seq, 1);
   _ta_thread_sum(counts, ntags);
   /* Close the interval of the previous mark: its peak, and restart. */
   mark_rec *prev = nmarks ? &marks[nmarks - 1] : NULL;
@@ -1305,6 +1308,56 @@ static void init_tags(void) {
 
 static void ledger_exit(void);
 
+/* ---- the sequence's two sources (internal.h) --------------------------------------- */
+
+void _ta_seq_raise(uint64_t v) {
+  uint64_t c = atomic_load(&_ta_seq);
+  while (c < v && !atomic_compare_exchange_weak(&_ta_seq, &c, v)) {}
+}
+
+/* Solo mode has ended (the revoker waited for the solo thread to leave its
+ * section): TSC numbers from now on must come after every count given.
+ * (The solo thread may still take a count or two outside a section, if it
+ * read _ta_solo just before the revoker cleared it: CLOCK_LEAD covers them.) */
+#define CLOCK_LEAD 64
+void _ta_seq_clock_sync(void) {
+  if (!_ta_seq_clock) return;
+  uint64_t c = atomic_load(&_ta_seq) + CLOCK_LEAD, k = _ta_clock();
+  if (k <= c) atomic_fetch_sub(&_ta_seq_clock_base, c - k + 1);
+}
+
+/* Solo mode begins (the registry is locked, no thread is solo yet): counts
+ * from now on must come after every TSC number given. */
+void _ta_seq_counter_sync(void) {
+  if (_ta_seq_clock) _ta_seq_raise(_ta_clock() + 1);
+}
+
+/* The kernel keeps time with the TSC only when it is invariant and agrees
+ * across CPUs (it falls back to another clocksource when a check fails). */
+static bool tsc_is_clock(void) {
+#if !defined(__x86_64__)
+  return false;
+#else
+  unsigned a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
+  if (a < 0x80000007u) return false;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
+  if (!(d & (1u << 8))) return false;             /* invariant TSC */
+  int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[16];
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  return n == 4 && memcmp(buf, "tsc\n", 4) == 0;
+#endif
+}
+
+static void seq_clock_init(void) {
+  if (!_ta_opt.clock || !tsc_is_clock()) return;
+  atomic_store(&_ta_seq_clock_base, _ta_tsc() - atomic_load(&_ta_seq) - CLOCK_LEAD);
+  _ta_seq_clock = true;
+}
+
 void _ta_init(void) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static bool running;
@@ -1312,6 +1365,7 @@ void _ta_init(void) {
   if (!atomic_load(&_ta_ready) && !running) {
     running = true;
     _ta_options_init();
+    seq_clock_init();
     _ta_guard_init();                    /* guard mode: its regions and fault handler */
     atomic_store(&_ta_ready, 1);         /* what follows may call the ledger */
     init_tags();

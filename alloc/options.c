@@ -28,6 +28,7 @@ ta_options_t _ta_opt = {
   .record = 1,
   .trace = NULL,
   .follow = 1,
+  .clock = 1,
   .json = NULL,
   .guard = 0,
   .guard_slots = 65536,
@@ -61,6 +62,7 @@ static const opt_desc opt_table[] = {
   { "record",        OPT_FLAG,   &_ta_opt.record,       0, 1, NULL },
   { "trace",         OPT_STRING, NULL,                  0, 0, &_ta_opt.trace },
   { "follow",        OPT_FLAG,   &_ta_opt.follow,       0, 1, NULL },   /* the preload: exec */
+  { "clock",         OPT_FLAG,   &_ta_opt.clock,        0, 1, NULL },
   { "json",          OPT_STRING, NULL,                  0, 0, &_ta_opt.json },   /* the preload */
   { "guard",         OPT_FLAG,   &_ta_opt.guard,        0, 1, NULL },
   { "guard_slots",   OPT_SIZE,   &_ta_opt.guard_slots,  16, 1L << 22, NULL },

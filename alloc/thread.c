@@ -45,6 +45,7 @@ static void solo_revoke_locked(void) {
     for (int spins = 0; atomic_load_explicit(&s->solo_depth, memory_order_acquire) != 0; )
       if (++spins > 64) { sched_yield(); spins = 0; }
       else __builtin_ia32_pause();
+    _ta_seq_clock_sync();                /* the solo thread's counts come first */
   }
 }
 
@@ -56,8 +57,10 @@ void _ta_solo_revoke(void) {
 
 /* The registry is locked: makes the one live thread solo, if there is one. */
 static void solo_grant(void) {
-  if (solo_ok && registry != NULL && registry->next == NULL && !registry->dead)
+  if (solo_ok && registry != NULL && registry->next == NULL && !registry->dead) {
+    _ta_seq_counter_sync();              /* its counts come after every TSC number */
     atomic_store(&_ta_solo, registry);
+  }
 }
 
 void _ta_thread_lock(void) { pthread_mutex_lock(&registry_lock); }

@@ -126,7 +126,7 @@ static void *reserve(ta_thread *t, uint8_t type, size_t size, bool *global) {
     tr_header *h = (tr_header *)(b->data + b->len);
     *h = (tr_header){ .size = sizeof *h + sizeof(tr_time), .type = TR_TIME };
     tr_time *tm = (tr_time *)(h + 1);
-    tm->seq = atomic_load(&_ta_seq);
+    tm->seq = _ta_seq_now();
     tm->ns = now_ns();
     b->len += h->size;
     pthread_mutex_unlock(&file_lock);
@@ -310,7 +310,7 @@ void _ta_trace_thread_start(ta_thread *t) {
   if (!_ta_tracing) return;
   bool g;
   tr_thread *r = reserve(t, TR_THREAD_START, sizeof *r, &g);
-  if (r) *r = (tr_thread){ atomic_load(&_ta_seq), t->id, (uint32_t)t->tid };
+  if (r) *r = (tr_thread){ _ta_seq_now(), t->id, (uint32_t)t->tid };
   done(g);
 }
 
@@ -319,7 +319,7 @@ void _ta_trace_thread_exit(ta_thread *t) {
   if (!_ta_tracing) return;
   bool g;
   tr_thread *r = reserve(t, TR_THREAD_END, sizeof *r, &g);
-  if (r) *r = (tr_thread){ atomic_load(&_ta_seq), t->id, (uint32_t)t->tid };
+  if (r) *r = (tr_thread){ _ta_seq_now(), t->id, (uint32_t)t->tid };
   done(g);
   b = t->trace;
   pthread_mutex_lock(&file_lock);
@@ -534,7 +534,7 @@ void _ta_trace_close(void) {
   ta_findings_visit(finding_out, NULL);
   bool g;
   tr_end *r = reserve(NULL, TR_END, sizeof *r, &g);
-  if (r) { r->seq = atomic_load(&_ta_seq); r->ns = now_ns(); }
+  if (r) { r->seq = _ta_seq_now(); r->ns = now_ns(); }
   done(g);
   pthread_mutex_lock(&file_lock);
   _ta_thread_each(flush_thread, NULL);

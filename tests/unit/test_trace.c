@@ -9,10 +9,12 @@
  * a role in argv[1] ("child-trace PATH", "child-kill PATH N", ...). */
 #include "harness.h"
 #include "support.h"
+#include "internal.h"
 #include "trace_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,75 @@ static int child_die(int n, int sig) {
   if (sig == SIGABRT) abort();
   raise(sig);
   return 1;
+}
+
+/* Blocks passed between threads: two threads allocate HANDOFF_BLOCKS
+ * each and hand them over through a queue, two others free them, with
+ * the quarantine off, so jemalloc gives the freed addresses back to the
+ * allocating threads (through its arena, when the tcaches flush) while
+ * the trace records them.  HANDOFF_KEPT of them are never freed.  The
+ * replay of the trace must free each address before it is allocated
+ * again: it does only if the threads' sequence numbers (TSC or counter)
+ * order every free before the other thread's malloc of the same block. */
+#define HANDOFF_BLOCKS 50000
+#define HANDOFF_KEPT 100
+#define HANDOFF_QUEUE 256
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t  cond;
+  void           *q[HANDOFF_QUEUE];
+  size_t          head, len, producers;
+  ta_tag          tag;
+} g_hand = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, { 0 }, 0, 0, 2, 0 };
+static void *g_hand_kept[2 * HANDOFF_KEPT];
+
+static void *hand_produce(void *arg) {
+  size_t who = (size_t)arg;
+  for (size_t i = 0; i < HANDOFF_BLOCKS; i++) {
+    void *p = ta_alloc(g_hand.tag, 16 + 16 * (i % 4));
+    pthread_mutex_lock(&g_hand.lock);
+    while (g_hand.len == HANDOFF_QUEUE) pthread_cond_wait(&g_hand.cond, &g_hand.lock);
+    g_hand.q[(g_hand.head + g_hand.len++) % HANDOFF_QUEUE] = p;
+    pthread_cond_broadcast(&g_hand.cond);
+    pthread_mutex_unlock(&g_hand.lock);
+  }
+  for (size_t i = 0; i < HANDOFF_KEPT; i++) g_hand_kept[who * HANDOFF_KEPT + i] = ta_alloc(g_hand.tag, 48);
+  pthread_mutex_lock(&g_hand.lock);
+  g_hand.producers--;
+  pthread_cond_broadcast(&g_hand.cond);
+  pthread_mutex_unlock(&g_hand.lock);
+  return NULL;
+}
+
+static void *hand_consume(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&g_hand.lock);
+    while (g_hand.len == 0 && g_hand.producers > 0) pthread_cond_wait(&g_hand.cond, &g_hand.lock);
+    if (g_hand.len == 0) {
+      pthread_mutex_unlock(&g_hand.lock);
+      return NULL;
+    }
+    void *p = g_hand.q[g_hand.head];
+    g_hand.head = (g_hand.head + 1) % HANDOFF_QUEUE;
+    g_hand.len--;
+    pthread_cond_broadcast(&g_hand.cond);
+    pthread_mutex_unlock(&g_hand.lock);
+    ta_free(p);
+  }
+}
+
+static int child_handoff(void) {
+  setenv("TAGALLOC_QUARANTINE", "0", 1);       /* read at the first ledger call */
+  g_hand.tag = ta_tag_get("h.block");
+  pthread_t th[4];
+  for (size_t i = 0; i < 2; i++) {
+    if (pthread_create(&th[i], NULL, hand_produce, (void *)i) != 0) return 2;
+    if (pthread_create(&th[2 + i], NULL, hand_consume, NULL) != 0) return 2;
+  }
+  for (size_t i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  return 0;
 }
 
 /* ---- running a child ------------------------------------------------------------ */
@@ -953,6 +1024,47 @@ static uint64_t rec_frame(bytes *b, uint32_t id, uint32_t parent, uint64_t pc) {
  * ids shared by several stacks; an id said twice keeps the first; an id
  * whose parent was never said ends there; an event naming an id before
  * its FRAME is late. */
+/* child_handoff's trace: every free before the next allocation of its
+ * address, with the TSC numbering threads where it may (the parent's own
+ * ledger says whether it may here) and with the shared counter. */
+static void handoff_check(const char *clock, bool tsc) {
+  char path[256];
+  temp_path(path, sizeof path, "handoff");
+  int st = spawn("child-handoff", path, NULL, clock);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  report_trace_model *m = load_model(path);
+  assert_false(m->damaged);
+  uint64_t events = 2 * 2 * HANDOFF_BLOCKS + 2 * HANDOFF_KEPT;
+  assert_int_equal(m->unmatched_frees, 0);
+  assert_int_equal(m->realloc_overlaps, 0);
+  assert_int_equal(m->frees, 2 * HANDOFF_BLOCKS);
+  assert_true(m->allocs >= 2 * HANDOFF_BLOCKS + 2 * HANDOFF_KEPT);
+  size_t kept = 0;
+  for (size_t i = 0; i < m->nblocks; i++) {
+    const char *name = report_trace_model_tag(m, m->blocks[i].tag);
+    if (name && strcmp(name, "h.block") == 0) {
+      assert_int_equal(m->blocks[i].size, 48);
+      kept++;
+    }
+  }
+  assert_int_equal(kept, 2 * HANDOFF_KEPT);
+  /* TSC numbers advance by a unit every 16 ticks, many per event; the
+   * counter by one per event (and a few for marks, threads, the end) */
+  uint64_t span = m->last_seq - m->first_seq;
+  if (tsc) assert_true(span > 4 * events);
+  else assert_true(span < events + 1000);
+  report_trace_model_free(m);
+  unlink(path);
+}
+
+static void test_threads_order(void **state) {
+  (void)state;
+  ta_tag_get("h.block");                       /* the ledger starts: _ta_seq_clock is known */
+  handoff_check(NULL, _ta_seq_clock);
+  handoff_check("TAGALLOC_CLOCK=0", false);
+}
+
 static void test_model_frames(void **state) {
   (void)state;
   bytes b = file_start(TR_MAGIC, TR_VERSION);
@@ -1008,6 +1120,7 @@ int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "child-trace") == 0) return child_trace();
   if (argc >= 4 && strcmp(argv[1], "child-kill") == 0) return child_die(atoi(argv[3]), SIGKILL);
   if (argc >= 4 && strcmp(argv[1], "child-abort") == 0) return child_die(atoi(argv[3]), SIGABRT);
+  if (argc >= 3 && strcmp(argv[1], "child-handoff") == 0) return child_handoff();
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_exact_counts),
     cmocka_unit_test(test_record_order),
@@ -1023,6 +1136,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_unknown_types_skipped),
     cmocka_unit_test(test_model_replay),
     cmocka_unit_test(test_model_frames),
+    cmocka_unit_test(test_threads_order),
   };
   return cmocka_run_group_tests(tests, make_clean_trace, remove_clean_trace);
 }
