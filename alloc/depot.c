@@ -330,12 +330,6 @@ static inline uint32_t guess(path *p, uint32_t parent, uintptr_t pc, bool whole)
   return v;
 }
 
-/* Puts pcs[0..n) (innermost first) starting from what it shares with *p
- * (may be NULL), and leaves it in *p.  A stack that is all in the path
- * (the callers of the last stack: a free in the caller of the function
- * that just allocated) costs no lookup when its node is known to be a
- * whole stack; otherwise the innermost frame is looked up, for its
- * WHOLE bit. */
 /* Starts loading the index slots of path hashes h[0..n). */
 static void index_prefetch(const uint32_t *h, size_t n) {
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
@@ -343,6 +337,12 @@ static void index_prefetch(const uint32_t *h, size_t n) {
   for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[h[i] & ix->mask]);
 }
 
+/* Puts pcs[0..n) (innermost first) starting from what it shares with *p
+ * (may be NULL), and leaves it in *p.  A stack that is all in the path
+ * (the callers of the last stack: a free in the caller of the function
+ * that just allocated) costs no lookup when its node is known to be a
+ * whole stack; otherwise the innermost frame is looked up, for its
+ * WHOLE bit. */
 static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock) {
   size_t j = 0;
   uint32_t v = 0, h = 0;
