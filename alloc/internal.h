@@ -95,7 +95,8 @@ enum {                                            /* ta_block.flags */
 /* 32 bytes: two records a cache line, none across two lines (the table's
  * slots are 32-byte aligned).  A size fits 48 bits (no allocation is
  * larger than the 47-bit address space) and the sequence 56 bits (2^56
- * events). */
+ * events, or of the TSC's 16-tick units that number several threads'
+ * events: 14 years at 2.6 GHz). */
 typedef struct {
   uintptr_t addr;          /* 0: an empty slot */
   uint64_t  size : 48;     /* bytes asked for */
