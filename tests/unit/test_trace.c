@@ -97,6 +97,7 @@ static struct {
   ta_tag          tag;
 } g_hand = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, { 0 }, 0, 0, 2, 0 };
 static void *g_hand_kept[2 * HANDOFF_KEPT];
+static void *g_main_kept[HANDOFF_KEPT];
 
 static void *hand_produce(void *arg) {
   size_t who = (size_t)arg;
@@ -143,6 +144,11 @@ static int child_handoff(void) {
     if (pthread_create(&th[2 + i], NULL, hand_consume, NULL) != 0) return 2;
   }
   for (size_t i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  /* alone again (solo: the counter, moved past the TSC): a mark, then
+   * blocks that must number after everything the threads did */
+  ta_mark_now();
+  ta_tag main_tag = ta_tag_get("h.main");
+  for (size_t i = 0; i < HANDOFF_KEPT; i++) g_main_kept[i] = ta_alloc(main_tag, 24);
   return 0;
 }
 
@@ -1035,20 +1041,30 @@ static void handoff_check(const char *clock, bool tsc) {
   assert_int_equal(WEXITSTATUS(st), 0);
   report_trace_model *m = load_model(path);
   assert_false(m->damaged);
-  uint64_t events = 2 * 2 * HANDOFF_BLOCKS + 2 * HANDOFF_KEPT;
+  uint64_t events = 2 * 2 * HANDOFF_BLOCKS + 3 * HANDOFF_KEPT;
   assert_int_equal(m->unmatched_frees, 0);
   assert_int_equal(m->realloc_overlaps, 0);
   assert_int_equal(m->frees, 2 * HANDOFF_BLOCKS);
   assert_true(m->allocs >= 2 * HANDOFF_BLOCKS + 2 * HANDOFF_KEPT);
-  size_t kept = 0;
+  size_t kept = 0, kept_main = 0;
+  uint64_t threads_last = 0, main_first = UINT64_MAX;
   for (size_t i = 0; i < m->nblocks; i++) {
     const char *name = report_trace_model_tag(m, m->blocks[i].tag);
     if (name && strcmp(name, "h.block") == 0) {
       assert_int_equal(m->blocks[i].size, 48);
       kept++;
+      if (m->blocks[i].seq > threads_last) threads_last = m->blocks[i].seq;
+    } else if (name && strcmp(name, "h.main") == 0) {
+      kept_main++;
+      if (m->blocks[i].seq < main_first) main_first = m->blocks[i].seq;
     }
   }
   assert_int_equal(kept, 2 * HANDOFF_KEPT);
+  assert_int_equal(kept_main, HANDOFF_KEPT);
+  /* the threads' last blocks, then the mark, then the lone thread's */
+  assert_int_equal(m->nmarks, 1);
+  assert_true(threads_last < m->marks[0].seq);
+  assert_true(m->marks[0].seq < main_first);
   /* TSC numbers advance by a unit every 16 ticks, many per event; the
    * counter by one per event (and a few for marks, threads, the end) */
   uint64_t span = m->last_seq - m->first_seq;
