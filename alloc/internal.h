@@ -467,6 +467,7 @@ void _ta_ref_fork(int phase);
 void _ta_trace_fork(int phase);       /* child: a trace of its own, or none */
 void _ta_thread_fork(int phase);      /* child: only the forking thread is left */
 void _ta_scan_fork(int phase);
+void _ta_unwind_fork(int phase);      /* the unwinder's libdw lock */
 
 /* ---- map.c -------------------------------------------------------------------- */
 

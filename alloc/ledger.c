@@ -1273,6 +1273,7 @@ void _ta_summary_counts(ta_summary *s) {
  * thread is inside the ledger when fork() copies the process. */
 static void fork_phase(int phase) {
   if (phase == TA_FORK_PREPARE) {
+    _ta_unwind_fork(phase);                /* first: libdw's lock comes before the ledger's */
     _ta_scan_fork(phase);
     pthread_mutex_lock(&mark_lock);
     pthread_mutex_lock(&tag_lock);
@@ -1297,6 +1298,7 @@ static void fork_phase(int phase) {
   pthread_mutex_unlock(&tag_lock);
   pthread_mutex_unlock(&mark_lock);
   _ta_scan_fork(phase);
+  _ta_unwind_fork(phase);
 }
 
 static void fork_prepare(void) { fork_phase(TA_FORK_PREPARE); }

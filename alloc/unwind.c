@@ -410,9 +410,22 @@ static bool dw_broken;          /* libdw could not be set up: all COMPLEX */
 static bool dw_stale;           /* a range was forgotten: report the maps again */
 static TA_TLS int tls_in_miss;  /* this thread is inside compute (nesting) */
 
-static void dw_fork_prepare(void) { pthread_mutex_lock(&dw_lock); }
-static void dw_fork_parent(void)  { cache_forked = true; pthread_mutex_unlock(&dw_lock); }
-static void dw_fork_child(void)   { cache_forked = true; pthread_mutex_unlock(&dw_lock); }
+/* fork(): dw_lock is taken first and given back last, by the ledger's own
+ * handlers (ledger.c), which are registered when the ledger starts.  Under
+ * dw_lock libdw allocates, and its mallocs reach the ledger's locks, so it
+ * comes before them.  (Registered on its own at the first rule miss, the
+ * handler came too late for a fork while another thread was making that
+ * first miss: the child was left with dw_lock held by a thread it does not
+ * have, and hung at its own first miss.) */
+void _ta_unwind_fork(int phase)
+{
+  if (phase == TA_FORK_PREPARE) {
+    pthread_mutex_lock(&dw_lock);
+    return;
+  }
+  cache_forked = true;
+  pthread_mutex_unlock(&dw_lock);
+}
 
 /* A cache of this process's own, shared with the children it forks from
  * now on: the current one copied into a new MAP_SHARED mapping.  dw_lock
@@ -461,7 +474,6 @@ static bool dw_setup(void)
     dw_broken = true;
     return false;
   }
-  pthread_atfork(dw_fork_prepare, dw_fork_parent, dw_fork_child);
   return true;
 }
 
@@ -917,6 +929,11 @@ void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
 size_t _ta_unwind_rules_computed(void)
 {
   return 0;
+}
+
+void _ta_unwind_fork(int phase)
+{
+  (void)phase;
 }
 
 void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
