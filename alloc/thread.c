@@ -254,6 +254,11 @@ void _ta_thread_fork(int phase) {
   if (phase == TA_FORK_PREPARE) {
     pthread_mutex_lock(&solo_lock);
     pthread_mutex_lock(&registry_lock);
+    /* Another thread solo (the forking one never used the ledger): it
+     * stops being solo now, under the lock, and not when the shard locks
+     * that come next ask for it (_ta_solo_check would take solo_lock
+     * again: the fork hung). */
+    solo_revoke_locked();
     return;
   }
   if (phase == TA_FORK_CHILD) {
@@ -267,7 +272,8 @@ void _ta_thread_fork(int phase) {
       if (t->prev) t->prev->next = t->next; else registry = t->next;
       if (t->next) t->next->prev = t->prev;
       _ta_meta_free(t->trace);
-      _ta_meta_free(t->q);           /* its blocks stay quarantined for good */
+      /* its blocks stay quarantined for good; the ring is mmap'd (ledger.c) */
+      if (t->q) _ta_munmap(t->q, (size_t)t->qmax * sizeof(ta_block));
       _ta_meta_free(t->stack_memo);
       _ta_meta_free(t->walk_memo);
       _ta_meta_free(t);
