@@ -358,7 +358,8 @@ void   _ta_thread_retire_births(ta_thread *t);        /* thread exit: see ta_sin
 void   _ta_summary_counts(ta_summary *s);            /* allocs, frees, live, peak */
 void   _ta_quarantine_drain(ta_thread *t);           /* thread exit */
 void   _ta_counts_publish(ta_thread *t);             /* thread exit: pending live bytes */
-/* Checks every quarantined block's poison now (exit). */
+/* Checks the poison of the blocks the calling thread has quarantined (exit;
+ * other threads may still be running, and change their own rings). */
 void   _ta_quarantine_check_all(void);
 
 /* ---- guard.c: guard mode (TAGALLOC_GUARD=1) ------------------------------------

@@ -524,8 +524,9 @@ static int64_t poison_changed(const ta_block *b, unsigned char *value) {
  * a write of every page (a freed 1 GiB buffer took a second).
  * A free, hold or check of an address the live table does not know looks
  * through every thread's ring (slow, and only on such error paths).  A
- * thread's ring is drained when the thread exits; blocks still quarantined
- * at exit are checked by _ta_quarantine_check_all.
+ * thread's ring is drained when the thread exits; at the process's exit,
+ * _ta_quarantine_check_all checks the exiting thread's (the other threads
+ * may still be running).
  *
  * The ring is one mmap'd array that never moves, so other threads may read
  * it while its owner writes; they verify what they read. */
