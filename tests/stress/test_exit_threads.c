@@ -7,6 +7,7 @@
  * exit check read the other threads' quarantine rings, which they were
  * changing meanwhile. */
 #include "harness.h"
+#include "child.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -35,32 +36,20 @@ static int scenario(void) {
   exit(0);
 }
 
-static char g_exe[4096];
-
 static void test_exit_while_threads_allocate(void **state) {
   (void)state;
-  for (int r = 0; r < RUNS; r++) {
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-      char *argv[] = { g_exe, (char *)"scenario", NULL };
-      execv(g_exe, argv);
-      _exit(127);
-    }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "test_exit_threads: run %d: status 0x%x\n", r, st);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+  for (int run = 0; run < RUNS; run++) {
+    child_result r;
+    child_exec("scenario", NULL, &r);
+    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) child_dump(&r);
+    assert_true(WIFEXITED(r.status));
+    assert_int_equal(WEXITSTATUS(r.status), 0);
+    child_result_free(&r);
   }
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && strcmp(argv[1], "scenario") == 0) return scenario();
-  ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
-  if (n > 0) g_exe[n] = '\0';
-  else snprintf(g_exe, sizeof g_exe, "%s", argv[0]);
+  if (argc >= 3 && strcmp(argv[1], "--child") == 0 && strcmp(argv[2], "scenario") == 0) return scenario();
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_exit_while_threads_allocate),
   };

@@ -10,7 +10,7 @@
  * first miss; and a child gave the other threads' quarantine rings (mmap'd)
  * to jemalloc as if they were its blocks, and crashed in a third of runs.
  *
- * The scenario runs in a fresh image of this binary (argv[1] "scenario"):
+ * The scenario runs in a fresh image of this binary (child_exec):
  * its main thread must not have made a stack before the threads start.
  *
  * Not under AddressSanitizer: GCC 12's ASan allocator keeps its locks
@@ -18,6 +18,7 @@
  * so a child forked while another thread is in malloc can hang in ASan's
  * own calloc (seen here: in glibc's pthread_getattr_np). */
 #include "harness.h"
+#include "child.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -87,33 +88,22 @@ static int scenario(void) {
   return failed;
 }
 
-static char g_exe[4096];
-
 static void test_fork_while_threads_allocate(void **state) {
   (void)state;
 #if defined(__SANITIZE_ADDRESS__)
   fprintf(stderr, "test_fork_threads: skipped under AddressSanitizer (its allocator is not fork-safe with threads)\n");
   skip();
 #endif
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    char *argv[] = { g_exe, (char *)"scenario", NULL };
-    execv(g_exe, argv);
-    _exit(127);
-  }
-  int st = 0;
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  assert_true(WIFEXITED(st));
-  assert_int_equal(WEXITSTATUS(st), 0);      /* every child exited normally */
+  child_result r;
+  child_exec("scenario", NULL, &r);
+  if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) child_dump(&r);
+  assert_true(WIFEXITED(r.status));
+  assert_int_equal(WEXITSTATUS(r.status), 0);   /* every child exited normally */
+  child_result_free(&r);
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && strcmp(argv[1], "scenario") == 0) return scenario();
-  ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
-  if (n > 0) g_exe[n] = '\0';
-  else snprintf(g_exe, sizeof g_exe, "%s", argv[0]);
+  if (argc >= 3 && strcmp(argv[1], "--child") == 0 && strcmp(argv[2], "scenario") == 0) return scenario();
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_fork_while_threads_allocate),
   };
