@@ -32,11 +32,30 @@ typedef struct {
 static void packed_close(tbuf *b);
 
 static int trace_fd = -1;
-static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;   /* file_lock_take, _give */
 static uint64_t depot_cursor;
 static char stackbuf[1 << 16];            /* under file_lock */
 static size_t stacklen;
 static tbuf *global_buf;                  /* records not from a thread, under file_lock */
+
+/* file_lock with the thread's cancellation held off: under it write(2),
+ * open(2) and the reads of /proc/self/maps are cancellation points, and a
+ * thread that pthread_cancel ended there still held the lock: every other
+ * thread hung at its next flush.  (Not nested: the lock is not recursive.) */
+static __thread int file_cancel_old;
+
+static void file_lock_take(void) {
+  int old;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  pthread_mutex_lock(&file_lock);
+  file_cancel_old = old;
+}
+
+static void file_lock_give(void) {
+  int old = file_cancel_old;
+  pthread_mutex_unlock(&file_lock);
+  pthread_setcancelstate(old, &old);
+}
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -110,17 +129,17 @@ static void *reserve(ta_thread *t, uint8_t type, size_t size, bool *global) {
   /* A record that would not fit a fresh buffer after its TIME record goes
    * to the shared buffer. */
   if (b == NULL || size + 2 * sizeof(tr_header) + sizeof(tr_time) > b->cap) {
-    pthread_mutex_lock(&file_lock);
+    file_lock_take();
     *global = true;
     if (global_buf == NULL) global_buf = tbuf_new();
     b = global_buf;
     if (b == NULL || size + sizeof(tr_header) > b->cap) {   /* too big for any buffer */
-      pthread_mutex_unlock(&file_lock);
+      file_lock_give();
       return NULL;
     }
     if (b->len + sizeof(tr_header) + size > b->cap) flush_locked(b);
   } else if (b->len + sizeof(tr_header) + size > b->cap) {
-    pthread_mutex_lock(&file_lock);
+    file_lock_take();
     flush_locked(b);
     /* a time record starts every buffer: the reader's clock */
     tr_header *h = (tr_header *)(b->data + b->len);
@@ -129,7 +148,7 @@ static void *reserve(ta_thread *t, uint8_t type, size_t size, bool *global) {
     tm->seq = _ta_seq_now();
     tm->ns = now_ns();
     b->len += h->size;
-    pthread_mutex_unlock(&file_lock);
+    file_lock_give();
   }
   tr_header *h = (tr_header *)(b->data + b->len);
   h->size = (uint32_t)(sizeof *h + size);
@@ -141,13 +160,13 @@ static void *reserve(ta_thread *t, uint8_t type, size_t size, bool *global) {
 }
 
 static void done(bool global) {
-  if (global) pthread_mutex_unlock(&file_lock);
+  if (global) file_lock_give();
 }
 
 static void flush_global(void) {
-  pthread_mutex_lock(&file_lock);
+  file_lock_take();
   if (global_buf) flush_locked(global_buf);
-  pthread_mutex_unlock(&file_lock);
+  file_lock_give();
 }
 
 static size_t str_room(const char *s) { return s ? strlen(s) + 1 : 1; }
@@ -322,10 +341,10 @@ void _ta_trace_thread_exit(ta_thread *t) {
   if (r) *r = (tr_thread){ _ta_seq_now(), t->id, (uint32_t)t->tid };
   done(g);
   b = t->trace;
-  pthread_mutex_lock(&file_lock);
+  file_lock_take();
   flush_locked(b);
   t->trace = NULL;
-  pthread_mutex_unlock(&file_lock);
+  file_lock_give();
   _ta_meta_free(b);
 }
 
@@ -536,11 +555,11 @@ void _ta_trace_close(void) {
   tr_end *r = reserve(NULL, TR_END, sizeof *r, &g);
   if (r) { r->seq = _ta_seq_now(); r->ns = now_ns(); }
   done(g);
-  pthread_mutex_lock(&file_lock);
+  file_lock_take();
   _ta_thread_each(flush_thread, NULL);
   flush_locked(global_buf);
   _ta_tracing = false;
   close(trace_fd);
   trace_fd = -1;
-  pthread_mutex_unlock(&file_lock);
+  file_lock_give();
 }
