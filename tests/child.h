@@ -93,4 +93,17 @@ static inline void child_dump(const child_result *r) {
   fprintf(stderr, "---- child status 0x%x, stdout:\n%s---- stderr:\n%s----\n", r->status, r->out, r->err);
 }
 
+#ifdef assert_int_equal
+/* Runs MODE (child_exec) and asserts that it exited with status 0, printing
+ * what it said when it did not.  (After harness.h: it asserts with cmocka.) */
+static inline void child_exec_ok(const char *mode, const char *const *env) {
+  child_result r;
+  child_exec(mode, env, &r);
+  if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) child_dump(&r);
+  assert_true(WIFEXITED(r.status));
+  assert_int_equal(WEXITSTATUS(r.status), 0);
+  child_result_free(&r);
+}
+#endif
+
 #endif
