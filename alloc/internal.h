@@ -470,6 +470,16 @@ void _ta_thread_fork(int phase);      /* child: only the forking thread is left 
 void _ta_scan_fork(int phase);
 void _ta_unwind_fork(int phase);      /* the unwinder's libdw lock */
 
+/* Cancellation held off around a lock whose section reaches cancellation
+ * points (write, open, read): a thread that pthread_cancel ended there
+ * would keep the lock (trace.c's file lock, the unwinder's, the scan's). */
+static inline int _ta_cancel_off(void) {
+  int old;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  return old;
+}
+static inline void _ta_cancel_restore(int old) { pthread_setcancelstate(old, &old); }
+
 /* ---- map.c -------------------------------------------------------------------- */
 
 typedef struct { uintptr_t key; void *value; } ta_map_entry;

@@ -946,15 +946,7 @@ void _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void 
 
 typedef struct { evicted_block bad[16]; int n; } q_check;
 
-/* Only the calling thread's ring: another thread that is still running
- * (exit() or an exec while other threads allocate) pushes, evicts and grows
- * its ring meanwhile, and reading it here read torn entries and blocks it
- * had just given back (a program that exits with its threads churning
- * crashed in 7 runs of 10).  A thread that ends checks its own ring
- * (_ta_quarantine_drain). */
-static void q_check_thread(ta_thread *t, void *arg) {
-  q_check *c = arg;
-  if (t != _ta_self) return;
+static void q_check_ring(const ta_thread *t, q_check *c) {
   for (uint32_t k = 0; k < t->qlen && c->n < 16; k++) {
     evicted_block *e = &c->bad[c->n];
     e->b = t->q[(t->qhead + k) & (t->qcap - 1)];
@@ -963,9 +955,15 @@ static void q_check_thread(ta_thread *t, void *arg) {
   }
 }
 
+/* Only the calling thread's ring: another thread that is still running
+ * (exit() or an exec while other threads allocate) pushes, evicts and grows
+ * its ring meanwhile, and reading it here read torn entries and blocks it
+ * had just given back (a program that exits with its threads churning
+ * crashed in 7 runs of 10).  A thread that ends checks its own ring
+ * (_ta_quarantine_drain). */
 void _ta_quarantine_check_all(void) {
   q_check c = { .n = 0 };
-  _ta_thread_each(q_check_thread, &c);
+  if (_ta_self != NULL) q_check_ring(_ta_self, &c);
   for (int k = 0; k < c.n; k++) report_write_after_free(&c.bad[k].b, c.bad[k].at, c.bad[k].value);
 }
 

@@ -590,8 +590,7 @@ static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
 void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, bool at_exit) {
   pthread_once(&setup_once, scan_setup);
-  int cancel;                            /* the scan reads /proc: cancellation points */
-  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+  int cancel = _ta_cancel_off();         /* the scan reads /proc */
   pthread_mutex_lock(&scan_lock);
   ta_thread *self = _ta_thread();
   self->guard++;
@@ -749,7 +748,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   mvec_free(&blocks);
   self->guard--;
   pthread_mutex_unlock(&scan_lock);
-  pthread_setcancelstate(cancel, &cancel);
+  _ta_cancel_restore(cancel);
 }
 
 static void scan_here(bool at_exit) __attribute__((noinline));

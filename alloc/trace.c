@@ -38,15 +38,16 @@ static char stackbuf[1 << 16];            /* under file_lock */
 static size_t stacklen;
 static tbuf *global_buf;                  /* records not from a thread, under file_lock */
 
-/* file_lock with the thread's cancellation held off: under it write(2),
- * open(2) and the reads of /proc/self/maps are cancellation points, and a
- * thread that pthread_cancel ended there still held the lock: every other
- * thread hung at its next flush.  (Not nested: the lock is not recursive.) */
+/* file_lock with the thread's cancellation held off (_ta_cancel_off):
+ * under it write(2), open(2) and the reads of /proc/self/maps are
+ * cancellation points, and a thread that pthread_cancel ended there still
+ * held the lock: every other thread hung at its next flush.  The state to
+ * restore is kept per thread, since reserve() takes the lock and done()
+ * gives it back (not nested: the lock is not recursive). */
 static __thread int file_cancel_old;
 
 static void file_lock_take(void) {
-  int old;
-  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  int old = _ta_cancel_off();
   pthread_mutex_lock(&file_lock);
   file_cancel_old = old;
 }
@@ -54,7 +55,7 @@ static void file_lock_take(void) {
 static void file_lock_give(void) {
   int old = file_cancel_old;
   pthread_mutex_unlock(&file_lock);
-  pthread_setcancelstate(old, &old);
+  _ta_cancel_restore(old);
 }
 
 static uint64_t now_ns(void) {

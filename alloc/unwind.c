@@ -635,10 +635,7 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
   if (tls_in_miss)
     return RULE_COMPLEX;        /* nested (malloc inside libdw): not cached */
   tls_in_miss = 1;
-  /* libdw opens and reads files under dw_lock: cancellation points, where
-   * a thread that pthread_cancel ended would keep the lock */
-  int cancel;
-  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+  int cancel = _ta_cancel_off();        /* libdw opens and reads files */
   pthread_mutex_lock(&dw_lock);
   intptr_t off;
   uint32_t flags = cache_get(ra, &off);
@@ -654,7 +651,7 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
       cache_put(ra, rule);
   }
   pthread_mutex_unlock(&dw_lock);
-  pthread_setcancelstate(cancel, &cancel);
+  _ta_cancel_restore(cancel);
   tls_in_miss = 0;
   return rule;
 }
