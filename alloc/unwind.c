@@ -1074,10 +1074,22 @@ static inline size_t memo_set(uintptr_t sp0)
  * first frames. */
 static inline TA_NO_ASAN bool memo_same(const walk_entry *e)
 {
-  for (size_t i = 0; i < e->nreads; i++)
-    if (peek(e->rd[i].addr) != e->rd[i].val)
+  size_t n = e->nreads, i = 0;
+  if (n > 0 && peek(e->rd[0].addr) != e->rd[0].val)   /* most misses: the caller */
+    return false;
+  /* the rest four at a time, one branch for four independent loads */
+  for (i = 1; i + 4 <= n; i += 4) {
+    uintptr_t d = (peek(e->rd[i].addr) ^ e->rd[i].val) |
+                  (peek(e->rd[i + 1].addr) ^ e->rd[i + 1].val) |
+                  (peek(e->rd[i + 2].addr) ^ e->rd[i + 2].val) |
+                  (peek(e->rd[i + 3].addr) ^ e->rd[i + 3].val);
+    if (d)
       return false;
-  return true;
+  }
+  uintptr_t d = 0;
+  for (; i < n; i++)
+    d |= peek(e->rd[i].addr) ^ e->rd[i].val;
+  return d == 0;
 }
 
 TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
