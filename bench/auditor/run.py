@@ -34,6 +34,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIBLSAN = "/usr/lib/x86_64-linux-gnu/liblsan.so.0"
+LIBJEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 PLANTED = "Direct leak of 4242 byte(s) in 1 object(s)"
 
 
@@ -147,9 +148,12 @@ def workloads(build, quick, tmp):
     return own + real
 
 
-CONFIGS = ["bare", "tagalloc-exact", "tagalloc-fast", "heaptrack", "memcheck", "lsan-exact", "lsan-fast"]
+CONFIGS = ["bare", "jemalloc", "table-only", "tagalloc-exact", "tagalloc-fast", "heaptrack", "memcheck", "lsan-exact",
+           "lsan-fast"]
 CONFIG_LABEL = {
     "bare": "bare",
+    "jemalloc": "jemalloc alone (floor)",
+    "table-only": "preload, live table only (floor)",
     "tagalloc-exact": "tagalloc run (exact)",
     "tagalloc-fast": "tagalloc run --unwind fast",
     "heaptrack": "heaptrack",
@@ -163,6 +167,15 @@ def command(cfg, w, build, tmp, seq):
     """argv and extra environment of workload w under configuration cfg."""
     env = dict(w.env)
     if cfg == "bare":
+        return w.argv, env
+    if cfg == "jemalloc":
+        env["LD_PRELOAD"] = LIBJEMALLOC   # the allocator under the ledger, alone
+        return w.argv, env
+    if cfg == "table-only":
+        # the preload with what can be turned off turned off: no stacks, no
+        # quarantine, no trace; the live table, the counts and the exit scan
+        env.update({"LD_PRELOAD": os.path.join(build, "libtagalloc-preload.so"), "TAGALLOC_RECORD": "0",
+                    "TAGALLOC_QUARANTINE": "0"})
         return w.argv, env
     if cfg == "tagalloc-exact":
         return [os.path.join(build, "tagalloc"), "run", "--"] + w.argv, env
@@ -284,6 +297,9 @@ def check(cfg, w, r, ref):
         if "tagalloc: warning" in err or "tagalloc: error" in err:
             m = re.search(r"tagalloc: (warning|error).*", err)
             return "tagalloc said: " + m.group(0)[:120]
+    elif cfg == "table-only":
+        if w.kind == "own" and PLANTED not in err:   # no stacks: no leak_one
+            return "the planted leak (4242 bytes) is not in the report"
     elif cfg == "memcheck":
         if "ERROR SUMMARY" not in r["vglog"]:
             return "no valgrind log"
@@ -422,6 +438,12 @@ def render(results, wls, configs, meta, rss_check):
     L.append("- valgrind: `valgrind --leak-check=full --trace-children=yes --log-file=...` (children traced, as "
              "`tagalloc run` follows exec: gcc's cc1 and as). heaptrack: `heaptrack -o FILE PROG`, recording "
              "only (no analysis afterwards).")
+    L.append("- The two floor rows measure what no setting of the auditor goes below. *jemalloc alone*: "
+             "`LD_PRELOAD=%s`, the allocator the ledger puts blocks in, without the ledger. *preload, live "
+             "table only*: `LD_PRELOAD=build/libtagalloc-preload.so TAGALLOC_RECORD=0 TAGALLOC_QUARANTINE=0` "
+             "without `tagalloc run` and without a trace: no stacks, no quarantine, no trace, only the "
+             "interposition, the live table of blocks, the counts by tag and the exit scan and report; a leak "
+             "checker cannot do less and still find leaks." % LIBJEMALLOC)
     L.append("- Wall time: fork to wait4 of the tool's process (the whole tree: `tagalloc run` waits for every "
              "process of the program, writes the reports and exits). cpu s: user + sys of the whole tree (wait4 "
              "rusage). spread: (p75 - p25) / median of the wall times.")
@@ -510,6 +532,9 @@ def main():
     slow_runs = min(runs, args.slow_runs or (1 if args.quick else 3))
     build = os.path.abspath(args.build)
     configs = [c for c in CONFIGS if not args.configs or c in args.configs.split(",")]
+    if "jemalloc" in configs and not os.path.exists(LIBJEMALLOC):
+        configs.remove("jemalloc")
+        print("run.py: %s not found: no jemalloc row" % LIBJEMALLOC, file=sys.stderr)
     if "bare" not in configs:
         configs.insert(0, "bare")
     # this run's own scratch directory: two runs at once must not share files
