@@ -442,8 +442,8 @@ def render(results, wls, configs, meta, rss_check):
              "`LD_PRELOAD=%s`, the allocator the ledger puts blocks in, without the ledger. *preload, live "
              "table only*: `LD_PRELOAD=build/libtagalloc-preload.so TAGALLOC_RECORD=0 TAGALLOC_QUARANTINE=0` "
              "without `tagalloc run` and without a trace: no stacks, no quarantine, no trace, only the "
-             "interposition, the live table of blocks, the counts by tag and the exit scan and report; a leak "
-             "checker cannot do less and still find leaks." % LIBJEMALLOC)
+             "interposition, the live table of blocks, the counts by tag and the exit scan and report: the least "
+             "the ledger does to find leaks." % LIBJEMALLOC)
     L.append("- Wall time: fork to wait4 of the tool's process (the whole tree: `tagalloc run` waits for every "
              "process of the program, writes the reports and exits). cpu s: user + sys of the whole tree (wait4 "
              "rusage). spread: (p75 - p25) / median of the wall times.")
