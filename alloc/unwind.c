@@ -162,21 +162,56 @@ static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek(uintptr_t
 
 typedef struct { uintptr_t addr, val; } walk_read;
 
+/* The word where a fast walk stopped, as a condition, not a value: code
+ * without frame pointers leaves data in rbp, and the fast walk stops at
+ * the first word that is not a frame's (a saved rbp that does not point
+ * further up the stack, a return address that is on the stack or in the
+ * first page).  That word is data too, most often another one at the
+ * next call from the same place, where the walk would stop all the same:
+ * so the memo keeps the condition (the word is still not a frame's), and
+ * a different word there is a hit while it keeps the walk stopped.
+ * STOP_NEXT: a saved rbp, continued iff a < word <= b and 8-aligned
+ * (a: the frame's own rbp, b: the stack's top less a frame record);
+ * STOP_PC: a return address, a stop iff word < 4096 or a <= word < b (the
+ * thread's stack). */
+enum { STOP_NONE, STOP_NEXT, STOP_PC };
+
+typedef struct {
+  uint8_t   kind;
+  uintptr_t addr, a, b;
+} walk_stop;
+
 typedef struct {
   size_t     n;
   bool       needbp;
   walk_read *rd;                     /* LOG_READS of them */
+  walk_stop  stop;
 } walk_log;
 
-static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek_log(walk_log *log, uintptr_t a)
+static inline __attribute__((always_inline)) void log_read(walk_log *log, uintptr_t a, uintptr_t v)
 {
-  uintptr_t v = peek(a);
   if (log) {
     if (log->n < LOG_READS)
       log->rd[log->n] = (walk_read){ a, v };
     log->n++;
   }
+}
+
+static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek_log(walk_log *log, uintptr_t a)
+{
+  uintptr_t v = peek(a);
+  log_read(log, a, v);
   return v;
+}
+
+static inline bool next_continues(uintptr_t next, uintptr_t a, uintptr_t b)
+{
+  return next > a && next <= b && (next & (sizeof(uintptr_t) - 1)) == 0;
+}
+
+static inline bool pc_stops(uintptr_t pc, uintptr_t a, uintptr_t b)
+{
+  return pc < 4096 || (pc >= a && pc < b);
 }
 
 /* A thread's last exact walk, kept so that the next one can take over its
@@ -263,19 +298,29 @@ size_t walk_fast(uintptr_t *pcs, size_t max, size_t skip, uintptr_t fp, uintptr_
                  uintptr_t hi, uintptr_t stack_lo, walk_log *log)
 {
   size_t n = 0, k = 0;
-  while (fp >= lo && fp < hi && hi - fp >= 2 * sizeof(uintptr_t) &&
-         (fp & (sizeof(uintptr_t) - 1)) == 0) {
-    uintptr_t pc = peek_log(log, fp + sizeof(uintptr_t));
-    if (pc < 4096 || (pc >= stack_lo && pc < hi))
+  uintptr_t top = hi - 2 * sizeof(uintptr_t);     /* the highest frame record */
+  if (hi - lo < 2 * sizeof(uintptr_t) || !next_continues(fp, lo - 1, top))
+    return 0;
+  for (;;) {
+    uintptr_t pc = peek(fp + sizeof(uintptr_t));
+    if (pc_stops(pc, stack_lo, hi)) {
+      if (log)
+        log->stop = (walk_stop){ STOP_PC, fp + sizeof(uintptr_t), stack_lo, hi };
       break;
+    }
+    log_read(log, fp + sizeof(uintptr_t), pc);
     if (k++ >= skip) {
       pcs[n++] = pc;
       if (n == max)
         break;
     }
-    uintptr_t next = peek_log(log, fp);
-    if (next <= fp)
+    uintptr_t next = peek(fp);
+    if (!next_continues(next, fp, top)) {
+      if (log)
+        log->stop = (walk_stop){ STOP_NEXT, fp, fp, top };
       break;
+    }
+    log_read(log, fp, next);
     fp = next;
   }
   return n;
@@ -1045,6 +1090,7 @@ typedef struct {
   uint32_t  gen;
   uint16_t  max, skip, nreads;
   uint8_t   mode, needbp;
+  walk_stop stop;                 /* where a fast walk stopped (STOP_NONE: elsewhere) */
   walk_read rd[LOG_READS];
 } walk_entry;
 
@@ -1089,7 +1135,16 @@ static inline TA_NO_ASAN bool memo_same(const walk_entry *e)
   uintptr_t d = 0;
   for (; i < n; i++)
     d |= peek(e->rd[i].addr) ^ e->rd[i].val;
-  return d == 0;
+  if (d)
+    return false;
+  switch (e->stop.kind) {         /* the word it stopped at still stops it */
+  case STOP_NEXT:
+    return !next_continues(peek(e->stop.addr), e->stop.a, e->stop.b);
+  case STOP_PC:
+    return pc_stops(peek(e->stop.addr), e->stop.a, e->stop.b);
+  default:
+    return true;
+  }
 }
 
 TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
@@ -1145,7 +1200,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       if (m->credit > 0)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
       size_t n;
-      walk_log log = { 0, false, e->rd };
+      walk_log log = { 0, false, e->rd, { STOP_NONE, 0, 0, 0 } };
       /* Each walk is left for the next one to take over (steps); the
        * walk's reads, its own and those taken over, are what the memo
        * keeps. */
@@ -1175,6 +1230,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         e->mode = (uint8_t)mode;
         e->needbp = log.needbp;
         e->nreads = (uint16_t)log.n;
+        e->stop = log.stop;
         e->id = id;
         m->mru[set] = (uint8_t)way;
       }

@@ -245,10 +245,10 @@ NOIPA static void outer(void (*via)(memo_probe *), memo_probe *p) {
 
 /* The memo's stack is the fresh walk's, but for frame #0 (another call site
  * in leaf); -1 where not, else the number of frames. */
-static int probe_check(const memo_probe *p) {
+static int probe_check(const memo_probe *p, size_t min) {
   uintptr_t frames[TA_MAX_DEPTH];
   size_t n = ta_stack_frames(p->id, frames, TA_MAX_DEPTH);
-  if (n < 4 || n != p->fresh_n || (n == TA_MAX_DEPTH && _ta_opt.depth < TA_MAX_DEPTH)) return -1;
+  if (n < min || n != p->fresh_n || (n == TA_MAX_DEPTH && _ta_opt.depth < TA_MAX_DEPTH)) return -1;
   for (size_t i = 1; i < n; i++)
     if (frames[i] != p->fresh[i]) return -1;
   return (int)n;
@@ -261,10 +261,13 @@ static int probe_check(const memo_probe *p) {
  * paths in turn no call is (each differs from both walks kept for that
  * stack pointer in the third frame); two paths in turn are both kept, so
  * after the first two calls every one is; each path keeps its stack id,
- * and the three have three.  Exact mode, then ten calls through via_data,
- * each with another value in rbp: "data=9", the repeats are answered
- * (fast mode follows rbp, so there a different rbp is a different walk:
- * not run). */
+ * and the three have three.  Then ten calls through via_data, each with
+ * another value in rbp, none of them an address on the stack: "data=9",
+ * the repeats are answered (the exact walk does not use that rbp; the fast
+ * walk stops at it, as at the last ten, and the memo keeps that it stops,
+ * not its value).  Then one with rbp the address of a frame record further
+ * up, which the fast walk follows to a fourth frame: "follow=1", the memo
+ * does not answer with the walk that stopped (the exact walk still does). */
 static void *memo_thread(void *arg) {
   static void (*const path[])(memo_probe *) = { via_a, via_b, via_c };
   char *out = arg;
@@ -278,26 +281,35 @@ static void *memo_thread(void *arg) {
     if (i == 16) h[1] = _ta_unwind_memo_hits();
     int which = i < 10 ? 0 : i < 16 ? (i - 9) % 3 : 1 + (i - 16) % 2;   /* a..a, b c a b c a, b c b c b c */
     outer(path[which], &p);
-    if (probe_check(&p) < 0) bad++;
+    if (probe_check(&p, 4) < 0) bad++;
     if (ids[which] != 0 && ids[which] != p.id) same = 0;
     ids[which] = p.id;
   }
   h[2] = _ta_unwind_memo_hits();
-  char data[16] = "-";
-  if (_ta_opt.unwind == TA_UNWIND_EXACT) {
-    uint32_t idd = 0;
-    size_t h3 = _ta_unwind_memo_hits();
-    for (int i = 0; i < 10; i++) {
-      rbp_data = 0x5eed0000u + (uintptr_t)i * 0x1010u;
-      outer(via_data, &p);
-      if (probe_check(&p) < 0) bad++;
-      if (idd != 0 && idd != p.id) same = 0;
-      idd = p.id;
-    }
-    snprintf(data, sizeof data, "%zu", _ta_unwind_memo_hits() - h3);
+  bool fast = _ta_opt.unwind == TA_UNWIND_FAST;
+  uint32_t idd = 0;
+  size_t h3 = _ta_unwind_memo_hits(), data = 0;
+  uintptr_t rec[2] = { 0, (uintptr_t)&probe_check };   /* no next frame; a code address */
+  for (int i = 0; i < 11; i++) {     /* one call site: the last call is the follow */
+    if (i == 10) data = _ta_unwind_memo_hits() - h3;
+    rbp_data = i < 10 ? 0x5eed0000u + (uintptr_t)i * 0x1010u : (uintptr_t)&rec[0];
+    outer(via_data, &p);
+    if (i == 10) break;
+    if (probe_check(&p, fast ? 3 : 4) < 0) bad++;   /* fast: leaf, middle, via_data */
+    if (idd != 0 && idd != p.id) same = 0;
+    idd = p.id;
   }
+  uintptr_t frames[TA_MAX_DEPTH];
+  size_t nf = ta_stack_frames(p.id, frames, TA_MAX_DEPTH);
+  /* exact: the frames of the calls before, up to outer's (the compiler
+   * may give the last call a call site of its own in this function) */
+  uintptr_t before[TA_MAX_DEPTH];
+  size_t nb = ta_stack_frames(idd, before, TA_MAX_DEPTH);
+  int follow = fast ? nf == 4 && frames[3] == rec[1] && probe_check(&p, 4) == 4
+                    : nf == nb && nf >= 4 && memcmp(frames, before, 4 * sizeof *frames) == 0;
   bool differ = ids[0] && ids[1] && ids[2] && ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2];
-  snprintf(out, 128, "hits=%zu three=%zu two=%zu same=%d differ=%d bad=%d data=%s", h[0] - h0, h[1] - h[0], h[2] - h[1], same, differ, bad, data);
+  snprintf(out, 128, "hits=%zu three=%zu two=%zu same=%d differ=%d bad=%d data=%zu follow=%d", h[0] - h0,
+           h[1] - h[0], h[2] - h[1], same, differ, bad, data, follow);
   return NULL;
 }
 
@@ -315,7 +327,7 @@ static void test_memo_exact(void **state) {
   (void)state;
   char out[128];
   memo_run(out);
-  assert_string_equal(out, "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=9");
+  assert_string_equal(out, "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=9 follow=1");
 }
 
 /* A child that prints what run says. */
@@ -328,7 +340,7 @@ static int child_prints(void (*run)(char *)) {
 
 static void test_memo_fast(void **state) {
   (void)state;
-  child_says("memo-fast", "TAGALLOC_UNWIND=fast", "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=-\n");
+  child_says("memo-fast", "TAGALLOC_UNWIND=fast", "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=9 follow=1\n");
 }
 
 /* ---- taking over the last walk's frames ---------------------------------- */
@@ -381,7 +393,7 @@ static void take_one(int depth, unsigned path, memo_probe *p, size_t *stats) {
   size_t f0, t0 = _ta_unwind_taken(&f0);
   climb(depth, path, p);
   size_t f1, t1 = _ta_unwind_taken(&f1);
-  if (probe_check(p) < 0) stats[0]++;
+  if (probe_check(p, 4) < 0) stats[0]++;
   if (t1 - t0 == 1) stats[1]++;
   if (t1 - t0 == 1 && f1 - f0 >= 4) stats[2]++;
 }
@@ -423,7 +435,7 @@ static void *take_thread(void *arg) {
    * frames, and its walk stops inside them. */
   for (int i = 0; i < 6; i++, walks++) {
     y_call(i % 2 ? leaf : chain1, &p);
-    if (probe_check(&p) < 0) stats[0]++;
+    if (probe_check(&p, 4) < 0) stats[0]++;
   }
   /* As deep as a stack may be kept: walks cut at TA_MAX_DEPTH frames,
    * whose steps and reads fill the records to the brim. */
