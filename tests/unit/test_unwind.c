@@ -267,7 +267,8 @@ static int probe_check(const memo_probe *p, size_t min) {
  * walk stops at it, as at the last ten, and the memo keeps that it stops,
  * not its value).  Then one with rbp the address of a frame record further
  * up, which the fast walk follows to a fourth frame: "follow=1", the memo
- * does not answer with the walk that stopped (the exact walk still does). */
+ * does not answer with the walk that stopped (exact: the walk, which does
+ * not use that rbp, gives the frames it gave before). */
 static void *memo_thread(void *arg) {
   static void (*const path[])(memo_probe *) = { via_a, via_b, via_c };
   char *out = arg;
@@ -290,7 +291,7 @@ static void *memo_thread(void *arg) {
   uint32_t idd = 0;
   size_t h3 = _ta_unwind_memo_hits(), data = 0;
   uintptr_t rec[2] = { 0, (uintptr_t)&probe_check };   /* no next frame; a code address */
-  for (int i = 0; i < 11; i++) {     /* one call site: the last call is the follow */
+  for (int i = 0; i < 11; i++) {     /* the last call is the follow */
     if (i == 10) data = _ta_unwind_memo_hits() - h3;
     rbp_data = i < 10 ? 0x5eed0000u + (uintptr_t)i * 0x1010u : (uintptr_t)&rec[0];
     outer(via_data, &p);
