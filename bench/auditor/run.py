@@ -610,8 +610,10 @@ def main():
             rss_check[w.name] = (rss_program_only(w, build, tmp, base_env),
                                  med(results[w.name]["tagalloc-exact"]["rss"]))
     meta["load1"] = loadavg()
+    # the commit and its state as the run began (the build it timed), not as
+    # it ended: an edit made while it ran is not in what was measured
     meta.update(machine_meta(args, build) | {k: meta[k] for k in ("load0", "load1", "command", "runs", "slow_runs",
-                                                                     "invalid", "date")})
+                                                                     "invalid", "date", "commit", "dirty")})
     try:
         meta["busy"] = max(float(meta["load0"].split()[0]), float(meta["load1"].split()[0])) > 0.5
     except ValueError:
