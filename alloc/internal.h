@@ -357,6 +357,7 @@ void   _ta_table_shape(uint64_t *records, uint64_t *slots, uint64_t *displaced);
 void   _ta_thread_retire_births(ta_thread *t);        /* thread exit: see ta_since */
 void   _ta_summary_counts(ta_summary *s);            /* allocs, frees, live, peak */
 void   _ta_quarantine_drain(ta_thread *t);           /* thread exit */
+void   _ta_quarantine_forget(ta_thread *t);          /* fork child: a gone thread's ring, its blocks kept */
 void   _ta_counts_publish(ta_thread *t);             /* thread exit: pending live bytes */
 /* Checks the poison of the blocks the calling thread has quarantined (exit;
  * other threads may still be running, and change their own rings). */

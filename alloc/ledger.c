@@ -638,11 +638,15 @@ static void quarantine_trim(ta_thread *t, int64_t budget) {
   for (int k = 0; k < 8 && t->qlen > 0 && t->qbytes > share; k++) quarantine_evict(t);
 }
 
-void _ta_quarantine_drain(ta_thread *t) {
-  while (t->qlen > 0) quarantine_evict(t);
+void _ta_quarantine_forget(ta_thread *t) {
   if (t->q) _ta_munmap(t->q, (size_t)t->qmax * sizeof(ta_block));
   t->q = NULL;
-  t->qcap = t->qmax = t->qhead = 0;
+  t->qcap = t->qmax = t->qhead = t->qlen = 0;
+}
+
+void _ta_quarantine_drain(ta_thread *t) {
+  while (t->qlen > 0) quarantine_evict(t);
+  _ta_quarantine_forget(t);
 }
 
 typedef struct { uintptr_t p; bool interior; ta_block *out; bool found; } q_search;

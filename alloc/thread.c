@@ -272,8 +272,7 @@ void _ta_thread_fork(int phase) {
       if (t->prev) t->prev->next = t->next; else registry = t->next;
       if (t->next) t->next->prev = t->prev;
       _ta_meta_free(t->trace);
-      /* its blocks stay quarantined for good; the ring is mmap'd (ledger.c) */
-      if (t->q) _ta_munmap(t->q, (size_t)t->qmax * sizeof(ta_block));
+      _ta_quarantine_forget(t);      /* its blocks stay quarantined for good */
       _ta_meta_free(t->stack_memo);
       _ta_meta_free(t->walk_memo);
       _ta_meta_free(t);

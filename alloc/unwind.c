@@ -197,13 +197,6 @@ static inline __attribute__((always_inline)) void log_read(walk_log *log, uintpt
   }
 }
 
-static inline __attribute__((always_inline)) TA_NO_ASAN uintptr_t peek_log(walk_log *log, uintptr_t a)
-{
-  uintptr_t v = peek(a);
-  log_read(log, a, v);
-  return v;
-}
-
 static inline bool next_continues(uintptr_t next, uintptr_t a, uintptr_t b)
 {
   return next > a && next <= b && (next & (sizeof(uintptr_t) - 1)) == 0;
