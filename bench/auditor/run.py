@@ -445,7 +445,7 @@ def render(results, wls, configs, meta, rss_check):
              "`tagalloc run` follows exec: gcc's cc1 and as). heaptrack: `heaptrack -o FILE PROG`, recording "
              "only (no analysis afterwards). heaptrack does not follow exec: under it gcc's driver is traced and "
              "cc1 and as run untraced, so its gcc runs are INVALID (its data count the driver's few hundred "
-             "allocations, not cc1's million); heaptrack on cc1 itself is in bench/auditor/README.md.")
+             "allocations, not cc1's 518,000); heaptrack on cc1 itself is in bench/auditor/README.md.")
     L.append("- The two floor rows measure what no setting of the auditor goes below. *jemalloc alone*: "
              "`LD_PRELOAD=%s`, the allocator the ledger puts blocks in, without the ledger. *preload, live "
              "table only*: `LD_PRELOAD=build/libtagalloc-preload.so TAGALLOC_RECORD=0 TAGALLOC_QUARANTINE=0` "
