@@ -41,10 +41,13 @@ static tbuf *global_buf;                  /* records not from a thread, under fi
 /* file_lock with the thread's cancellation held off (_ta_cancel_off):
  * under it write(2), open(2) and the reads of /proc/self/maps are
  * cancellation points, and a thread that pthread_cancel ended there still
- * held the lock: every other thread hung at its next flush.  The state to
- * restore is kept per thread, since reserve() takes the lock and done()
- * gives it back (not nested: the lock is not recursive). */
-static __thread int file_cancel_old;
+ * held the lock: every other thread hung at its next flush.  reserve()
+ * takes the lock and done() gives it back, so the state to restore is
+ * kept beside the lock, written and read only by its holder (the lock is
+ * not recursive).  Not a __thread variable: in the preload that was a
+ * __tls_get_addr call on every traced malloc and free, a call that may
+ * itself allocate. */
+static int file_cancel_old;               /* under file_lock */
 
 static void file_lock_take(void) {
   int old = _ta_cancel_off();
