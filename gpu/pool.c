@@ -617,22 +617,21 @@ __attribute__((noinline)) void *gpu_pool_alloc(gpu_pool *p, size_t bytes, gpu_st
 
 __attribute__((noinline)) void gpu_pool_free(gpu_pool *p, void *ptr) {
   if (p == NULL || ptr == NULL) return;
+  /* The ledger first, while the block is still the caller's: once it is
+   * back in the cache another thread may be handed it (and record it).  A
+   * pointer the pool did not hand out is reported there (free.double for a
+   * block freed recently, free.invalid otherwise). */
+  ta_device_free(T_BUFFER, p->device, (uintptr_t)ptr);
   pthread_mutex_lock(&p->lock);
   block *b = map_get(p, (uintptr_t)ptr);
-  if (b == NULL) {
-    pthread_mutex_unlock(&p->lock);
-    /* Not a block of this pool's now: the ledger reports it (free.double
-     * for a block freed recently, free.invalid otherwise). */
-    ta_device_free(T_BUFFER, p->device, (uintptr_t)ptr);
-    return;
+  if (b) {
+    map_del(p, b->ptr);
+    b->allocated = false;
+    stat_down(p->st.allocation, b->pool, 1);
+    stat_down(p->st.allocated_bytes, b->pool, (int64_t)b->size);
+    if (b->n_uses == 0 || !insert_events(p, b)) free_block(p, b);
   }
-  map_del(p, b->ptr);
-  b->allocated = false;
-  stat_down(p->st.allocation, b->pool, 1);
-  stat_down(p->st.allocated_bytes, b->pool, (int64_t)b->size);
-  if (b->n_uses == 0 || !insert_events(p, b)) free_block(p, b);
   pthread_mutex_unlock(&p->lock);
-  ta_device_free(T_BUFFER, p->device, (uintptr_t)ptr);
 }
 
 void gpu_pool_record_stream(gpu_pool *p, void *ptr, gpu_stream s) {

@@ -15,6 +15,9 @@
 #include "harness.h"
 #include "gpu_test.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
@@ -406,6 +409,43 @@ static void test_invariants_random(void **state) {
   assert_int_equal(held_backend.stream_destroy(s1), GPU_OK);
 }
 
+/* Four threads allocating and freeing at once: every buffer handed out is
+ * one thread's alone (its bytes keep what the thread wrote), and the stats
+ * and the ledger agree at the end. */
+static void *churn(void *arg) {
+  uint64_t rng = (uint64_t)(uintptr_t)arg;
+  const gpu_backend *hb = gpu_backend_host();
+  for (int i = 0; i < 2000; i++) {
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    size_t n = (size_t)((rng >> 40) % (256 * KiB)) + 4;
+    uint32_t *x = gpu_pool_alloc(P, n, NULL), mark = (uint32_t)rng, back = 0;
+    if (x == NULL) return (void *)1;
+    hb->memcpy_h2d(x, &mark, 4, NULL);
+    sched_yield();
+    hb->memcpy_d2h(&back, x, 4, NULL);
+    gpu_pool_free(P, x);
+    if (back != mark) return (void *)2;
+  }
+  return NULL;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  pthread_t t[4];
+  for (uintptr_t i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, churn, (void *)(i + 1)), 0);
+  for (int i = 0; i < 4; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    assert_null(r);
+  }
+  check_invariants();
+  stats();
+  assert_int_equal(S.num_requests, 8000);
+  assert_int_equal(CUR(allocation, ALL), 0);
+  assert_int_equal(CUR(active, ALL), 0);
+  assert_true(PEAK(allocation, ALL) >= 1 && PEAK(allocation, ALL) <= 4);
+}
+
 static void test_stats_reset_and_zero(void **state) {
   (void)state;
   char *a = gpu_pool_alloc(P, 4096, NULL);
@@ -430,6 +470,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_free_deferred_by_events, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_oom_free_cache_and_retry, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_invariants_random, pool_setup, pool_teardown),
+    cmocka_unit_test_setup_teardown(test_threads, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_stats_reset_and_zero, pool_setup, pool_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
