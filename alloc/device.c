@@ -150,13 +150,13 @@ void _ta_device_alloc_at(ta_tag tag, int device, uintptr_t addr, size_t size, un
   }
   pthread_mutex_unlock(&lock);
   if (r == NULL) {
-    _ta_error(TA_ENOMEM, "out of memory for the device table (device %d, %#lx)", device,
+    _ta_error(TA_ENOMEM, "out of memory for the device table (device %d, 0x%lx)", device,
               (unsigned long)addr);
     return;
   }
   count(t, tag, true);
   if (twice)      /* the old record is replaced: the driver reused a live address */
-    _ta_error(TA_EINVAL, "device %d: %#lx allocated again while live (tag %s, first stack %u)",
+    _ta_error(TA_EINVAL, "device %d: 0x%lx allocated again while live (tag %s, first stack %u)",
               device, (unsigned long)addr, ta_tag_name(tag), (unsigned)first);
   if (_ta_tracing) _ta_trace_device_alloc(t, device, addr, size, tag, stack, flags, seq);
 }
@@ -297,7 +297,7 @@ size_t _ta_device_leaks(int device, bool forget) {
   for (size_t i = 0; i < n; i++) {
     if (v[i].flags & TA_DEVICE_RESERVE) continue;
     char detail[96];
-    _ta_snprintf(detail, sizeof detail, "device %d", v[i].device);
+    _ta_snprintf(detail, sizeof detail, "device %d%s", v[i].device, forget ? ", at context teardown" : "");
     ta_finding_add("gpu.leak", v[i].tag, v[i].addr, v[i].size, v[i].stack, 0, detail);
     found++;
   }
