@@ -263,7 +263,7 @@ static void module_load(module *m, const char *path, uintptr_t bias) {
   }
   if (e) elf_end(e);
   close(fd);
-  qsort(m->fns, m->n, sizeof *m->fns, range_cmp);
+  if (m->n > 1) qsort(m->fns, m->n, sizeof *m->fns, range_cmp);
 }
 
 /* The module of pc, its runtime functions loaded on first sight (module_lock held). */
