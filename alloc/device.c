@@ -301,13 +301,18 @@ size_t _ta_device_leaks(int device, bool forget) {
     ta_finding_add("gpu.leak", v[i].tag, v[i].addr, v[i].size, v[i].stack, 0, detail);
     found++;
   }
-  if (forget) {
-    pthread_mutex_lock(&lock);
+  if (forget) {                 /* the driver freed them: freed here too, with no stack */
+    ta_thread *t = _ta_thread();
     for (size_t i = 0; i < n; i++) {
+      pthread_mutex_lock(&lock);
       dev_rec *r = find(v[i].tag, v[i].device, v[i].addr);
-      if (r && r->live && r->seq == v[i].seq) drop(r);
+      bool mine = r && r->live && r->seq == v[i].seq;
+      if (mine) drop(r);
+      pthread_mutex_unlock(&lock);
+      if (!mine) continue;
+      count(t, v[i].tag, false);
+      if (_ta_tracing) _ta_trace_device_free(t, v[i].device, v[i].addr, v[i].tag, 0, _ta_next_seq(t, false));
     }
-    pthread_mutex_unlock(&lock);
   }
   _ta_meta_free(v);
   return found;
