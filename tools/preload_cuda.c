@@ -48,8 +48,9 @@
  * static runtime's code: a function of the frame's module whose ELF symbol
  * (.symtab, else .dynsym) is one of the runtime's names - cuda followed by
  * a capital (cudaMalloc, ...), the same C++-mangled (the templates of
- * cuda_runtime.h), and the prefixes __cuda, __cudart, cudart and
- * _ZN6cudart.  A program stripped of .symtab keeps its static runtime's
+ * cuda_runtime.h), and the prefixes __cuda, __cudart, cudart, _ZN6cudart
+ * and libcudart_static_ (the static runtime's internal functions, in CUDA
+ * 13 named libcudart_static_<hash>).  A program stripped of .symtab keeps its static runtime's
  * frames on top; a function of the program's own named cudaXxx is hidden
  * with them.
  *
@@ -208,7 +209,8 @@ static bool cuda_api_name(const char *s) {
 }
 
 static bool runtime_name(const char *s) {
-  if (cuda_api_name(s) || starts(s, "__cuda") || starts(s, "cudart") || starts(s, "_ZN6cudart"))
+  if (cuda_api_name(s) || starts(s, "__cuda") || starts(s, "cudart") || starts(s, "_ZN6cudart") ||
+      starts(s, "libcudart_static_"))
     return true;
   if (s[0] == '_' && s[1] == 'Z') {        /* _Z10cudaMallocIfE...: a template of cuda_runtime.h */
     const char *p = s + 2;

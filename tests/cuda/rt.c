@@ -44,9 +44,14 @@ NOIPA static void *__cudart_driver(const char *name, int per_thread) {
   static __typeof__(T) fn_; \
   if (fn_ == NULL) *(void **)&fn_ = __cudart_driver(name, per_thread)
 
+/* The static runtime's internal functions are named libcudart_static_<hash>. */
+NOIPA int libcudart_static_4d2a(CUresult (*fn)(CUdeviceptr *, size_t), CUdeviceptr *p, size_t n) {
+  return fn(p, n);
+}
+
 NOIPA int cudaMalloc(CUdeviceptr *p, size_t n) {
   DRIVER(CUresult (*)(CUdeviceptr *, size_t), "cuMemAlloc", 0);
-  return fn_(p, n);
+  return libcudart_static_4d2a(fn_, p, n);
 }
 
 NOIPA int cudaMallocPitch(CUdeviceptr *p, size_t *pitch, size_t width, size_t height) {
