@@ -123,9 +123,18 @@ static atomic_int once_state;             /* init_once: 0, 1 running, 2 done */
 
 static ta_tag tag_malloc, tag_managed, tag_host, tag_async, tag_vmm, tag_va, tag_map;
 
+/* dlsym with the guard raised: what it allocates (dlerror's buffer) is the
+ * preload's own, not a block of the program's. */
+static void *quiet_dlsym(void *h, const char *name) {
+  ta_thread *t = _pl_enter();
+  void *p = dlsym(h, name);
+  if (t) _pl_leave(t);
+  return p;
+}
+
 static void *next_dlopen(void) {
   if (_pl_real_dlopen == NULL) {
-    void *p = dlsym(RTLD_NEXT, "dlopen");
+    void *p = quiet_dlsym(RTLD_NEXT, "dlopen");
     memcpy(&_pl_real_dlopen, &p, sizeof p);
   }
   return (void *)_pl_real_dlopen;
@@ -144,7 +153,7 @@ static void *driver_handle(void) {
 
 static void *driver_sym(const char *name) {
   void *h = driver_handle();
-  return h ? dlsym(h, name) : NULL;
+  return h ? quiet_dlsym(h, name) : NULL;
 }
 
 static void *real_of(int w) {
