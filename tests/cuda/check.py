@@ -66,21 +66,23 @@ def run(prog, args, extra=(), env=ENV):
     return bare, audited, doc
 
 
-def same_run(bare, audited, problems):
+def same_run(bare, audited, problems, exit_code=None):
     if bare.returncode != 0:
         problems.append(f"bare run exited {bare.returncode}: {bare.stderr.strip()}")
-    if audited.returncode != bare.returncode:
-        problems.append(f"exit {audited.returncode} under tagalloc, {bare.returncode} bare")
+    want = bare.returncode if exit_code is None else exit_code
+    if audited.returncode != want:
+        problems.append(f"exit {audited.returncode} under tagalloc, expected {want}")
     if audited.stdout != bare.stdout:
         problems.append(f"stdout differs: {audited.stdout!r} vs {bare.stdout!r}")
 
 
-def check_workload(prog, args=(), teardown=False, extra_leaks=None, extra=(), doc=None, name=None):
+def check_workload(prog, args=(), teardown=False, extra_leaks=None, extra=(), doc=None, name=None,
+                   exit_code=None):
     name = name or " ".join([prog, *args, *extra])
     problems = []
     if doc is None:
         bare, audited, doc = run(prog, args, extra)
-        same_run(bare, audited, problems)
+        same_run(bare, audited, problems, exit_code)
     if doc is None:
         result(name, problems + ["no JSON document"])
         return
@@ -188,6 +190,7 @@ check_workload("static_rt", extra=("--unwind", "fast"))
 check_workload("static_rt", ("reset",), teardown=True)
 check_workload("shared_rt")
 check_workload("direct")
+check_workload("direct", extra=("--error-exitcode", "42"), exit_code=42)   # gpu.leak is a problem
 check_workload("direct", ("reset",), teardown=True)
 check_workload("direct", ("ctx",), extra_leaks={"leak_in_context": (1234, "cuda.malloc", "")})
 check_nocuda()
