@@ -24,6 +24,7 @@ typedef struct {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static group_list errors, leaks;
+static group_list added;          /* ta_finding_add: classified by their callers, kept by scans */
 static ta_summary leak_summary;
 static size_t error_occurrences_dropped;
 
@@ -109,6 +110,42 @@ void _ta_finding_error(const ta_error_info *e) {
               e->detail && *e->detail ? ": " : "", e->detail ? e->detail : "");
 }
 
+/* Same group: kind, tag, stacks and detail. */
+static bool same_added(const group *g, const char *kind, ta_tag tag, uint32_t stack, uint32_t aux,
+                       const char *detail) {
+  return g->f.stack == stack && g->f.tag == tag && g->f.aux_stack == aux &&
+         strcmp(g->f.kind, kind) == 0 && strncmp(g->f.detail, detail ? detail : "",
+                                                  sizeof g->f.detail - 1) == 0;
+}
+
+/* The kind must stay valid (a string literal): groups keep the pointer. */
+void ta_finding_add(const char *kind, ta_tag tag, uintptr_t addr, uint64_t bytes, uint32_t stack,
+                    uint32_t aux_stack, const char *detail) {
+  if (kind == NULL || *kind == '\0') {
+    _ta_error(TA_EINVAL, "ta_finding_add: no kind");
+    return;
+  }
+  bool first = true;
+  pthread_mutex_lock(&lock);
+  for (size_t i = added.n; i-- > 0;) {
+    group *g = &added.v[i];
+    if (same_added(g, kind, tag, stack, aux_stack, detail)) {
+      g->f.bytes += bytes;
+      g->f.blocks++;
+      first = false;
+      break;
+    }
+  }
+  if (first) {
+    group g;
+    fill_group(&g, kind, bytes, tag, stack, addr, aux_stack, 0, NULL, NULL, 0, detail);
+    g.first_seq = _ta_seq_now();
+    if (added.n >= MAX_ERROR_GROUPS || !list_push(&added, &g)) error_occurrences_dropped++;
+  }
+  pthread_mutex_unlock(&lock);
+  if (_ta_tracing) _ta_trace_finding(kind, addr, stack, _ta_seq_now());
+}
+
 void _ta_findings_leaks_begin(void) {
   pthread_mutex_lock(&lock);
   list_clear(&leaks);
@@ -179,10 +216,10 @@ void _ta_findings_leaks_end(const ta_summary *s) {
 
 static int kind_rank(const char *kind) {
   static const char *order[] = { "leak.direct", "leak.orphan", "leak.indirect", "leak.possible",
-                                 "ref.leak" };
-  for (int i = 0; i < 5; i++)
+                                 "ref.leak", "gpu.leak", "gpu.pool-retained" };
+  for (int i = 0; i < 7; i++)
     if (strcmp(kind, order[i]) == 0) return i;
-  return 5;
+  return 7;
 }
 
 static int by_rank(const void *a, const void *b) {
@@ -209,7 +246,7 @@ size_t ta_findings_visit(ta_finding_fn *fn, void *arg) {
   /* Copy under the lock, visit without it: fn may symbolize, allocate, or
    * even record findings of its own. */
   pthread_mutex_lock(&lock);
-  size_t n = errors.n + leaks.n, k = 0;
+  size_t n = errors.n + leaks.n + added.n, k = 0;
   group *copy = _ta_meta_alloc((n ? n : 1) * sizeof *copy);
   if (copy == NULL) {
     pthread_mutex_unlock(&lock);
@@ -218,6 +255,7 @@ size_t ta_findings_visit(ta_finding_fn *fn, void *arg) {
   for (size_t i = 0; i < errors.n; i++) group_copy(&copy[k++], &errors.v[i]);
   size_t nerr = k;
   for (size_t i = 0; i < leaks.n; i++) group_copy(&copy[k++], &leaks.v[i]);
+  for (size_t i = 0; i < added.n; i++) group_copy(&copy[k++], &added.v[i]);
   pthread_mutex_unlock(&lock);
   qsort(copy + nerr, k - nerr, sizeof *copy, by_rank);
   size_t visited = 0;
@@ -254,6 +292,8 @@ size_t ta_findings_count(const char *kind) {
     if (kind == NULL || strcmp(errors.v[i].f.kind, kind) == 0) n += errors.v[i].f.blocks;
   for (size_t i = 0; i < leaks.n; i++)
     if (kind == NULL || strcmp(leaks.v[i].f.kind, kind) == 0) n += leaks.v[i].f.blocks;
+  for (size_t i = 0; i < added.n; i++)
+    if (kind == NULL || strcmp(added.v[i].f.kind, kind) == 0) n += added.v[i].f.blocks;
   pthread_mutex_unlock(&lock);
   return n;
 }
@@ -262,6 +302,7 @@ void ta_findings_clear(void) {
   pthread_mutex_lock(&lock);
   list_clear(&errors);
   list_clear(&leaks);
+  list_clear(&added);
   memset(&leak_summary, 0, sizeof leak_summary);
   error_occurrences_dropped = 0;
   pthread_mutex_unlock(&lock);

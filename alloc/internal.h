@@ -430,6 +430,28 @@ void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t st
                        const char *slot, const ta_ref_event *history, size_t history_len);
 void _ta_findings_leaks_end(const ta_summary *s);
 
+/* ---- device.c: device memory (tagalloc.h's ta_device_*) --------------------- */
+
+/* The preload's entry points: the caller captured the stack. */
+void   _ta_device_alloc_at(ta_tag tag, int device, uintptr_t addr, size_t size, unsigned flags,
+                           uint32_t stack);
+int    _ta_device_free_at(ta_tag tag, int device, uintptr_t addr, uint32_t stack);
+/* Adds the live device blocks born at or after seq (of tag, or any) to
+ * *blocks and *bytes, and calls fn on each when not NULL (ta_since). */
+void   _ta_device_since(uint64_t seq, ta_tag tag, uint64_t *blocks, uint64_t *bytes,
+                        void (*fn)(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg),
+                        void *arg);
+/* Device allocations and frees of the whole run (kept out of the host summary). */
+void   _ta_device_summary(uint64_t *allocs, uint64_t *frees);
+/* A gpu.leak finding for each live block of device (-1: all) without
+ * TA_DEVICE_RESERVE; forget: the device's live records go too (a context
+ * torn down).  Returns the blocks reported. */
+size_t _ta_device_leaks(int device, bool forget);
+/* The exit work's first step: the ta_atexit functions, newest first, then
+ * _ta_device_leaks(-1, false). */
+void   _ta_device_exit(void);
+void   _ta_device_fork(int phase);
+
 /* ---- scan.c ------------------------------------------------------------------- */
 
 void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, bool at_exit);
@@ -450,6 +472,10 @@ void _ta_trace_modules(void);            /* MODULE records for mappings new sinc
 void _ta_trace_flush_all_signal(void);   /* best effort, from a fatal signal */
 void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack, uint64_t seq, int arena);
 void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq);
+void _ta_trace_device_alloc(ta_thread *t, int device, uintptr_t addr, uint64_t size, ta_tag tag,
+                            uint32_t stack, unsigned flags, uint64_t seq);
+void _ta_trace_device_free(ta_thread *t, int device, uintptr_t addr, ta_tag tag, uint32_t stack,
+                           uint64_t seq);
 void _ta_trace_realloc(ta_thread *t, uintptr_t old, uintptr_t addr, uint64_t size, uint32_t stack, uint64_t seq);
 void _ta_trace_ref(ta_thread *t, uintptr_t obj, int delta, long count, uint32_t stack, uint64_t seq);
 void _ta_trace_hold(ta_thread *t, uintptr_t holder, const char *slot, uintptr_t ptr, uint32_t stack, uint64_t seq);

@@ -1190,6 +1190,7 @@ ta_counts ta_since(ta_mark m, ta_tag tag) {
   }
   since_walk w = { 0 };
   live_since(seq, tag, &w);
+  _ta_device_since(seq, tag, &w.blocks, &w.bytes, NULL, NULL);   /* device blocks count too */
   c.live_blocks = w.blocks;
   c.live_bytes = w.bytes;
   c.peak_bytes = peak;
@@ -1231,6 +1232,7 @@ void ta_live_since(ta_mark m, ta_tag tag,
   pthread_mutex_unlock(&mark_lock);
   since_walk w = { .fn = fn, .arg = arg };
   live_since(seq, tag, &w);
+  _ta_device_since(seq, tag, &w.blocks, &w.bytes, fn, arg);
 }
 
 typedef struct { size_t max, n; } print_state;
@@ -1271,8 +1273,10 @@ void ta__assert_fail(const char *file, int line, const char *what, uint64_t got,
 void _ta_summary_counts(ta_summary *s) {
   ta_tag_counts_plain all[1];
   _ta_thread_sum(all, 1);
-  s->allocs = all[0].allocs;
-  s->frees = all[0].frees;
+  uint64_t dev_allocs, dev_frees;       /* device blocks count in the tags' rows: not here */
+  _ta_device_summary(&dev_allocs, &dev_frees);
+  s->allocs = all[0].allocs - dev_allocs;
+  s->frees = all[0].frees - dev_frees;
   s->live_bytes = all[0].alloc_bytes - all[0].free_bytes;
   s->peak_bytes = atomic_load(&peak_run);
 }
@@ -1292,6 +1296,7 @@ static void fork_phase(int phase) {
     _ta_hold_fork(phase);
     _ta_thread_fork(phase);
     _ta_block_lock_all();
+    _ta_device_fork(phase);
     _ta_findings_fork(phase);
     _ta_extents_fork(phase);
     _ta_depot_fork(phase);
@@ -1300,6 +1305,7 @@ static void fork_phase(int phase) {
   _ta_depot_fork(phase);
   _ta_extents_fork(phase);
   _ta_findings_fork(phase);
+  _ta_device_fork(phase);
   _ta_block_unlock_all();
   _ta_thread_fork(phase);
   _ta_hold_fork(phase);
@@ -1412,6 +1418,7 @@ size_t      _ta_exit_regs_size;
 void _ta_exit_now(bool again) {
   if (!atomic_load(&_ta_ready)) return;     /* the ledger was never used */
   if (atomic_exchange(&exit_done, 1) && !again) return;
+  _ta_device_exit();                        /* ta_atexit functions, then gpu.leak */
   if (_ta_exit_before) _ta_exit_before();   /* the preload: the runtime's blocks go */
   ta_thread *t = _ta_thread();
   t->guard++;

@@ -22,7 +22,8 @@
  *
  * Finding kinds (stable names): leak.direct, leak.indirect, leak.possible,
  * leak.orphan, ref.underflow, ref.leak, hold.stack, hold.dangling,
- * free.double, free.invalid, use.after-free, arena.after-reset; in guard mode
+ * free.double, free.invalid, use.after-free, arena.after-reset, gpu.leak,
+ * gpu.pool-retained (device memory, see below); in guard mode
  * (TAGALLOC_GUARD=1) also heap.overflow: a read or write past the end (or
  * before the start) of a live block, caught at its guard page or at its free.
  */
@@ -99,6 +100,43 @@ void      ta_arena_reset(ta_arena *a);                 /* all its blocks die; a 
 void      ta_arena_free(ta_arena *a);
 uint64_t  ta_arena_generation(const ta_arena *a);
 size_t    ta_arena_capacity(const ta_arena *a);        /* bytes of chunk memory held now */
+
+/* ---- device memory -------------------------------------------------------- */
+
+/* Device memory (a GPU's, or the host backend's device range) is on the
+ * ledger as device blocks, keyed by (tag, device, addr): a table of their
+ * own, apart from host blocks, so a pool's buffer may share its segment's
+ * address and a device address may equal a host one.  Each is recorded with
+ * the caller's stack, is never read by the scan, and counts in its tag's
+ * allocs, frees, live_blocks and live_bytes (ta_since, ta_live_since, the
+ * assertion macros) but never in peak_bytes or ta_summary_get (host memory
+ * only).  Thread-safe.  A free of a key that is not live is free.double (a
+ * recently freed block) or free.invalid, reported at once.  At exit, after
+ * the ta_atexit functions, each live device block without
+ * TA_DEVICE_RESERVE is a gpu.leak finding (allocation stack, bytes, tag;
+ * the device in its detail).
+ *
+ *   ta_tag B = ta_tag_get("gpu.buffer");
+ *   ta_device_alloc(B, 0, dptr, 4096, 0);        // dptr: a device address
+ *   ...
+ *   ta_device_free(B, 0, dptr);                  // 1 */
+#define TA_DEVICE_RESERVE 1u  /* reserved memory (a pool's segment, a VA reservation): not gpu.leak by itself at exit */
+void   ta_device_alloc(ta_tag tag, int device, uintptr_t addr, size_t size, unsigned flags);
+int    ta_device_free(ta_tag tag, int device, uintptr_t addr);   /* 1; 0 after a bad free (free.invalid/free.double reported) */
+size_t ta_device_size(ta_tag tag, int device, uintptr_t addr);   /* 0: not a live device block of that tag */
+/* Calls fn for each live device block of device (-1: all), oldest first;
+ * fn may allocate and free device blocks (it sees a copy). */
+void   ta_device_each(int device /* -1: all */, void (*fn)(int device, uintptr_t addr, size_t size, ta_tag tag, uint32_t stack, unsigned flags, void *arg), void *arg);
+/* A finding classified by its caller (gpu.pool-retained, ...): grouped with
+ * earlier ones of the same kind, tag, stack, aux_stack and detail (blocks
+ * counted, bytes added; addr is the group's first).  kind must stay valid
+ * (a string literal).  Kept until ta_findings_clear (a scan does not
+ * replace them); visited with the leaks, after ref.leak, largest first. */
+void   ta_finding_add(const char *kind, ta_tag tag, uintptr_t addr, uint64_t bytes, uint32_t stack, uint32_t aux_stack, const char *detail);
+/* fn runs in the ledger's exit work, before gpu.leak, the scan and the
+ * report; the newest registered runs first, as with atexit(3).  At most
+ * 64 functions. */
+void   ta_atexit(void (*fn)(void));
 
 /* ---- marks and counts ---------------------------------------------------- */
 

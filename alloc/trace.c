@@ -266,6 +266,22 @@ void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq) 
   done(g);
 }
 
+void _ta_trace_device_alloc(ta_thread *t, int device, uintptr_t addr, uint64_t size, ta_tag tag,
+                            uint32_t stack, unsigned flags, uint64_t seq) {
+  bool g;
+  tr_device_alloc *r = reserve(t, TR_DEVICE_ALLOC, sizeof *r, &g);
+  if (r) *r = (tr_device_alloc){ seq, addr, size, stack, t ? t->id : 0, (uint16_t)tag, 0, device, flags, 0 };
+  done(g);
+}
+
+void _ta_trace_device_free(ta_thread *t, int device, uintptr_t addr, ta_tag tag, uint32_t stack,
+                           uint64_t seq) {
+  bool g;
+  tr_device_free *r = reserve(t, TR_DEVICE_FREE, sizeof *r, &g);
+  if (r) *r = (tr_device_free){ seq, addr, stack, t ? t->id : 0, (uint16_t)tag, 0, device };
+  done(g);
+}
+
 void _ta_trace_realloc(ta_thread *t, uintptr_t old, uintptr_t addr, uint64_t size, uint32_t stack,
                        uint64_t seq) {
   bool g;

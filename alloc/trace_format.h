@@ -28,7 +28,7 @@ enum {
   TR_MODULE = 1, TR_STACK = 2, TR_TAG = 3, TR_ALLOC = 4, TR_FREE = 5, TR_REALLOC = 6,
   TR_REF = 7, TR_HOLD = 8, TR_ARENA_RESET = 9, TR_MARK = 10, TR_THREAD_START = 11,
   TR_THREAD_END = 12, TR_TIME = 13, TR_FINDING_EVENT = 14, TR_FINDING = 15, TR_END = 16,
-  TR_PACKED = 17, TR_FRAME = 18,
+  TR_PACKED = 17, TR_FRAME = 18, TR_DEVICE_ALLOC = 19, TR_DEVICE_FREE = 20,
 };
 
 /* PACKED: a run of one thread's ALLOC and FREE events, varint-encoded (see
@@ -59,5 +59,14 @@ typedef struct {
   /* then kind, slot and detail, each NUL-terminated */
 } tr_finding;
 typedef struct { uint64_t seq, ns; } tr_end;
+/* Device memory (ta_device_alloc, ta_device_free): keyed by (tag, device, addr). */
+typedef struct {
+  uint64_t seq, addr, size;
+  uint32_t stack, thread;
+  uint16_t tag, pad16;
+  int32_t  device;
+  uint32_t flags, pad32;     /* flags: TA_DEVICE_RESERVE, ... */
+} tr_device_alloc;
+typedef struct { uint64_t seq, addr; uint32_t stack, thread; uint16_t tag, pad16; int32_t device; } tr_device_free;
 
 #endif

@@ -99,6 +99,10 @@ typedef struct gpu_event_s  *gpu_event;
 /* The device number the ledger keys host-backend memory by (CUDA devices
  * are their ordinals, 0 ..). */
 #define GPU_HOST_DEVICE 100
+/* The host backend's device memory when TAGALLOC_GPU_HOST_MEM does not set
+ * it (a size, K/M/G/T suffixes, from 1M): address space reserved at the
+ * first allocation, pages committed only as they are allocated. */
+#define GPU_HOST_DEFAULT_MEM ((size_t)8 << 30)
 
 /* conv2d over NCHW: x [n, c, h, w], w [o, c, kh, kw], y [n, o, oh, ow] with
  * oh = (h + 2*pad - kh) / stride + 1 (ow likewise); zero padding.
@@ -291,14 +295,17 @@ typedef const gpu_backend *gpu_cuda_backend_fn(const char **why);
 
 /* The backend TAGALLOC_GPU selects (above), initialised on device 0; made on
  * first call, the same for the life of the process.  NULL only when
- * TAGALLOC_GPU=cuda and CUDA cannot run (the message is printed once), or
- * TAGALLOC_GPU holds another word. */
+ * TAGALLOC_GPU=cuda and CUDA cannot run (the message is printed once).
+ * Another word in TAGALLOC_GPU is named in a one-line message, and auto
+ * runs. */
 const gpu_backend *gpu_backend_get(void);
 /* The host backend's table (not initialised: call init). */
 const gpu_backend *gpu_backend_host(void);
 /* Loads the CUDA backend's shared object and initialises it on device 0:
- * its table, or NULL with why[] saying why (a status of GPU_ENODRIVER or
- * GPU_ENODEVICE in *status when there is no usable driver or device). */
+ * its table, or NULL with why[] saying why and *status: GPU_EBACKEND when
+ * the shared object cannot be loaded (or is of another table version),
+ * GPU_ENODRIVER / GPU_ENODEVICE when it loads but finds no usable driver or
+ * device (auto's "no usable CUDA driver or device" line). */
 const gpu_backend *gpu_backend_cuda(gpu_status *status, char *why, size_t why_len);
 /* Selection by word ("cuda", "host", "auto"), as gpu_backend_get does with
  * TAGALLOC_GPU, without caching; NULL with why[] set on failure.  With

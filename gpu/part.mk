@@ -1,0 +1,49 @@
+# gpu/part.mk - device memory (gpu/): the backend table, the host backend, the
+# CUDA backend's loader, the caching pool; its tests and its benchmark.
+# Included by the top Makefile; everything builds under $(BUILD), so the
+# ASan+UBSan build (BUILD=build/asan) gets its own copy.  The CUDA backend's
+# shared object (gpu/cuda/) brings its own rules in gpu/cuda/*.mk.
+
+GPU_SRC   = $(wildcard gpu/*.c)
+GPU_OBJ   = $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
+GPU_HDR   = $(wildcard gpu/*.h)
+# Kernels at -O3 (loop vectorization) except in sanitizer builds.
+GPU_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3) -fno-math-errno
+GPU_LIBS  = -lopenblas -ldl
+GPU_LINK  = $(BUILD)/libtagalloc-gpu.a $(LINKA) $(GPU_LIBS)
+GPU_TESTS = $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/test_*.c))
+
+PART_ALL   += $(BUILD)/libtagalloc-gpu.a $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
+PART_TEST  += test-gpu
+
+$(BUILD)/obj/gpu/%.o: gpu/%.c $(GPU_HDR) alloc/tagalloc.h gpu/part.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_OPT) $(COMMON) -Igpu -c $< -o $@
+
+$(BUILD)/libtagalloc-gpu.a: $(GPU_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(wildcard tests/*.h tests/gpu/*.h) $(BUILD)/libtagalloc-gpu.a $(BUILD)/libtagalloc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) -Itests -Igpu $< -o $@ $(GPU_LINK) $(TEST_LIBS) $(LIBS)
+
+# The stand-in for the CUDA backend's shared object that test_gpu_select loads.
+$(BUILD)/tests/gpu/libstandin-cuda.so: tests/gpu/standin_cuda.c gpu/gpu.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) -Igpu -shared $< -o $@
+
+gpu-tests: $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
+
+# The tests, then the same built with AddressSanitizer and UBSan.
+test-gpu: $(BUILD)/libtagalloc.a gpu-tests
+	@tests/gpu/run.sh $(BUILD)
+	$(MAKE) BUILD=build/asan OPT=-O1 \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a gpu-tests
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  tests/gpu/run.sh build/asan
+
+.PHONY: test-gpu gpu-tests
+
+include $(wildcard gpu/cuda/*.mk)
