@@ -28,16 +28,26 @@ CUDA_NVFLAGS = -O3 -std=c++17 --fmad=false $(CUDA_GENCODE) \
 CUDA_CU   = $(wildcard gpu/cuda/*.cu)
 CUDA_KOBJ = $(CUDA_CU:%.cu=$(BUILD)/obj/%.o)
 CUDA_LIB  = $(BUILD)/libtagalloc-gpu-cuda.so
-CUDA_TESTS = $(patsubst tests/gpu/cuda/%.c,$(BUILD)/tests/gpu/cuda/%,$(wildcard tests/gpu/cuda/test_*.c))
+# The tests: test_cuda_load needs the object (and nothing of the project's
+# libraries: it runs on a GPU machine as built here); test_cuda_compare
+# needs gpu/ and the ledger, and no CUDA at all to build: its --self-test
+# runs everywhere.  Neither uses cmocka (GPU machines may lack it).
+CUDA_LOAD_TEST = $(BUILD)/tests/gpu/cuda/test_cuda_load
+CUDA_CMP_TEST  = $(BUILD)/tests/gpu/cuda/test_cuda_compare
+CUDA_TEST_HDR  = tests/gpu/cuda/cuda_test.h gpu/gpu.h
 
-ifneq ($(NVCC),)
 # Not in sanitizer builds (BUILD=build/asan): the object is loaded by
 # uninstrumented and instrumented programs alike, and is built once, in build/.
 ifeq ($(findstring sanitize,$(CFLAGS)),)
-PART_ALL  += $(CUDA_LIB) $(CUDA_TESTS)
+PART_ALL  += $(CUDA_CMP_TEST) $(if $(NVCC),$(CUDA_LIB) $(CUDA_LOAD_TEST))
 PART_TEST += test-gpu-cuda
 endif
 
+$(CUDA_CMP_TEST): tests/gpu/cuda/test_cuda_compare.c $(CUDA_TEST_HDR) $(BUILD)/libtagalloc-gpu.a $(BUILD)/libtagalloc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) -Itests/gpu/cuda -Igpu $< -o $@ $(GPU_LINK) $(LIBS)
+
+ifneq ($(NVCC),)
 $(BUILD)/obj/gpu/cuda/%.o: gpu/cuda/%.cu gpu/cuda/kernels.h gpu/cuda/common.cuh gpu/cuda/cuda.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(CUDA_NVFLAGS) -c $< -o $@
@@ -51,16 +61,16 @@ $(CUDA_LIB): $(CUDA_KOBJ) $(BUILD)/obj/gpu/cuda/backend.o gpu/cuda/exports.map
 	$(NVCC) -shared -cudart static -o $@ $(CUDA_KOBJ) $(BUILD)/obj/gpu/cuda/backend.o \
 	  -ldl -Xlinker --version-script=gpu/cuda/exports.map -Xlinker -z,nodelete
 
-$(BUILD)/tests/gpu/cuda/%: tests/gpu/cuda/%.c $(wildcard tests/*.h tests/gpu/cuda/*.h) gpu/gpu.h $(CUDA_TEST_DEPS)
+$(CUDA_LOAD_TEST): tests/gpu/cuda/test_cuda_load.c $(CUDA_TEST_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -Itests -Igpu $< -o $@ $(CUDA_TEST_LINK) -ldl
+	$(CC) $(CFLAGS) $(COMMON) -Itests/gpu/cuda -Igpu $< -o $@ -ldl
 
-test-gpu-cuda: $(CUDA_LIB) $(CUDA_TESTS)
-	@tests/gpu/cuda/run.sh $(BUILD)
-
+test-gpu-cuda: $(CUDA_LIB) $(CUDA_LOAD_TEST) $(CUDA_CMP_TEST)
+	@tests/gpu/cuda/run.sh $(BUILD) cuda
 else
-test-gpu-cuda:
-	@echo "test-gpu-cuda: SKIP: no nvcc (/usr/local/cuda/bin/nvcc or on PATH): the CUDA backend is not built"
+test-gpu-cuda: $(CUDA_CMP_TEST)
+	@echo "test-gpu-cuda: no nvcc (/usr/local/cuda/bin/nvcc, or on PATH): the CUDA backend is not built"
+	@tests/gpu/cuda/run.sh $(BUILD) nocuda
 endif
 
 gpu-check:

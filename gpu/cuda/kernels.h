@@ -115,8 +115,8 @@ cudaError_t _gcu_softmax_grad(cudaStream_t s, float *dx, const float *dy, const 
  * label outside [0, C) makes it NaN. */
 cudaError_t _gcu_cross_entropy(cudaStream_t s, float *loss, const float *x, const int32_t *labels, int64_t rows,
                                int64_t C);
-/* dx [rows, C] = (probs - onehot(label)) * scale; a bad label gives a NaN
- * row. */
+/* dx [rows, C] = (probs - onehot(label)) * scale (a label out of range:
+ * probs * scale). */
 cudaError_t _gcu_cross_entropy_grad(cudaStream_t s, float *dx, const float *probs, const int32_t *labels,
                                     int64_t rows, int64_t C, float scale);
 /* y [n, D] = w [idx[i], :]; an index outside [0, V) gives a row of NaN. */

@@ -20,6 +20,7 @@
 #define EXIT_SKIP 77
 
 static int test_failures, tests_failed, tests_passed;
+static int test_seen;   /* test_failures at the latest test_end */
 
 #define CHECK(cond, ...)                                                                                   \
   do {                                                                                                     \
@@ -33,15 +34,14 @@ static int test_failures, tests_failed, tests_passed;
 
 /* Closes the current test: its checks since the previous test_end. */
 __attribute__((unused)) static void test_end(const char *name) {
-  static int seen;
-  if (test_failures > seen) {
+  if (test_failures > test_seen) {
     printf("[  FAILED  ] %s\n", name);
     tests_failed++;
   } else {
     printf("[       OK ] %s\n", name);
     tests_passed++;
   }
-  seen = test_failures;
+  test_seen = test_failures;
   fflush(stdout);
 }
 
