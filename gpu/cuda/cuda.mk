@@ -73,7 +73,17 @@ test-gpu-cuda: $(CUDA_CMP_TEST)
 	@tests/gpu/cuda/run.sh $(BUILD) nocuda
 endif
 
+# The GPU checks (gpu/cuda/gpu-check.sh): on a machine with a GPU, from a
+# build made here.  Nothing is built first: such a machine may lack the
+# packages a build needs; the script builds what is missing where it can.
 gpu-check:
 	@gpu/cuda/gpu-check.sh $(BUILD)
 
-.PHONY: test-gpu-cuda gpu-check
+# What a machine without this project's packages needs to run gpu-check:
+# the shared libraries of the programs it runs, in $(BUILD)/gpu-libs.
+# Other parts add their GPU programs to GPU_BUNDLE.
+GPU_BUNDLE += $(CUDA_CMP_TEST) $(if $(NVCC),$(CUDA_LIB) $(CUDA_LOAD_TEST))
+gpu-bundle: $(GPU_BUNDLE)
+	@gpu/cuda/gpu-check.sh --bundle $(BUILD) $(GPU_BUNDLE)
+
+.PHONY: test-gpu-cuda gpu-check gpu-bundle

@@ -578,5 +578,8 @@ int main(int argc, char **argv) {
   be[1] = cuda;
   printf("cuda (%s) against host:\n", cuda->device_name());
   run_all();
+  /* everything returned: compute-sanitizer's leak check sees no device memory left */
+  cuda->shutdown();
+  h->shutdown();
   return tests_finish();
 }

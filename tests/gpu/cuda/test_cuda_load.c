@@ -11,12 +11,16 @@
  *     CUDA_ERROR_NO_DEVICE or a count of 0 -> GPU_ENODEVICE; a device ->
  *     GPU_OK, its name, and a round trip through device memory and a kernel.
  *
- *   test_cuda_load [LIB]    LIB: the object (default: $TAGALLOC_GPU_CUDA_LIB,
- *                           else build/libtagalloc-gpu-cuda.so) */
+ *   test_cuda_load [--require-device] [LIB]
+ *       LIB: the object (default: $TAGALLOC_GPU_CUDA_LIB, else
+ *       build/libtagalloc-gpu-cuda.so); --require-device (gpu-check, on a
+ *       machine whose nvidia-smi shows a card): init must succeed, whatever
+ *       the oracle says */
 #include "cuda_test.h"
 #include "gpu.h"
 
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +141,8 @@ static void test_device(const gpu_backend *b) {
 }
 
 int main(int argc, char **argv) {
+  bool require = argc > 1 && strcmp(argv[1], "--require-device") == 0;
+  if (require) argc--, argv++;
   const char *path = argc > 1 ? argv[1] : getenv("TAGALLOC_GPU_CUDA_LIB");
   if (path == NULL || path[0] == '\0') path = "build/" GPU_CUDA_LIB;
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -169,6 +175,7 @@ int main(int argc, char **argv) {
     CHECK(st == GPU_OK, "a device: init is %s (%s), want GPU_OK", status_str(st), msg);
     break;
   }
+  if (require) CHECK(st == GPU_OK, "--require-device: init is %s (%s), want GPU_OK", status_str(st), msg);
   /* a failed init changes nothing: the next call says the same */
   if (st != GPU_OK) CHECK(b->init(0) == st, "a second init differs from the first");
   test_end("init_matches_the_driver");
