@@ -21,10 +21,10 @@
  * cuBLAS is opened (dlopen) by init, once a device is found, not linked:
  * libcublas and libcublasLt take 0.3 to 1 s to load, which every program
  * choosing a backend with TAGALLOC_GPU=auto on a machine without a driver
- * would pay for nothing.  It is looked for by its soname
- * (libcublas.so.<major> of the toolkit built with: the loader's search
- * path), then in the toolkit's lib64 named at build time (GCU_CUDA_LIBDIR),
- * then in TAGALLOC_GPU_CUBLAS (a path).
+ * would pay for nothing.  It is looked for where TAGALLOC_GPU_CUBLAS (a
+ * path) names it, then by its soname (libcublas.so.<major> of the toolkit
+ * built with: the loader's search path), then in the toolkit's lib64 named
+ * at build time (GCU_CUDA_LIBDIR).
  */
 #include "gpu.h"
 #include "kernels.h"
@@ -135,8 +135,8 @@ static struct {
  * tried when it cannot. */
 static gpu_status cublas_open(void) {
   if (cb.lib) return GPU_OK;
-  const char *tried[3] = { CUBLAS_SONAME, GCU_CUDA_LIBDIR "/" CUBLAS_SONAME, getenv("TAGALLOC_GPU_CUBLAS") };
-  char errs[3][160] = { "", "", "not set" };
+  const char *tried[3] = { getenv("TAGALLOC_GPU_CUBLAS"), CUBLAS_SONAME, GCU_CUDA_LIBDIR "/" CUBLAS_SONAME };
+  char errs[3][160] = { "not set", "", "" };
   void *lib = NULL;
   for (int i = 0; i < 3 && lib == NULL; i++) {
     if (tried[i] == NULL || tried[i][0] == '\0') continue;
@@ -144,8 +144,8 @@ static gpu_status cublas_open(void) {
     if (lib == NULL) snprintf(errs[i], sizeof errs[i], "%s", dlerror());
   }
   if (lib == NULL)
-    return fail(GPU_EBACKEND, "cuda: cuBLAS not found: %s (%s); %s (%s); TAGALLOC_GPU_CUBLAS (%s)", tried[0], errs[0],
-                tried[1], errs[1], errs[2]);
+    return fail(GPU_EBACKEND, "cuda: cuBLAS not found: TAGALLOC_GPU_CUBLAS (%s); %s (%s); %s (%s)", errs[0], tried[1],
+                errs[1], tried[2], errs[2]);
   *(void **)&cb.create = dlsym(lib, "cublasCreate_v2");
   *(void **)&cb.destroy = dlsym(lib, "cublasDestroy_v2");
   *(void **)&cb.set_stream = dlsym(lib, "cublasSetStream_v2");
@@ -168,7 +168,10 @@ static gpu_status cublas_open(void) {
 /* ---- life ------------------------------------------------------------------- */
 
 static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
-static int cur_device = -1;   /* >= 0 once init succeeded */
+static int cur_device = -1;   /* >= 0 once init succeeded (atomic loads outside life_lock) */
+/* The device this thread made current: CUDA's current device is per
+ * thread, and a thread other than init's starts on device 0. */
+static __thread int thread_device = -1;
 static char dev_name[256] = "cuda (not initialised)";
 /* One cuBLAS handle; blas_lock keeps its stream binding and the sgemm that
  * uses it together (a handle is not to be shared by threads unlocked). */
@@ -207,7 +210,8 @@ static gpu_status init_locked(int device) {
     return cublas_fail(bs, "cublasSetMathMode");
   }
   snprintf(dev_name, sizeof dev_name, "%s", prop.name);
-  cur_device = device;
+  thread_device = device;
+  __atomic_store_n(&cur_device, device, __ATOMIC_RELEASE);
   return GPU_OK;
 }
 
@@ -227,7 +231,7 @@ static void cu_shutdown(void) {
     if (e != cudaSuccess) cuda_fail(e, "cudaDeviceSynchronize at shutdown");
     cublasStatus_t bs = cb.destroy(blas);
     if (bs != CUBLAS_STATUS_SUCCESS) cublas_fail(bs, "cublasDestroy");
-    cur_device = -1;
+    __atomic_store_n(&cur_device, -1, __ATOMIC_RELEASE);
     snprintf(dev_name, sizeof dev_name, "cuda (not initialised)");
   }
   pthread_mutex_unlock(&life_lock);
@@ -235,11 +239,26 @@ static void cu_shutdown(void) {
 
 static const char *cu_last_error(void) { return last_msg; }
 static const char *cu_device_name(void) { return dev_name; }
-static int cu_ledger_device(void) { return cur_device >= 0 ? cur_device : 0; }
+static int cu_ledger_device(void) {
+  int d = __atomic_load_n(&cur_device, __ATOMIC_ACQUIRE);
+  return d >= 0 ? d : 0;
+}
+
+/* GPU_OK when init has run, and this thread's current device is its. */
+static gpu_status need_init(const char *what) {
+  int d = __atomic_load_n(&cur_device, __ATOMIC_ACQUIRE);
+  if (d < 0) return fail(GPU_EINVAL, "cuda: %s before init", what);
+  if (thread_device != d) {
+    CU(cudaSetDevice(d), "cudaSetDevice on a new thread");
+    thread_device = d;
+  }
+  return GPU_OK;
+}
 
 #define NEED_INIT()                                                                                        \
   do {                                                                                                     \
-    if (cur_device < 0) return fail(GPU_EINVAL, "cuda: %s before init", __func__);                         \
+    gpu_status st_ = need_init(__func__ + 3);                                                              \
+    if (st_ != GPU_OK) return st_;                                                                         \
   } while (0)
 
 /* ---- memory ----------------------------------------------------------------- */
