@@ -68,8 +68,10 @@ $(CUDA_LOAD_TEST): tests/gpu/cuda/test_cuda_load.c $(CUDA_TEST_HDR)
 test-gpu-cuda: $(CUDA_LIB) $(CUDA_LOAD_TEST) $(CUDA_CMP_TEST)
 	@tests/gpu/cuda/run.sh $(BUILD) cuda
 else
+ifeq ($(MAKELEVEL),0)
+$(info no nvcc (/usr/local/cuda/bin/nvcc, or on PATH): the CUDA backend, $(CUDA_LIB), is not built)
+endif
 test-gpu-cuda: $(CUDA_CMP_TEST)
-	@echo "test-gpu-cuda: no nvcc (/usr/local/cuda/bin/nvcc, or on PATH): the CUDA backend is not built"
 	@tests/gpu/cuda/run.sh $(BUILD) nocuda
 endif
 

@@ -41,6 +41,6 @@ if [ "${2:-cuda}" = cuda ]; then
   }
   check "$BUILD/tests/gpu/cuda/test_cuda_compare via gpu/'s loader (compares on a GPU, else names why not)" compare
 else
-  echo "SKIP test_cuda_load: no nvcc, no CUDA backend built"
+  echo "SKIP test_cuda_load: no nvcc (/usr/local/cuda/bin/nvcc, or on PATH): the CUDA backend is not built"
 fi
 finish gpu-cuda
