@@ -59,7 +59,7 @@ __global__ void k_softmax_grad(float *dx, const float *dy, const float *y, int64
 /* One block: warp w takes rows w, w + warps, ...; lane 0 sums its rows'
  * losses (log-sum-exp minus the label's logit, never log of a
  * probability); then the block's sum over its warps. */
-__global__ void k_cross_entropy(float *loss, const float *x, const int32_t *labels, int64_t rows, int64_t C) {
+__global__ void __launch_bounds__(1024) k_cross_entropy(float *loss, const float *x, const int32_t *labels, int64_t rows, int64_t C) {
   __shared__ double sh[32];
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   double total = 0;
