@@ -253,7 +253,7 @@ void ta_device_each(int device, void (*fn)(int device, uintptr_t addr, size_t si
                     void *arg) {
   dev_rec *v;
   size_t n = snapshot(device, 0, TA_ANY, &v);
-  qsort(v, n, sizeof *v, by_seq);
+  if (n > 1) qsort(v, n, sizeof *v, by_seq);   /* v is NULL when nothing is live */
   for (size_t i = 0; i < n; i++)
     fn(v[i].device, v[i].addr, (size_t)v[i].size, v[i].tag, v[i].stack, v[i].flags, arg);
   _ta_meta_free(v);
@@ -265,7 +265,7 @@ void _ta_device_since(uint64_t seq, ta_tag tag, uint64_t *blocks, uint64_t *byte
   if (cap == 0) return;                   /* no device block was ever made */
   dev_rec *v;
   size_t n = snapshot(-1, seq, tag, &v);
-  qsort(v, n, sizeof *v, by_seq);
+  if (n > 1) qsort(v, n, sizeof *v, by_seq);   /* v is NULL when nothing is live */
   for (size_t i = 0; i < n; i++) {
     *blocks += 1;
     *bytes += v[i].size;
@@ -293,7 +293,7 @@ static int by_group(const void *a, const void *b) {
 size_t _ta_device_leaks(int device, bool forget) {
   dev_rec *v;
   size_t n = snapshot(device, 0, TA_ANY, &v), found = 0;
-  qsort(v, n, sizeof *v, by_group);
+  if (n > 1) qsort(v, n, sizeof *v, by_group);   /* v is NULL when nothing is live */
   for (size_t i = 0; i < n; i++) {
     if (v[i].flags & TA_DEVICE_RESERVE) continue;
     char detail[96];

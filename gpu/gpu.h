@@ -61,9 +61,10 @@
  *   gpu.leak            a live gpu.buffer (never freed), with its stack;
  *   gpu.pool-retained   a segment the pool still reserves holding no live
  *                       buffer: idle cache, with the stack that made it;
- *   gpu.purge-referenced  gpu_pool_purge was asked to free a buffer that a
- *                       holder still references (ta_hold / ta_ref_*): the
- *                       purge refuses it and reports it.
+ *   gpu.purge-referenced  gpu_pool_purge found a live buffer that something
+ *                       still references (ta_ref_* count > 0): it refuses to
+ *                       free it and reports it at once, with the buffer's
+ *                       allocation stack and the purge's.
  * ref.leak on a device buffer comes from the ledger's refcount tracking of
  * the tensors that hold it.
  */
@@ -370,11 +371,15 @@ void  gpu_pool_record_stream(gpu_pool *p, void *ptr, gpu_stream s);
 size_t gpu_pool_size(gpu_pool *p, const void *ptr);   /* the block's rounded size; 0: not live */
 /* Frees every cached segment holding no block in use (PyTorch's empty_cache). */
 void  gpu_pool_empty_cache(gpu_pool *p);
-/* empty_cache that first checks nothing still references memory it is asked
- * to give up: gpu_pool_purge frees the idle cache as empty_cache does, and
- * each live block that a holder still references (ta_hold or ta_ref_* on
- * it) is refused and reported as gpu.purge-referenced.  Returns the bytes
- * returned to the device. */
+/* A purge: empty_cache, and the live buffers judged by their references
+ * (ta_ref_* on the buffer's address, as device tensors count them):
+ *   - count 0: every owner released it but nobody gave it back: freed;
+ *   - count > 0: something still references it: refused, and reported as
+ *     gpu.purge-referenced (the buffer's allocation stack, the purge's
+ *     stack, the count) -- freeing it would pull memory from under a tensor;
+ *   - no refcount: a raw buffer the pool cannot judge: left alone.
+ * Then every whole free segment goes back.  Returns the bytes returned to
+ * the device. */
 size_t gpu_pool_purge(gpu_pool *p);
 const char *gpu_pool_error(void);   /* this thread's latest pool message, "" if none */
 

@@ -47,3 +47,15 @@ test-gpu: $(BUILD)/libtagalloc.a gpu-tests
 .PHONY: test-gpu gpu-tests
 
 include $(wildcard gpu/cuda/*.mk)
+
+# make bench-gpu: a cached allocation against the backend's raw one, and the
+# pool's hit rate in a training-like steady state (bench/gpu/README.md).
+PART_BENCH += bench-gpu
+
+$(BUILD)/bench-gpu: bench/gpu/bench_gpu.c $(BUILD)/libtagalloc-gpu.a $(BUILD)/libtagalloc.a
+	$(CC) -O2 -g $(COMMON) -Igpu $< -o $@ $(GPU_LINK) $(LIBS)
+
+bench-gpu: $(BUILD)/bench-gpu
+	$(BUILD)/bench-gpu
+
+.PHONY: bench-gpu

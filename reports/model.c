@@ -78,7 +78,7 @@ typedef struct {
 int report_kind_rank(const char *kind) {
   static const char *order[] = {
     "use.after-free", "heap.overflow", "free.double", "free.invalid", "arena.after-reset",
-    "ref.underflow", "hold.dangling", "hold.stack", "leak.direct", "leak.orphan", "gpu.leak",
+    "ref.underflow", "hold.dangling", "hold.stack", "gpu.purge-referenced", "leak.direct", "leak.orphan", "gpu.leak",
     "leak.indirect", "ref.leak", "gpu.pool-retained", "leak.possible", "leak.growth", "unclassified",
   };
   size_t n = sizeof order / sizeof *order;

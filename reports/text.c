@@ -399,6 +399,15 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->aux_stack, "hold declared at:");
     write_section(r, f, f->free_stack, "target freed or reset at:");
     write_section(r, f, f->alloc_stack, "target allocated at:");
+  } else if (kind_is(f, "gpu.purge-referenced")) {
+    w_printf(w, "gpu.purge-referenced: a purge refused %llu device buffer(s) still referenced, such as 0x%lx",
+             (unsigned long long)f->blocks, addr);
+    write_block(w, f->bytes);
+    w_printf(w, ", allocated at:");
+    write_tag(r, f);
+    w_put(w, "\n", 1);
+    write_stack(w, p, f->stack, r->max_frames, "    ");
+    write_section(r, f, f->aux_stack, "purge called at:");
   } else {   /* a kind this emitter does not know yet: every fact we have */
     w_printf(w, "%s: on 0x%lx", f->kind, addr);
     write_block(w, f->bytes);
