@@ -20,7 +20,9 @@
 #   memcheck, racecheck, synccheck, initcheck
 #                 test_cuda_compare under compute-sanitizer's four tools
 #                 (memcheck with --leak-check full)
-#   bench-gpu     `make bench-gpu`'s programs, where this checkout has them
+#   bench-gpu     build/bench-gpu (make bench-gpu's program) with TAGALLOC_GPU=cuda,
+#                 where this checkout has it; its output also in
+#                 $OUT/gpu-check-bench.txt
 #   more checks   every executable tests/*/gpu-check-*.sh the checkout has
 #                 (other parts' checks that need a GPU), given BUILD
 # The summary (one line per check) goes to stdout and, when OUT is set, to
@@ -215,11 +217,20 @@ else
   run initcheck "$SAN" --tool initcheck --error-exitcode 99 "$COMPARE"
 fi
 
-# ---- the benchmark --------------------------------------------------------------------------------
-if make -n bench-gpu >/dev/null 2>&1; then
-  run bench-gpu env TAGALLOC_GPU=cuda make --no-print-directory BUILD="$BUILD" bench-gpu
-else
+# ---- the benchmark: bench-gpu's program on the CUDA backend ------------------------------------------
+# (built here if missing and buildable; its output kept whole in $OUT)
+BENCH=$BUILD/bench-gpu
+if ! make -n bench-gpu >/dev/null 2>&1; then
   result SKIP bench-gpu "this checkout has no bench-gpu target"
+else
+  [ -x "$BENCH" ] || make -j"$(nproc)" BUILD="$BUILD" "$BENCH" >>"$LOG" 2>&1
+  if [ ! -x "$BENCH" ]; then
+    result FAIL bench-gpu "no $BENCH, and it does not build here (carry it: make gpu-bundle)"
+  else
+    missing_libs "$BENCH"
+    run bench-gpu env TAGALLOC_GPU=cuda "$BENCH"
+    [ -n "${OUT:-}" ] && [ -d "${OUT}" ] && [ -f "$WORK/bench-gpu.out" ] && cp "$WORK/bench-gpu.out" "$OUT/gpu-check-bench.txt"
+  fi
 fi
 
 # ---- other parts' GPU checks ------------------------------------------------------------------------
