@@ -621,7 +621,7 @@ static gpu_status cu_sum_channels(float *out, const float *x, int64_t n, int64_t
       (long long)c, (long long)hw);
   if (n == 0 || hw == 0) return zeros(out, c, s, "sum_channels");
   DIMS3(n, c, hw, out != NULL && x != NULL);
-  LAUNCH(_gcu_bias_grad((cudaStream_t)s, out, x, n, c, hw, 0), "sum_channels kernel");
+  LAUNCH(_gcu_bias_grad((cudaStream_t)s, out, x, n, c, hw), "sum_channels kernel");
   return GPU_OK;
 }
 

@@ -30,7 +30,6 @@ __global__ void k_unary(gcu_unary op, float *y, const float *x, int64_t n, float
   GCU_FOR(i, n) {
     float v = x[i], r;
     switch (op) {
-    case GCU_NEG: r = -v; break;
     case GCU_EXP: r = expf(v); break;
     case GCU_LOG: r = logf(v); break;
     case GCU_TANH: r = tanhf(v); break;

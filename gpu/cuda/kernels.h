@@ -22,7 +22,7 @@ extern "C" {
 /* ---- elementwise.cu ------------------------------------------------------ */
 
 typedef enum {
-  GCU_NEG, GCU_EXP, GCU_LOG, GCU_TANH, GCU_RELU, GCU_SIGMOID,
+  GCU_EXP, GCU_LOG, GCU_TANH, GCU_RELU, GCU_SIGMOID,
   GCU_SCALE,       /* y = a * x */
   GCU_ADD_SCALAR,  /* y = x + a */
 } gcu_unary;
@@ -55,17 +55,15 @@ cudaError_t _gcu_act_grad(cudaStream_t s, gcu_act_grad op, float *dx, const floa
 
 /* ---- reduce.cu ----------------------------------------------------------- */
 
-typedef enum { GCU_SUM, GCU_MEAN, GCU_MAX } gcu_reduce;
+typedef enum { GCU_SUM, GCU_MAX } gcu_reduce;
 
 /* x seen as [outer, n, inner]: y [outer, inner] = reduce over n; argmax
  * (NULL or [outer, inner] i32) gets the index of the first maximum (GCU_MAX
  * only, and then y may be NULL).  n >= 1.  Sums are kept in double, as the host's are. */
 cudaError_t _gcu_reduce(cudaStream_t s, gcu_reduce op, float *y, int32_t *argmax, const float *x, int64_t outer,
                         int64_t n, int64_t inner);
-/* db [C] = sum of dy [N, C, inner] over N and inner (a bias's gradient);
- * accumulate != 0 adds to db instead of overwriting it. */
-cudaError_t _gcu_bias_grad(cudaStream_t s, float *db, const float *dy, int64_t N, int64_t C, int64_t inner,
-                           int accumulate);
+/* db [C] = sum of dy [N, C, inner] over N and inner (a bias's gradient). */
+cudaError_t _gcu_bias_grad(cudaStream_t s, float *db, const float *dy, int64_t N, int64_t C, int64_t inner);
 
 /* ---- conv.cu ------------------------------------------------------------- */
 

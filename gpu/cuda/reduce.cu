@@ -1,4 +1,4 @@
-/* reduce.cu - sum, mean and max (with argmax) along one axis, and a bias's
+/* reduce.cu - sum and max (with argmax) along one axis, and a bias's
  * gradient (the sum over every axis but the channel's).
  *
  * Each output is reduced by one block (contiguous rows) or one thread
@@ -20,7 +20,7 @@ __global__ void k_reduce_rows(gcu_reduce op, float *y, int32_t *argmax, const fl
       double acc = 0;
       for (int64_t k = threadIdx.x; k < n; k += blockDim.x) acc += row[k];
       acc = gcu_block_sum(acc, shd);
-      if (threadIdx.x == 0) y[r] = (float)(op == GCU_MEAN ? acc / (double)n : acc);
+      if (threadIdx.x == 0) y[r] = (float)acc;
       continue;
     }
     /* max: each thread's first maximum of its strided elements, then the
@@ -60,7 +60,7 @@ __global__ void k_reduce_cols(gcu_reduce op, float *y, int32_t *argmax, const fl
     if (op != GCU_MAX) {
       double acc = 0;
       for (int64_t k = 0; k < n; k++) acc += p[k * inner];
-      y[i] = (float)(op == GCU_MEAN ? acc / (double)n : acc);
+      y[i] = (float)acc;
     } else {
       float m = p[0];
       int64_t at = 0;
@@ -73,7 +73,7 @@ __global__ void k_reduce_cols(gcu_reduce op, float *y, int32_t *argmax, const fl
 }
 
 /* One block per channel c: the sum of dy[n, c, :] over n. */
-__global__ void k_bias_grad(float *db, const float *dy, int64_t N, int64_t C, int64_t inner, int accumulate) {
+__global__ void k_bias_grad(float *db, const float *dy, int64_t N, int64_t C, int64_t inner) {
   __shared__ double sh[32];
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
     double acc = 0;
@@ -82,7 +82,7 @@ __global__ void k_bias_grad(float *db, const float *dy, int64_t N, int64_t C, in
       acc += dy[(n * C + c) * inner + j];
     }
     acc = gcu_block_sum(acc, sh);
-    if (threadIdx.x == 0) db[c] = accumulate ? db[c] + (float)acc : (float)acc;
+    if (threadIdx.x == 0) db[c] = (float)acc;
   }
 }
 
@@ -99,10 +99,10 @@ extern "C" cudaError_t _gcu_reduce(cudaStream_t s, gcu_reduce op, float *y, int3
 }
 
 extern "C" cudaError_t _gcu_bias_grad(cudaStream_t s, float *db, const float *dy, int64_t N, int64_t C,
-                                      int64_t inner, int accumulate) {
+                                      int64_t inner) {
   if (C <= 0) return cudaSuccess;
-  if (N <= 0 || inner <= 0) return accumulate ? cudaSuccess : _gcu_fill(s, db, C, 0.0f);
+  if (N <= 0 || inner <= 0) return _gcu_fill(s, db, C, 0.0f);
   unsigned blocks = (unsigned)(C < 65535 ? C : 65535);
-  k_bias_grad<<<blocks, GCU_THREADS, 0, s>>>(db, dy, N, C, inner, accumulate);
+  k_bias_grad<<<blocks, GCU_THREADS, 0, s>>>(db, dy, N, C, inner);
   return gcu_launched();
 }
