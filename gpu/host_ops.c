@@ -268,7 +268,19 @@ static gpu_status h_argmax_rows(int32_t *out, const float *x, int64_t rows, int6
 
 /* ---- convolution ---------------------------------------------------------------------------------- */
 
-/* col [c*kh*kw, oh*ow] from one image x [c, h, w], zero outside. */
+/* The output columns ox whose input column ox*stride - pad + j lies inside
+ * [0, w): [*lo, *hi). */
+static void col_range(const gpu_conv2d *p, int j, int *lo, int *hi) {
+  int a = p->pad - j;                     /* ox*stride >= a */
+  *lo = a <= 0 ? 0 : (a + p->stride - 1) / p->stride;
+  int b = p->w - 1 + p->pad - j;          /* ox*stride <= b */
+  *hi = b < 0 ? 0 : b / p->stride + 1;
+  if (*hi > p->ow) *hi = p->ow;
+  if (*lo > *hi) *lo = *hi;
+}
+
+/* col [c*kh*kw, oh*ow] from one image x [c, h, w], zero outside.  Rows are
+ * short: plain loops over the valid range, no test per element. */
 static void im2col(const gpu_conv2d *p, const float *x, float *col) {
   int64_t P = (int64_t)p->oh * p->ow;
   for (int c = 0; c < p->c; c++)
@@ -276,6 +288,8 @@ static void im2col(const gpu_conv2d *p, const float *x, float *col) {
       for (int j = 0; j < p->kw; j++) {
         float *row = col + (((int64_t)c * p->kh + i) * p->kw + j) * P;
         const float *plane = x + (int64_t)c * p->h * p->w;
+        int lo, hi;
+        col_range(p, j, &lo, &hi);
         for (int oy = 0; oy < p->oh; oy++) {
           int iy = oy * p->stride - p->pad + i;
           float *o = row + (int64_t)oy * p->ow;
@@ -283,10 +297,13 @@ static void im2col(const gpu_conv2d *p, const float *x, float *col) {
             for (int ox = 0; ox < p->ow; ox++) o[ox] = 0.0f;
             continue;
           }
-          for (int ox = 0; ox < p->ow; ox++) {
-            int ix = ox * p->stride - p->pad + j;
-            o[ox] = ix >= 0 && ix < p->w ? plane[(int64_t)iy * p->w + ix] : 0.0f;
-          }
+          const float *in = plane + (int64_t)iy * p->w - p->pad + j;
+          for (int ox = 0; ox < lo; ox++) o[ox] = 0.0f;
+          if (p->stride == 1)
+            for (int ox = lo; ox < hi; ox++) o[ox] = in[ox];
+          else
+            for (int ox = lo; ox < hi; ox++) o[ox] = in[(int64_t)ox * p->stride];
+          for (int ox = hi; ox < p->ow; ox++) o[ox] = 0.0f;
         }
       }
 }
@@ -299,14 +316,17 @@ static void col2im(const gpu_conv2d *p, const float *col, float *dx) {
       for (int j = 0; j < p->kw; j++) {
         const float *row = col + (((int64_t)c * p->kh + i) * p->kw + j) * P;
         float *plane = dx + (int64_t)c * p->h * p->w;
+        int lo, hi;
+        col_range(p, j, &lo, &hi);
         for (int oy = 0; oy < p->oh; oy++) {
           int iy = oy * p->stride - p->pad + i;
           if (iy < 0 || iy >= p->h) continue;
           const float *o = row + (int64_t)oy * p->ow;
-          for (int ox = 0; ox < p->ow; ox++) {
-            int ix = ox * p->stride - p->pad + j;
-            if (ix >= 0 && ix < p->w) plane[(int64_t)iy * p->w + ix] += o[ox];
-          }
+          float *in = plane + (int64_t)iy * p->w - p->pad + j;
+          if (p->stride == 1)
+            for (int ox = lo; ox < hi; ox++) in[ox] += o[ox];
+          else
+            for (int ox = lo; ox < hi; ox++) in[(int64_t)ox * p->stride] += o[ox];
         }
       }
 }

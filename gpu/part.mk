@@ -36,13 +36,13 @@ $(BUILD)/tests/gpu/libstandin-cuda.so: tests/gpu/standin_cuda.c gpu/gpu.h
 gpu-tests: $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
 
 # The tests, then the same built with AddressSanitizer and UBSan.
-test-gpu: $(BUILD)/libtagalloc.a gpu-tests
+test-gpu: $(BUILD)/libtagalloc.a gpu-tests $(BUILD)/train-lenet
 	@tests/gpu/run.sh $(BUILD)
 	$(MAKE) BUILD=build/asan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a gpu-tests
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/gpu/run.sh build/asan
+	  tests/gpu/run.sh build/asan --programs-only
 
 .PHONY: test-gpu gpu-tests
 
@@ -59,3 +59,9 @@ bench-gpu: $(BUILD)/bench-gpu
 	$(BUILD)/bench-gpu
 
 .PHONY: bench-gpu
+
+# train-lenet --device runs on gpu/ (tools/train_lenet_device.h): the header
+# path, and the library before the ledger's, which it needs.
+$(BUILD)/train-lenet: $(BUILD)/libtagalloc-gpu.a
+$(BUILD)/train-lenet: COMMON += -Igpu
+$(BUILD)/train-lenet: LIBS := $(BUILD)/libtagalloc-gpu.a $(LINKA) $(GPU_LIBS) $(LIBS)

@@ -27,6 +27,7 @@ typedef struct {
   int epochs, test;
   float momentum;
   const char *data;
+  const char *device, *fault;   /* --device host|cuda|auto (train_lenet_device.h), --fault gpu-clone-retain */
 } options;
 
 static void usage(FILE *f) {
@@ -34,7 +35,10 @@ static void usage(FILE *f) {
              "                   [--seed N] [--threads N] [--test N] [--data DIR] [--json FILE] [--html FILE]\n"
              "                   [--checkpoint FILE [--checkpoint-every N]] [--resume FILE] [--stop-after N]\n"
              "  --steps N: stop each epoch after N steps; --test N: evaluate on the first N test images\n"
-             "  --lr: 0.01 (SGD), 0.001 (Adam); --momentum: SGD's, 0.9\n" TC_COMMON_USAGE);
+             "  --lr: 0.01 (SGD), 0.001 (Adam); --momentum: SGD's, 0.9\n"
+             "  --device host|cuda|auto: train on a gpu/ backend (device memory from the caching pool)\n"
+             "  --fault gpu-clone-retain: with --device, clone the weights into a collection that keeps a reference\n"
+             TC_COMMON_USAGE);
 }
 
 static int own_option(void *ctx, const char *a, const char *v) {
@@ -43,7 +47,13 @@ static int own_option(void *ctx, const char *a, const char *v) {
   else if (!strcmp(a, "--test")) o->test = (int)tc_int(a, v, 1, 10000);
   else if (!strcmp(a, "--momentum")) o->momentum = tc_float(a, v, 0.0f, 0.999f);
   else if (!strcmp(a, "--data")) o->data = v;
-  else return 0;
+  else if (!strcmp(a, "--device")) {
+    if (strcmp(v, "host") && strcmp(v, "cuda") && strcmp(v, "auto")) tc_die("--device wants host, cuda or auto, got '%s'", v);
+    o->device = v;
+  } else if (!strcmp(a, "--fault")) {
+    if (strcmp(v, "gpu-clone-retain")) tc_die("--fault wants gpu-clone-retain, got '%s'", v);
+    o->fault = v;
+  } else return 0;
   return 1;
 }
 
@@ -53,6 +63,9 @@ static options parse(int argc, char **argv) {
   tc_parse_args(argc, argv, &o.c, usage, own_option, &o);
   if (o.c.adam && !o.c.lr_set) o.c.lr = 1e-3f;
   tc_common_check(&o.c);
+  if (o.fault && !o.device) tc_die("--fault %s needs --device", o.fault);
+  if (o.device && (o.c.checkpoint || o.c.resume || o.c.stop_after || o.c.html))
+    tc_die("--device: --checkpoint, --resume, --stop-after and --html are for the CPU run only");
   return o;
 }
 
@@ -206,6 +219,8 @@ static void write_json(const char *path, const epoch_stats *s, int n, const opti
   tc_out_commit(&out);
 }
 
+#include "train_lenet_device.h"
+
 /* ---- checkpoints: the caller's bytes --------------------------------------------- */
 
 #define RESUME_MAGIC 0x4c454e35u   /* "LEN5" */
@@ -329,7 +344,8 @@ int main(int argc, char **argv) {
   int tty = isatty(STDOUT_FILENO);
     int64_t done_here = 0;   /* steps run by this process (--stop-after) */
   int stopped = 0;
-  for (int e = first_epoch; e <= o.epochs && !stopped; e++) {
+  if (o.device) lenet_device_main(&o, net, &train, &test, order, &rng);   /* instead of the loop below */
+  for (int e = first_epoch; e <= o.epochs && !stopped && !o.device; e++) {
     int64_t i0 = e == first_epoch ? resume_step : 0;
     if (i0 == 0) {
       shuffle(&train, order, &rng);
