@@ -271,3 +271,30 @@ void _ta_findings_fork(int phase) {
   if (phase == TA_FORK_PREPARE) pthread_mutex_lock(&lock);
   else pthread_mutex_unlock(&lock);
 }
+
+/* ---- values read from memory the ledger filled ---------------------------------- */
+
+static bool all_bytes(uint64_t v, unsigned width, unsigned char byte) {
+  for (unsigned i = 0; i < width; i++)
+    if (((v >> (8 * i)) & 0xff) != byte) return false;
+  return true;
+}
+
+const char *ta_poison_explain(uint64_t v, unsigned width) {
+  _ta_options_init();
+  unsigned widths[2] = { width, 0 };
+  if (width == 0) widths[0] = 8, widths[1] = 4;
+  for (int k = 0; k < 2 && widths[k]; k++) {
+    unsigned w = widths[k];
+    if (w > 8) w = 8;
+    /* narrower than 8 bytes: the rest is zero, or a sign extension */
+    if (w < 8 && (v >> (8 * w)) != 0 && (v >> (8 * w)) != (UINT64_MAX >> (8 * w))) continue;
+    if (all_bytes(v, w, (unsigned char)_ta_opt.poison))
+      return " (the freed-memory poison: read from a freed block)";
+    if (_ta_opt.fill >= 0 && all_bytes(v, w, (unsigned char)_ta_opt.fill) && _ta_opt.fill != 0)
+      return " (the fill of new blocks: read before it was written)";
+    if (all_bytes(v, w, TA_PAD_BYTE))
+      return " (the guard bytes past a block's end: read past the end)";
+  }
+  return "";
+}

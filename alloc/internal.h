@@ -42,6 +42,7 @@ typedef struct {
   long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
   long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
   long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
+  const char *suppressions;  /* TAGALLOC_SUPPRESSIONS: the exit report's suppressions file (reports/) */
 } ta_options_t;
 
 extern ta_options_t _ta_opt;
@@ -86,6 +87,9 @@ size_t _ta_unwind_rules_computed(void);
 /* ---- ledger.c: a block's record ------------------------------------------ */
 
 enum { TA_LIVE = 1, TA_FREED = 2 };               /* ta_block.state */
+/* The byte written past a block's requested size, in its size class's
+ * slack (ledger.c: the overflow check); mimalloc's padding byte. */
+#define TA_PAD_BYTE 0xDE
 enum {                                            /* ta_block.flags */
   TA_F_REF   = 1,   /* has a refcount record (ref.c) */
   TA_F_HOLD  = 2,   /* holds something, or is held (hold.c) */

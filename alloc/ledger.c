@@ -461,8 +461,10 @@ static void report_write_after_free(const ta_block *b, int64_t at, unsigned char
   char detail[96];
   _ta_snprintf(detail, sizeof detail, "byte %zu of the freed %zu-byte block was written (0x%x, poison 0x%x)",
                (size_t)at, (size_t)b->size, value, (unsigned)_ta_opt.poison);
+  /* The write itself was not seen (stack 0): the report says so, and
+   * shows the free and the allocation under their own labels. */
   ta_error_info e = { .kind = "use.after-free", .bytes = b->size, .tag = b->tag,
-                      .stack = b->free_stack, .alloc_stack = b->stack,
+                      .stack = 0, .alloc_stack = b->stack,
                       .free_stack = b->free_stack, .addr = b->addr, .detail = detail };
   _ta_finding_error(&e);
 }

@@ -180,6 +180,17 @@ typedef int ta_finding_fn(const ta_finding *f, void *arg);
 size_t ta_findings_visit(ta_finding_fn *fn, void *arg);
 ta_summary ta_summary_get(void);
 
+/* Explains a value read from memory that the ledger filled: when every
+ * byte of v's low `width` bytes (8, 4 or 2; 0: try 8, then 4) is the
+ * freed-memory poison (TAGALLOC_POISON, 0xDF: 0xdfdfdfdfdfdfdfdf, as a
+ * signed count -2314885530818453537) it returns " (the freed-memory poison:
+ * read from a freed block)", the fill byte of new blocks (TAGALLOC_FILL)
+ * " (the fill of new blocks: read before it was written)", or the guard
+ * bytes past a block's end " (the guard bytes past a block's end: read past
+ * the end)"; otherwise "".  For messages that print a pointer or a count:
+ *   fprintf(stderr, "%s has %lld elements%s", name, n, ta_poison_explain((uint64_t)n, 0)); */
+const char *ta_poison_explain(uint64_t v, unsigned width);
+
 /* The renderer of the exit report (reports/ registers one at load time). */
 typedef void ta_reporter_fn(int fd);
 void ta_reporter_set(ta_reporter_fn *fn);
@@ -233,6 +244,10 @@ void ta__assert_fail(const char *file, int line, const char *what,
 /* Options are read once from TAGALLOC_<NAME> (see README.md); a bad value
  * warns and keeps the default.  Returns -1 for an unknown name. */
 long ta_option(const char *name);
+/* A string option's value as read at start (a copy: the environment may be
+ * gone at exit), NULL when unset or not a string option
+ * ("trace", "json", "suppressions"). */
+const char *ta_option_string(const char *name);
 
 /* Error codes passed to the error handler. */
 enum {

@@ -114,7 +114,7 @@ typedef struct report_process {
 
   report_group *groups;                   /* shown (not suppressed), in the source's order */
   size_t      ngroups;
-  size_t      findings_count;             /* groups that are leaks or errors (not unclassified) */
+  size_t      findings_count;             /* groups that are leaks or errors (not unclassified, not leak.growth) */
   report_kind_total *kinds;               /* one per kind, worst first */
   size_t      nkinds;
 

@@ -7,6 +7,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,7 +124,8 @@ int report_json_process(int fd, report_process *p) {
   }
   if (p->exit_code >= 0) j_printf(&b, ",\"exit_code\":%d", p->exit_code);
   else j_lit(&b, ",\"exit_code\":null");
-  if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);
+  if (p->signal > 0 && sigabbrev_np(p->signal)) j_printf(&b, ",\"signal\":\"SIG%s\"", sigabbrev_np(p->signal));
+  else if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);
   else j_lit(&b, ",\"signal\":null");
   j_lit(&b, p->clean_exit < 0 ? ",\"clean_exit\":null" : p->clean_exit ? ",\"clean_exit\":true" : ",\"clean_exit\":false");
   j_lit(&b, ",\"trace\":");
