@@ -164,6 +164,14 @@ static int on_group(const ta_finding *f, void *arg) {
       g->history_len = f->history_len;
     }
   }
+  if (f->sites && f->nsites) {
+    ta_ref_site *st = pool_alloc(&pv->mem, f->nsites * sizeof *st);
+    if (st) {
+      memcpy(st, f->sites, f->nsites * sizeof *st);
+      g->sites = st;
+      g->nsites = f->nsites;
+    }
+  }
   if (!g->kind || !g->detail || (f->slot && !g->slot)) b->oom = true;
   return b->oom;
 }

@@ -61,6 +61,8 @@ typedef struct {
   uint32_t    stack, alloc_stack, free_stack, aux_stack;   /* ids; 0: none */
   const ta_ref_event *history;            /* ref.*: transitions (see ta_finding) */
   size_t      history_len;
+  const ta_ref_site *sites;               /* ref.*: balance by callsite (see ta_ref_balance) */
+  size_t      nsites;
   /* leak.growth */
   double      slope;                      /* bytes per iteration */
   uint64_t    growth_first, growth_last;  /* live bytes at the first and the last mark */

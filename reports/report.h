@@ -187,7 +187,10 @@ size_t report_suppressions_used(const report_suppressions *s, report_suppression
  * signal that killed the process ("SIGSEGV"), null when none, and
  * "clean_exit" false then.  Each finding: "kind", "bytes", "blocks", "tag", "address",
  * "stack", "alloc_stack" (errors), "free_stack", and "aux_stack", "holder",
- * "slot", "detail" when known; each frame: "function", "file", "line",
+ * "slot", "detail" when known, and for ref.* "ref_sites": the balance by
+ * callsite, [{"kind": "acquire"|"release", "transitions", "balance"
+ * (acquire) or "paired" (release: an index in ref_sites, or null), "extra",
+ * "stack"}]; each frame: "function", "file", "line",
  * "module", "address" (and "inlined": true for an inlined frame), null when
  * unknown.  Suppressed leaks are left out, as in the text report. */
 struct report_process_info {

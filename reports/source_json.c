@@ -75,6 +75,21 @@ static void j_finding(jbuf *b, report_process *p, const report_group *f) {
     j_lit(b, ",\"detail\":");
     j_str(b, f->detail);
   }
+  if (f->nsites) {   /* the balance by callsite (ta_ref_balance): "paired" indexes this list */
+    j_lit(b, ",\"ref_sites\":[");
+    for (size_t i = 0; i < f->nsites; i++) {
+      const ta_ref_site *st = &f->sites[i];
+      j_printf(b, "%s{\"kind\":\"%s\",\"transitions\":%llu", i ? "," : "", st->delta > 0 ? "acquire" : "release",
+               (unsigned long long)st->transitions);
+      if (st->delta > 0) j_printf(b, ",\"balance\":%lld", (long long)st->balance);
+      else if (st->paired < f->nsites) j_printf(b, ",\"paired\":%u", (unsigned)st->paired);
+      else j_lit(b, ",\"paired\":null");
+      j_lit(b, st->extra ? ",\"extra\":true,\"stack\":" : ",\"extra\":false,\"stack\":");
+      j_stack(b, p, st->stack);
+      j_put(b, "}", 1);
+    }
+    j_put(b, "]", 1);
+  }
   j_put(b, "}", 1);
 }
 

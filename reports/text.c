@@ -278,6 +278,46 @@ static void write_history(render *r, const report_group *f, const char *what) {
   for (size_t i = n - tail; i < n; i++) write_event(r, &f->history[i]);
 }
 
+/* A callsite in one line: its first frames, "function file:line < ...". */
+static void write_site_frames(render *r, uint32_t stack) {
+  const report_mstack *st = report_process_stack(r->p, stack);
+  if (!st || st->npcs == 0) {
+    w_printf(r->w, "<no stack recorded>");
+    return;
+  }
+  for (size_t i = 0; i < st->nframes && i < 3; i++) {
+    const report_mframe *f = &st->frames[i];
+    const char *file = f->file ? strrchr(f->file, '/') : NULL;
+    file = file ? file + 1 : f->file;
+    w_printf(r->w, "%s%s", i ? " < " : "", f->function ? f->function : "??");
+    if (file && f->line > 0) w_printf(r->w, " %s:%d", file, f->line);
+    else if (f->module && !f->function) w_printf(r->w, " (%s+0x%llx)", f->module, (unsigned long long)f->module_offset);
+  }
+  if (st->nframes > 3) w_printf(r->w, " < ...");
+}
+
+/* The balance by callsite (ta_ref_balance): each acquiring and releasing
+ * callsite, its transitions, the pairs, and the callsite that owes. */
+static void write_sites(render *r, const report_group *f) {
+  if (!f->sites || f->nsites == 0) return;
+  bool leak = kind_is(f, "ref.leak");
+  w_printf(r->w, "references by callsite (each releasing callsite is paired with the acquiring one whose "
+                 "stack shares the most outer frames):\n");
+  for (size_t i = 0; i < f->nsites; i++) {
+    const ta_ref_site *s = &f->sites[i];
+    w_printf(r->w, "  [%zu] %s %llu at ", i + 1, s->delta > 0 ? "acquired" : "released",
+             (unsigned long long)s->transitions);
+    write_site_frames(r, s->stack);
+    if (s->delta < 0 && s->paired < f->nsites) w_printf(r->w, " (paired with [%u])", (unsigned)s->paired + 1);
+    if (s->delta < 0 && s->extra)
+      w_printf(r->w, s->paired < f->nsites ? "  <== releases more than [%u] acquired" : "  <== releases what "
+               "nothing acquired", (unsigned)s->paired + 1);
+    if (s->delta > 0 && s->extra && leak)
+      w_printf(r->w, "  <== acquired %lld more than its releases", (long long)s->balance);
+    w_put(r->w, "\n", 1);
+  }
+}
+
 /* Leak-like groups: "<Title> of B byte(s) in N object(s) allocated from:". */
 static const char *leak_title(const char *kind) {
   if (strcmp(kind, "leak.direct") == 0) return "Direct leak";
@@ -329,6 +369,7 @@ static void write_finding(render *r, const report_group *f) {
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->alloc_stack, "allocated at:");
+    write_sites(r, f);
     write_history(r, f, "unmatched acquisitions");
   } else if (kind_is(f, "free.double")) {
     w_printf(w, "free.double: attempting double-free on 0x%lx", addr);
@@ -375,6 +416,36 @@ static void write_finding(render *r, const report_group *f) {
       w_printf(w, "allocated at:\n");
       write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
     }
+  } else if (kind_is(f, "heap.overflow")) {
+    w_printf(w, "heap.overflow: block ");
+    write_addr(w, f->addr);
+    write_block(w, f->bytes);
+    w_printf(w, " written past its end");
+    write_times(w, f);
+    write_tag(r, f);
+    w_put(w, "\n", 1);
+    /* the access (guard mode: the faulting instruction), or the free where
+     * the pad was found written, then the free and the allocation */
+    if (f->stack && f->stack == f->free_stack) {
+      w_printf(w, "found at its free:\n");
+      write_stack(w, p, f->stack, r->max_frames, "    ");
+    } else {
+      if (f->stack) {
+        w_printf(w, "accessed at:\n");
+        write_stack(w, p, f->stack, r->max_frames, "    ");
+      } else {
+        w_printf(w, "accessed at: not seen (found when the block %s; --guard stops at the access)\n",
+                 f->free_stack ? "left the quarantine or at exit" : "was checked at exit");
+      }
+      if (f->free_stack) {
+        w_printf(w, "freed at:\n");
+        write_stack(w, p, f->free_stack, r->max_frames, "    ");
+      }
+    }
+    if (f->alloc_stack) {
+      w_printf(w, "allocated at:\n");
+      write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
+    }
   } else if (kind_is(f, "arena.after-reset")) {
     w_printf(w, "arena.after-reset: pointer ");
     write_addr(w, f->addr);
@@ -394,10 +465,12 @@ static void write_finding(render *r, const report_group *f) {
     write_block(w, f->bytes);
     w_printf(w, " released below zero or after free");
     write_times(w, f);
-    w_printf(w, " at:");
+    w_printf(w, f->aux_stack ? "; the extra release:" : " at:");
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
+    write_section(r, f, f->aux_stack, "the count went below zero at (a later, legitimate release):");
+    write_sites(r, f);
     write_history(r, f, "refcount transitions");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");

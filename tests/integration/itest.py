@@ -549,7 +549,9 @@ def parse_vg_log(path):
                 elif part and re.match(r"\s*(at|by) 0x", l):
                     err[part].append(l)
                 elif part is None and re.match(r"\s*(at|by) 0x", l):
-                    part = "free_stack"
+                    # "... free'd" is followed by the free's stack, "... alloc'd"
+                    # (past a live block's end) by the allocation's
+                    part = "alloc_stack" if err["addr"].endswith("alloc'd") else "free_stack"
                     err[part].append(l)
             for k in ("stack", "free_stack", "alloc_stack"):
                 err[k] = _vg_frames(err[k])
@@ -589,6 +591,9 @@ def classify_vg_error(err):
     if head.startswith("Invalid write") or head.startswith("Invalid read"):
         if free_block:
             return "use.after-free", _num(free_block.group(1))
+        past = re.search(r"is \d+ bytes after a block of size ([\d,]+) alloc'd", addr)
+        if past:
+            return "heap.overflow", _num(past.group(1))
         return None, 0      # a wild access (the crash): not a heap finding
     return None, 0
 
@@ -646,6 +651,8 @@ def check_valgrind(exp, logs, problems):
             for k in list(o):
                 if k.startswith("vg-"):
                     o[k[3:]] = o.pop(k)
+            for k in [k for k, v in o.items() if v == "-"]:
+                o.pop(k)                      # vg-OPT=-: memcheck has no such fact
             o.pop("module", None)             # memcheck's frames do not name it
             if "function" in o and "file" not in o and exp.source:
                 o["file"] = exp.source
