@@ -15,6 +15,7 @@ typedef struct {
   uint64_t first_seq;
   ta_ref_event *history;        /* owned copy */
   char *slot;                   /* owned copy */
+  ta_ref_site *sites;           /* owned copy */
 } group;
 
 typedef struct {
@@ -46,6 +47,7 @@ static void list_clear(group_list *l) {
   for (size_t i = 0; i < l->n; i++) {
     _ta_meta_free(l->v[i].history);
     _ta_meta_free(l->v[i].slot);
+    _ta_meta_free(l->v[i].sites);
   }
   l->n = 0;
 }
@@ -80,6 +82,14 @@ static void fill_group(group *g, const char *kind, uint64_t bytes, ta_tag tag, u
   if (detail) _ta_snprintf(g->f.detail, sizeof g->f.detail, "%s", detail);
 }
 
+static void group_sites(group *g, const ta_ref_site *sites, size_t nsites) {
+  if (!nsites) return;
+  g->sites = _ta_meta_alloc(nsites * sizeof *sites);
+  if (!g->sites) return;
+  memcpy(g->sites, sites, nsites * sizeof *sites);
+  g->f.nsites = nsites;
+}
+
 void _ta_finding_error(const ta_error_info *e) {
   bool first = true;
   pthread_mutex_lock(&lock);
@@ -96,11 +106,13 @@ void _ta_finding_error(const ta_error_info *e) {
                e->history, e->history_len, e->detail);
     g.f.alloc_stack = e->alloc_stack;
     g.f.free_stack = e->free_stack;
+    group_sites(&g, e->sites, e->nsites);
     g.first_seq = _ta_seq_now();
     if (errors.n >= MAX_ERROR_GROUPS || !list_push(&errors, &g)) {
       error_occurrences_dropped++;
       _ta_meta_free(g.history);
       _ta_meta_free(g.slot);
+      _ta_meta_free(g.sites);
     }
   }
   pthread_mutex_unlock(&lock);
@@ -178,6 +190,27 @@ void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t st
   pthread_mutex_unlock(&lock);
 }
 
+void _ta_findings_ref_leak(uint64_t bytes, ta_tag tag, uint32_t stack, uint32_t alloc_stack, uintptr_t addr,
+                           const ta_ref_event *history, size_t history_len, const ta_ref_site *sites,
+                           size_t nsites) {
+  pthread_mutex_lock(&lock);
+  group *last = leaks.n ? &leaks.v[leaks.n - 1] : NULL;
+  if (last && same_leak(last, "ref.leak", tag, stack, 0)) {
+    last->f.bytes += bytes;
+    last->f.blocks++;
+  } else {
+    group g;
+    fill_group(&g, "ref.leak", bytes, tag, stack, addr, 0, 0, NULL, history, history_len, NULL);
+    g.f.alloc_stack = alloc_stack;
+    group_sites(&g, sites, nsites);
+    if (!list_push(&leaks, &g)) {
+      _ta_meta_free(g.history);
+      _ta_meta_free(g.sites);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
+
 static int by_key(const void *a, const void *b) {
   const group *x = a, *y = b;
   int k = strcmp(x->f.kind, y->f.kind);
@@ -200,6 +233,7 @@ static void leaks_merge(void) {
       h->f.blocks += g->f.blocks;
       _ta_meta_free(g->slot);
       _ta_meta_free(g->history);
+      _ta_meta_free(g->sites);
     } else {
       leaks.v[out++] = *g;
     }
@@ -240,6 +274,12 @@ static void group_copy(group *dst, const group *src) {
     else dst->f.history_len = 0;
   }
   dst->slot = src->slot ? _ta_meta_strdup(src->slot) : NULL;
+  dst->sites = NULL;
+  if (src->f.nsites) {
+    dst->sites = _ta_meta_alloc(src->f.nsites * sizeof(ta_ref_site));
+    if (dst->sites) memcpy(dst->sites, src->sites, src->f.nsites * sizeof(ta_ref_site));
+    else dst->f.nsites = 0;
+  }
 }
 
 size_t ta_findings_visit(ta_finding_fn *fn, void *arg) {
@@ -263,12 +303,14 @@ size_t ta_findings_visit(ta_finding_fn *fn, void *arg) {
   for (size_t i = 0; i < k; i++) {
     copy[i].f.history = copy[i].history;
     copy[i].f.slot = copy[i].slot;
+    copy[i].f.sites = copy[i].sites;
     if (!stop) {
       visited++;
       stop = fn(&copy[i].f, arg) != 0;
     }
     _ta_meta_free(copy[i].history);
     _ta_meta_free(copy[i].slot);
+    _ta_meta_free(copy[i].sites);
   }
   _ta_meta_free(copy);
   return visited;
@@ -311,4 +353,31 @@ void ta_findings_clear(void) {
 void _ta_findings_fork(int phase) {
   if (phase == TA_FORK_PREPARE) pthread_mutex_lock(&lock);
   else pthread_mutex_unlock(&lock);
+}
+
+/* ---- values read from memory the ledger filled ---------------------------------- */
+
+static bool all_bytes(uint64_t v, unsigned width, unsigned char byte) {
+  for (unsigned i = 0; i < width; i++)
+    if (((v >> (8 * i)) & 0xff) != byte) return false;
+  return true;
+}
+
+const char *ta_poison_explain(uint64_t v, unsigned width) {
+  _ta_options_init();
+  unsigned widths[2] = { width, 0 };
+  if (width == 0) widths[0] = 8, widths[1] = 4;
+  for (int k = 0; k < 2 && widths[k]; k++) {
+    unsigned w = widths[k];
+    if (w > 8) w = 8;
+    /* narrower than 8 bytes: the rest is zero, or a sign extension */
+    if (w < 8 && (v >> (8 * w)) != 0 && (v >> (8 * w)) != (UINT64_MAX >> (8 * w))) continue;
+    if (all_bytes(v, w, (unsigned char)_ta_opt.poison))
+      return " (the freed-memory poison: read from a freed block)";
+    if (_ta_opt.fill >= 0 && all_bytes(v, w, (unsigned char)_ta_opt.fill) && _ta_opt.fill != 0)
+      return " (the fill of new blocks: read before it was written)";
+    if (all_bytes(v, w, TA_PAD_BYTE))
+      return " (the guard bytes past a block's end: read past the end)";
+  }
+  return "";
 }

@@ -42,6 +42,7 @@ typedef struct {
   long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
   long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
   long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
+  const char *suppressions;  /* TAGALLOC_SUPPRESSIONS: the exit report's suppressions file (reports/) */
 } ta_options_t;
 
 extern ta_options_t _ta_opt;
@@ -86,6 +87,9 @@ size_t _ta_unwind_rules_computed(void);
 /* ---- ledger.c: a block's record ------------------------------------------ */
 
 enum { TA_LIVE = 1, TA_FREED = 2 };               /* ta_block.state */
+/* The byte written past a block's requested size, in its size class's
+ * slack (ledger.c: the overflow check); mimalloc's padding byte. */
+#define TA_PAD_BYTE 0xDE
 enum {                                            /* ta_block.flags */
   TA_F_REF   = 1,   /* has a refcount record (ref.c) */
   TA_F_HOLD  = 2,   /* holds something, or is held (hold.c) */
@@ -359,8 +363,9 @@ void   _ta_summary_counts(ta_summary *s);            /* allocs, frees, live, pea
 void   _ta_quarantine_drain(ta_thread *t);           /* thread exit */
 void   _ta_quarantine_forget(ta_thread *t);          /* fork child: a gone thread's ring, its blocks kept */
 void   _ta_counts_publish(ta_thread *t);             /* thread exit: pending live bytes */
-/* Checks the poison of the blocks the calling thread has quarantined (exit;
- * other threads may still be running, and change their own rings). */
+/* Checks the poison and the pads of the blocks the calling thread has
+ * quarantined (exit; other threads may still be running, and change their
+ * own rings), and the pads of every live block (heap.overflow). */
 void   _ta_quarantine_check_all(void);
 
 /* ---- guard.c: guard mode (TAGALLOC_GUARD=1) ------------------------------------
@@ -419,6 +424,8 @@ typedef struct {
   const ta_ref_event *history;
   size_t history_len;
   const char *detail;
+  const ta_ref_site *sites;     /* ref.*: balance by callsite */
+  size_t nsites;
 } ta_error_info;
 
 /* Records one occurrence of an error finding and says so on the error path. */
@@ -429,6 +436,10 @@ void _ta_findings_leak(const char *kind, uint64_t bytes, ta_tag tag, uint32_t st
                        uint32_t alloc_stack, uintptr_t addr, uint32_t aux_stack, uintptr_t holder,
                        const char *slot, const ta_ref_event *history, size_t history_len);
 void _ta_findings_leaks_end(const ta_summary *s);
+/* A ref.leak object (ref.c): a leak group with its balance by callsite. */
+void _ta_findings_ref_leak(uint64_t bytes, ta_tag tag, uint32_t stack, uint32_t alloc_stack, uintptr_t addr,
+                           const ta_ref_event *history, size_t history_len, const ta_ref_site *sites,
+                           size_t nsites);
 
 /* ---- device.c: device memory (tagalloc.h's ta_device_*) --------------------- */
 

@@ -14,6 +14,27 @@
  * free, or a hold on a freed block, finds the record with both stacks, and
  * a write after free is seen when the block leaves the quarantine.
  *
+ * Overflows (heap.overflow) in default mode, as SQLite's mem2 and glibc's
+ * malloc checks see them: jemalloc rounds each request up to a size class,
+ * and the first TA_PAD_MAX bytes of that slack past the requested size hold
+ * TA_PAD_BYTE:
+ *
+ *   | requested size ......... | pad (<= 16 bytes of 0xDE) | rest of the class |
+ *   ^ addr                     ^ addr + size                ^ addr + usable size
+ *
+ * The pad is checked when the block is freed, when it leaves the
+ * quarantine, and at exit (live blocks too): a changed byte is heap.overflow
+ * with the allocation and free stacks, the offsets and the value written.
+ * A block whose size is a size class itself (16, 32, 48, 64, 80, ... 4096)
+ * has no slack and no pad: asking jemalloc for more would move it to the
+ * next class (16 -> 32 bytes, 64 -> 80, 4096 -> 5120: up to twice the
+ * memory for the blocks programs ask for most), so those overflows are left
+ * to --guard, which catches any of them at the faulting instruction.  The
+ * cost is a memset of up to 16 bytes at each allocation and a compare at
+ * each free (README: make bench-alloc).  ta_usable_size answers the
+ * requested size, so a program that uses what malloc_usable_size says
+ * never writes the pad.
+ *
  * Counting: every thread counts its own allocations and frees per tag
  * (thread.c); live bytes per tag are shared atomics so that peaks are exact. */
 #include "internal.h"
@@ -361,6 +382,63 @@ static inline void raw_free(ta_thread *t, uintptr_t a) {
   dallocx((void *)a, 0);
 }
 
+/* ---- the pad past a block's end (the overflow check) ------------------------- */
+
+#define TA_PAD_MAX 16
+
+/* Bytes of pad past a block of `size` bytes: the slack of its size class,
+ * at most TA_PAD_MAX.  nallocx gives the class of an unaligned request; an
+ * aligned one's class is at least as big, so the pad is always inside the
+ * block's usable size. */
+static inline size_t pad_len(uint64_t size) {
+  size_t usable = nallocx(size ? size : 1, 0);
+  size_t slack = usable > size ? usable - size : 0;
+  return slack < TA_PAD_MAX ? slack : TA_PAD_MAX;
+}
+
+static inline bool pad_owned(uintptr_t a) {
+  return !(TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(a));   /* guard.c checks its own slack */
+}
+
+static inline void pad_fill(uintptr_t a, uint64_t size) {
+  memset((void *)(a + size), TA_PAD_BYTE, pad_len(size));
+}
+
+typedef struct { size_t first, last, count; unsigned char value; } pad_damage;
+
+/* Whether the pad of the block at a (size bytes) was written; d says where. */
+static bool pad_changed(uintptr_t a, uint64_t size, pad_damage *d) {
+  size_t n = pad_len(size);
+  const unsigned char *p = (const unsigned char *)(a + size);
+  static const unsigned char pad[TA_PAD_MAX] = {
+    TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE,
+    TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE };
+  if (TA_LIKELY(memcmp(p, pad, n) == 0)) return false;
+  d->count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] == TA_PAD_BYTE) continue;
+    if (d->count++ == 0) d->first = i, d->value = p[i];
+    d->last = i;
+  }
+  return true;
+}
+
+enum { PAD_AT_FREE, PAD_AT_QUARANTINE, PAD_AT_EXIT };
+
+/* heap.overflow: b's pad was written.  At its free the headline stack is
+ * the free (where it was found); later the write is not placed (stack 0). */
+static void report_overflow(const ta_block *b, const pad_damage *d, int when) {
+  char detail[96];
+  _ta_snprintf(detail, sizeof detail, "wrote %zu byte(s) past the end of the %zu-byte block: offsets %zu..%zu, first 0x%02x%s",
+               d->count, (size_t)b->size, (size_t)b->size + d->first, (size_t)b->size + d->last, d->value,
+               when == PAD_AT_QUARANTINE ? " (left the quarantine)" : when == PAD_AT_EXIT ? " (at exit)" : "");
+  ta_error_info e = { .kind = "heap.overflow", .bytes = b->size, .tag = b->tag,
+                      .stack = when == PAD_AT_FREE ? b->free_stack : 0, .alloc_stack = b->stack,
+                      .free_stack = b->state == TA_FREED ? b->free_stack : 0, .addr = b->addr,
+                      .detail = detail };
+  _ta_finding_error(&e);
+}
+
 /* Records a new block; p came from raw_alloc. */
 static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
   if (TA_UNLIKELY(p == NULL)) {
@@ -369,6 +447,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   }
   if (_ta_opt.fill >= 0) memset(p, (int)_ta_opt.fill, size);
   uintptr_t a = (uintptr_t)p;
+  if (TA_LIKELY(pad_owned(a))) pad_fill(a, size);
   bool solo = _ta_solo_enter(t);
   uint64_t seq = _ta_next_seq(t, solo);
   shard *s = shard_of(a);
@@ -461,8 +540,10 @@ static void report_write_after_free(const ta_block *b, int64_t at, unsigned char
   char detail[96];
   _ta_snprintf(detail, sizeof detail, "byte %zu of the freed %zu-byte block was written (0x%x, poison 0x%x)",
                (size_t)at, (size_t)b->size, value, (unsigned)_ta_opt.poison);
+  /* The write itself was not seen (stack 0): the report says so, and
+   * shows the free and the allocation under their own labels. */
   ta_error_info e = { .kind = "use.after-free", .bytes = b->size, .tag = b->tag,
-                      .stack = b->free_stack, .alloc_stack = b->stack,
+                      .stack = 0, .alloc_stack = b->stack,
                       .free_stack = b->free_stack, .addr = b->addr, .detail = detail };
   _ta_finding_error(&e);
 }
@@ -557,9 +638,12 @@ static void quarantine_evict(ta_thread *t) {
   q_prefetch(t);
   unsigned char value = 0;
   int64_t at = poison_changed(&b, &value);
+  pad_damage d;
+  bool over = pad_owned(b.addr) && pad_changed(b.addr, b.size, &d);
   t->qbytes -= q_charge(b.addr, b.size);
   raw_free(t, b.addr);
   if (at >= 0) report_write_after_free(&b, at, value);
+  if (TA_UNLIKELY(over)) report_overflow(&b, &d, PAD_AT_QUARANTINE);
 }
 
 /* The ring: address space for enough entries for the whole budget in
@@ -721,6 +805,11 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
   freed.state = TA_FREED;
   freed.free_stack = stack;
+  pad_damage d;
+  if (TA_UNLIKELY(pad_owned(a) && pad_changed(a, size, &d))) {
+    report_overflow(&freed, &d, PAD_AT_FREE);
+    pad_fill(a, size);                           /* reported once: later checks see new writes only */
+  }
   if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_retire(&freed)) {}   /* pages made PROT_NONE */
   else if (budget > 0) memset((void *)a, (int)_ta_opt.poison, poison_span(size));
   if (budget > 0 && quarantine_push(t, &freed, budget)) {
@@ -821,8 +910,8 @@ size_t ta_usable_size(const void *p) {
   ta_block b;
   if (p == NULL || !_ta_block_get((uintptr_t)p, &b) || b.state != TA_LIVE) return 0;
   if (b.flags & TA_F_ARENA) return b.size;
-  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns((uintptr_t)p)) return b.size;
-  return sallocx((void *)p, 0);
+  /* the size asked for, not the class's: the pad past it is the overflow check's */
+  return b.size;
 }
 
 size_t ta_block_size(const void *p) {
@@ -948,7 +1037,7 @@ void _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void 
 }
 
 
-typedef struct { evicted_block bad[16]; int n; } q_check;
+typedef struct { evicted_block bad[16]; int n; ta_block over[16]; pad_damage d[16]; int nover; } q_check;
 
 static void q_check_ring(const ta_thread *t, q_check *c) {
   for (uint32_t k = 0; k < t->qlen && c->n < 16; k++) {
@@ -956,7 +1045,17 @@ static void q_check_ring(const ta_thread *t, q_check *c) {
     e->b = t->q[(t->qhead + k) & (t->qcap - 1)];
     e->at = poison_changed(&e->b, &e->value);
     if (e->at >= 0) c->n++;
+    if (c->nover < 16 && pad_owned(e->b.addr) && pad_changed(e->b.addr, e->b.size, &c->d[c->nover]))
+      c->over[c->nover++] = e->b;
   }
+}
+
+/* At exit: the pads of the live blocks (under each shard's lock, so that no
+ * block is freed while it is read); reported after, without the locks. */
+static void pad_check_live(const ta_block *b, void *arg) {
+  q_check *c = arg;
+  if (c->nover >= 16 || (b->flags & TA_F_ARENA) || !pad_owned(b->addr)) return;
+  if (pad_changed(b->addr, b->size, &c->d[c->nover])) c->over[c->nover++] = *b;
 }
 
 /* Only the calling thread's ring: another thread that is still running
@@ -969,6 +1068,10 @@ void _ta_quarantine_check_all(void) {
   q_check c = { .n = 0 };
   if (_ta_self != NULL) q_check_ring(_ta_self, &c);
   for (int k = 0; k < c.n; k++) report_write_after_free(&c.bad[k].b, c.bad[k].at, c.bad[k].value);
+  for (int k = 0; k < c.nover; k++) report_overflow(&c.over[k], &c.d[k], PAD_AT_EXIT);
+  c.nover = 0;
+  _ta_block_each(false, pad_check_live, &c);
+  for (int k = 0; k < c.nover; k++) report_overflow(&c.over[k], &c.d[k], PAD_AT_EXIT);
 }
 
 /* ---- marks and counts ---------------------------------------------------------- */

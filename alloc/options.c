@@ -67,6 +67,7 @@ static const opt_desc opt_table[] = {
   { "guard",         OPT_FLAG,   &_ta_opt.guard,        0, 1, NULL },
   { "guard_slots",   OPT_SIZE,   &_ta_opt.guard_slots,  16, 1L << 22, NULL },
   { "guard_sample",  OPT_SIZE,   &_ta_opt.guard_sample, 1, 1L << 30, NULL },
+  { "suppressions",  OPT_STRING, NULL,                  0, 0, &_ta_opt.suppressions },   /* reports/ */
 };
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
 
@@ -98,10 +99,20 @@ static bool parse_size(const char *s, long *out) {
   return true;
 }
 
+/* String values are copied: the environment may be gone when they are
+ * used (the preload frees the runtime's memory at exit, as memcheck does,
+ * and glibc's __libc_freeres clears the environment). */
+static char strings[4][4096];
+static size_t nstrings;
+
 static bool parse_one(const opt_desc *d, const char *s) {
   long v;
   switch (d->kind) {
     case OPT_STRING:
+      if (*s && strlen(s) < sizeof strings[0] && nstrings < sizeof strings / sizeof strings[0]) {
+        memcpy(strings[nstrings], s, strlen(s) + 1);
+        s = strings[nstrings++];
+      }
       *d->str = *s ? s : NULL;
       return true;
     case OPT_FLAG:
@@ -150,6 +161,13 @@ void _ta_options_init(void) {
     atomic_store_explicit(&done, 1, memory_order_release);
   }
   pthread_mutex_unlock(&lock);
+}
+
+const char *ta_option_string(const char *name) {
+  _ta_options_init();
+  for (size_t i = 0; i < OPT_COUNT; i++)
+    if (opt_table[i].kind == OPT_STRING && strcmp(opt_table[i].name, name) == 0) return *opt_table[i].str;
+  return NULL;
 }
 
 long ta_option(const char *name) {

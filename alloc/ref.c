@@ -9,7 +9,19 @@
  * outstanding reference.  A history longer than TAGALLOC_REF_HISTORY drops
  * its oldest matched pairs, so a long-lived object costs bounded memory.
  * Records of freed objects stay, in a bounded FIFO, so that a late release
- * can show "freed at" with the full story. */
+ * can show "freed at" with the full story.
+ *
+ * Balance by callsite (ta_ref_balance, tagalloc.h): ref.underflow and
+ * ref.leak carry the transitions grouped by stack, each releasing callsite
+ * paired with the acquiring callsite whose stack shares the most outermost
+ * frames with it; the first release that takes its pair's balance below
+ * zero is the extra release, ref.underflow's headline.  For the seed bug of
+ * a view's destructor that releases the parent's storage twice: the view
+ * acquires in the training step, its destructor (called from the same step)
+ * releases twice, and the parent, made and freed in main, releases last -
+ * the count goes below zero at the parent's release, but the destructor's
+ * second release is the one that owes: its pair (the view's acquisition)
+ * had one acquisition and gets two releases. */
 #include "internal.h"
 
 #include <stdint.h>
@@ -138,11 +150,100 @@ static ref_rec *rec_get(int sh, uintptr_t obj) {
   return r;
 }
 
+/* ---- balance by callsite ------------------------------------------------------ */
+
+static size_t depot_frames(void *arg, uint32_t stack, uintptr_t *pcs, size_t max) {
+  (void)arg;
+  return ta_stack_frames(stack, pcs, max);
+}
+
+/* How many outermost frames two stacks share (equal return addresses,
+ * from the outer end inwards). */
+static size_t shared_outer(const uintptr_t *a, size_t na, const uintptr_t *b, size_t nb) {
+  size_t k = 0;
+  while (k < na && k < nb && a[na - 1 - k] == b[nb - 1 - k]) k++;
+  return k;
+}
+
+size_t ta_ref_balance(const ta_ref_event *ev, size_t n,
+                      size_t (*frames)(void *arg, uint32_t stack, uintptr_t *pcs, size_t max), void *arg,
+                      ta_ref_site *sites, size_t max, size_t *extra) {
+  if (frames == NULL) frames = depot_frames;
+  size_t ns = 0, first_extra = SIZE_MAX;
+  size_t last_acq[TA_REF_SITES_MAX];             /* event index of each site's latest acquisition */
+  if (max > TA_REF_SITES_MAX) max = TA_REF_SITES_MAX;
+  for (size_t i = 0; i < n; i++) {
+    const ta_ref_event *e = &ev[i];
+    int delta = e->delta < 0 ? -1 : +1;           /* an init acquires its count */
+    uint64_t count = e->delta == 0 ? (e->count > 0 ? (uint64_t)e->count : 0) : 1;
+    if (e->delta == 0 && count == 0) continue;
+    size_t s = 0;
+    while (s < ns && !(sites[s].stack == e->stack && sites[s].delta == delta)) s++;
+    if (s == ns) {
+      if (ns == max) continue;                    /* too many callsites: this one is left out */
+      sites[ns] = (ta_ref_site){ .stack = e->stack, .delta = delta, .paired = UINT32_MAX };
+      if (delta < 0) {
+        /* Pair it: the acquiring callsite sharing the most outer frames;
+         * on a tie, the one with the most left to release, then the one
+         * that acquired last.  A releasing callsite that shares more outer
+         * frames with an earlier releasing one (the same destructor, one
+         * release in a helper) takes that one's pair. */
+        uintptr_t me[TA_MAX_DEPTH], other[TA_MAX_DEPTH];
+        size_t nme = frames(arg, e->stack, me, TA_MAX_DEPTH), best = 0, best_rel = 0;
+        uint32_t rel_pair = UINT32_MAX;
+        for (size_t a = 0; a < ns; a++) {
+          size_t no = frames(arg, sites[a].stack, other, TA_MAX_DEPTH);
+          size_t k = shared_outer(me, nme, other, no);
+          if (sites[a].delta < 0) {
+            if (sites[a].paired != UINT32_MAX && k > best_rel) best_rel = k, rel_pair = sites[a].paired;
+            continue;
+          }
+          uint32_t p = sites[ns].paired;
+          if (p == UINT32_MAX || k > best ||
+              (k == best && (sites[a].balance > sites[p].balance ||
+                             (sites[a].balance == sites[p].balance && last_acq[a] > last_acq[p])))) {
+            sites[ns].paired = (uint32_t)a;
+            best = k;
+          }
+        }
+        if (rel_pair != UINT32_MAX && best_rel > best) sites[ns].paired = rel_pair;
+      }
+      ns++;
+    }
+    sites[s].transitions += count;
+    if (delta > 0) {
+      sites[s].balance += (int64_t)count;
+      last_acq[s] = i;
+    } else if (sites[s].paired == UINT32_MAX) {   /* nothing acquired before it */
+      sites[s].extra = 1;
+      if (first_extra == SIZE_MAX) first_extra = i;
+    } else if (--sites[sites[s].paired].balance < 0) {
+      sites[s].extra = 1;
+      if (first_extra == SIZE_MAX) first_extra = i;
+    }
+  }
+  /* no release owes: the acquisitions that no release took back (ref.leak) */
+  for (size_t s = 0; s < ns && first_extra == SIZE_MAX; s++)
+    if (sites[s].delta > 0 && sites[s].balance > 0) sites[s].extra = 1;
+  if (extra) *extra = first_extra;
+  return ns;
+}
+
 static void underflow(const ref_rec *r, uintptr_t obj, uint32_t stack, const char *why) {
   ta_block b = { 0 };
   bool known = _ta_block_get(obj, &b);
   ta_error_info e = { .kind = "ref.underflow", .stack = stack, .addr = obj, .detail = why,
                       .history = r ? r->ev : NULL, .history_len = r ? r->n : 0 };
+  ta_ref_site sites[TA_REF_SITES_MAX];
+  size_t extra = SIZE_MAX;
+  if (r && r->n) {
+    e.nsites = ta_ref_balance(r->ev, r->n, NULL, NULL, sites, TA_REF_SITES_MAX, &extra);
+    e.sites = sites;
+  }
+  if (extra != SIZE_MAX && r->ev[extra].stack != stack) {   /* the extra release, then where it showed */
+    e.stack = r->ev[extra].stack;
+    e.aux_stack = stack;
+  }
   if (known) {
     e.bytes = b.size;
     e.tag = b.tag;
@@ -332,8 +433,10 @@ void _ta_ref_exit(void) {
       for (size_t j = 0; j < r->n; j++) if (keep[j]) open[k++] = r->ev[j];
       ta_block b = { 0 };
       bool known = _ta_block_get(r->obj, &b) && b.state == TA_LIVE;
-      _ta_findings_leak("ref.leak", known ? b.size : 0, known ? b.tag : TA_ANY,
-                        k ? open[k - 1].stack : 0, known ? b.stack : 0, r->obj, 0, 0, NULL, open, k);
+      ta_ref_site sites[TA_REF_SITES_MAX];
+      size_t nsites = ta_ref_balance(r->ev, r->n, NULL, NULL, sites, TA_REF_SITES_MAX, NULL);
+      _ta_findings_ref_leak(known ? b.size : 0, known ? b.tag : TA_ANY, k ? open[k - 1].stack : 0,
+                            known ? b.stack : 0, r->obj, open, k, sites, nsites);
       _ta_meta_free(keep);
       _ta_meta_free(open);
     }

@@ -183,6 +183,49 @@ typedef struct {
   uint64_t  seq;       /* the ledger's event sequence number */
 } ta_ref_event;
 
+/* Refcount balance by callsite (ref.underflow, ref.leak), after the Linux
+ * kernel's ref_tracker, which keeps a stack per reference: the transitions
+ * of an object grouped by stack (a callsite), replayed oldest first.
+ *  - An init of count N is N acquisitions of its callsite.
+ *  - A releasing callsite is paired, when it first releases, with one
+ *    acquiring callsite seen before it: the one whose stack shares the
+ *    most outermost frames with it (equal return addresses from the
+ *    thread's start inwards: a view made and destroyed in one training
+ *    step shares the step's frame, the parent tensor made in main does
+ *    not); on a tie, the one with the highest balance then (the most left
+ *    to release), then the one that acquired last.  But a releasing
+ *    callsite that shares more outer frames with an earlier releasing
+ *    callsite than with any acquiring one takes that one's pair: two
+ *    releases of one destructor call are one release path.
+ *  - Each acquisition adds one to its callsite's balance; each release
+ *    takes one from its pair's.  The first release that takes a balance
+ *    below zero is the extra release: the one that made the count owe,
+ *    even when the count itself goes below zero only later, at another,
+ *    legitimate release.  Its callsite, and any other releasing callsite
+ *    that takes its pair below zero, is marked (extra).  When no release
+ *    owes, the acquiring callsites left with a positive balance are marked
+ *    (ref.leak: what was acquired and never released).
+ * ref.underflow's headline stack is the extra release (aux_stack: where
+ * the count went below zero, when that is another release). */
+typedef struct {
+  uint32_t stack;        /* the callsite's stack */
+  int      delta;        /* +1: acquisitions (inits included), -1: releases */
+  uint64_t transitions;  /* how many (an init counts its count) */
+  uint32_t paired;       /* releases: the index of the acquiring site it is paired with; UINT32_MAX: none */
+  int64_t  balance;      /* acquisitions: acquired less released by its paired sites */
+  int      extra;        /* releases: released more than its pair acquired (the first such is the
+                          * headline of ref.underflow); acquisitions: acquired more than was released */
+} ta_ref_site;
+
+#define TA_REF_SITES_MAX 16   /* callsites kept per object; more are left out (and not paired) */
+/* Fills sites[0..max) from the transitions ev[0..n) (oldest first), with
+ * the stack frames from frames(arg, stack, pcs, max) (ta_stack_frames's
+ * shape; NULL: ta_stack_frames).  Returns the number of sites; *extra (may
+ * be NULL) is the index in ev of the extra release, or SIZE_MAX. */
+size_t ta_ref_balance(const ta_ref_event *ev, size_t n,
+                      size_t (*frames)(void *arg, uint32_t stack, uintptr_t *pcs, size_t max), void *arg,
+                      ta_ref_site *sites, size_t max, size_t *extra);
+
 /* One group of findings: same kind, same stacks, same tag. */
 typedef struct {
   const char *kind;        /* a stable name, see the top of this file */
@@ -192,13 +235,16 @@ typedef struct {
   uint32_t    stack;       /* leak: allocation stack; error: where the bad operation happened */
   uint32_t    alloc_stack; /* errors: where the block was allocated (0: unknown) */
   uint32_t    free_stack;  /* errors: where it was freed or reset (0: unknown) */
-  uint32_t    aux_stack;   /* hold.*: where the hold was declared; leak.orphan: where it was orphaned */
+  uint32_t    aux_stack;   /* hold.*: where the hold was declared; leak.orphan: where it was orphaned;
+                            * ref.underflow: where the count went below zero (0: at the headline's release) */
   uintptr_t   addr;        /* the first block or object of the group */
   uintptr_t   holder;      /* hold.*, leak.orphan: the holder's address */
   const char *slot;        /* hold.*, leak.orphan: the hold's slot */
   const ta_ref_event *history;  /* ref.*: the object's transitions (ref.leak: the unmatched acquisitions) */
   size_t      history_len;
   char        detail[96];  /* one line of extra facts, may be empty */
+  const ta_ref_site *sites;     /* ref.*: the first object's balance by callsite (see ta_ref_balance) */
+  size_t      nsites;
 } ta_finding;
 
 typedef struct {
@@ -217,6 +263,17 @@ typedef struct {
 typedef int ta_finding_fn(const ta_finding *f, void *arg);
 size_t ta_findings_visit(ta_finding_fn *fn, void *arg);
 ta_summary ta_summary_get(void);
+
+/* Explains a value read from memory that the ledger filled: when every
+ * byte of v's low `width` bytes (8, 4 or 2; 0: try 8, then 4) is the
+ * freed-memory poison (TAGALLOC_POISON, 0xDF: 0xdfdfdfdfdfdfdfdf, as a
+ * signed count -2314885530818453537) it returns " (the freed-memory poison:
+ * read from a freed block)", the fill byte of new blocks (TAGALLOC_FILL)
+ * " (the fill of new blocks: read before it was written)", or the guard
+ * bytes past a block's end " (the guard bytes past a block's end: read past
+ * the end)"; otherwise "".  For messages that print a pointer or a count:
+ *   fprintf(stderr, "%s has %lld elements%s", name, n, ta_poison_explain((uint64_t)n, 0)); */
+const char *ta_poison_explain(uint64_t v, unsigned width);
 
 /* The renderer of the exit report (reports/ registers one at load time). */
 typedef void ta_reporter_fn(int fd);
@@ -271,6 +328,10 @@ void ta__assert_fail(const char *file, int line, const char *what,
 /* Options are read once from TAGALLOC_<NAME> (see README.md); a bad value
  * warns and keeps the default.  Returns -1 for an unknown name. */
 long ta_option(const char *name);
+/* A string option's value as read at start (a copy: the environment may be
+ * gone at exit), NULL when unset or not a string option
+ * ("trace", "json", "suppressions"). */
+const char *ta_option_string(const char *name);
 
 /* Error codes passed to the error handler. */
 enum {

@@ -541,6 +541,16 @@ int report_html_write(int fd, report_model *m) {
                  (unsigned)g->history[h].thread, stack_id(&stk, pi, p, g->history[h].stack));
       j_lit(&b, "]");
     }
+    if (g->nsites) {   /* [delta, transitions, paired (-1: none), balance, extra, stack] */
+      j_lit(&b, ",\"sites\":[");
+      for (size_t h = 0; h < g->nsites; h++) {
+        const ta_ref_site *st = &g->sites[h];
+        j_printf(&b, "%s[%d,%llu,%ld,%lld,%d,%ld]", h ? "," : "", st->delta, (unsigned long long)st->transitions,
+                 st->paired < g->nsites ? (long)st->paired : -1L, (long long)st->balance, st->extra ? 1 : 0,
+                 stack_id(&stk, pi, p, st->stack));
+      }
+      j_lit(&b, "]");
+    }
     j_lit(&b, "}");
   }
   j_lit(&b, "]");

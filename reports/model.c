@@ -164,6 +164,14 @@ static int on_group(const ta_finding *f, void *arg) {
       g->history_len = f->history_len;
     }
   }
+  if (f->sites && f->nsites) {
+    ta_ref_site *st = pool_alloc(&pv->mem, f->nsites * sizeof *st);
+    if (st) {
+      memcpy(st, f->sites, f->nsites * sizeof *st);
+      g->sites = st;
+      g->nsites = f->nsites;
+    }
+  }
   if (!g->kind || !g->detail || (f->slot && !g->slot)) b->oom = true;
   return b->oom;
 }
@@ -185,7 +193,8 @@ static bool count_kinds(report_process *p) {
   if (!p->kinds) return false;
   for (size_t i = 0; i < p->ngroups; i++) {
     const report_group *g = &p->groups[i];
-    if (strcmp(g->kind, "unclassified") != 0) p->findings_count++;
+    /* growth is still reachable memory: a warning, not a problem for the exit status */
+    if (strcmp(g->kind, "unclassified") != 0 && strcmp(g->kind, "leak.growth") != 0) p->findings_count++;
     report_kind_total *k = NULL;
     for (size_t j = 0; j < p->nkinds && !k; j++)
       if (strcmp(p->kinds[j].kind, g->kind) == 0) k = &p->kinds[j];

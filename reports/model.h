@@ -61,6 +61,8 @@ typedef struct {
   uint32_t    stack, alloc_stack, free_stack, aux_stack;   /* ids; 0: none */
   const ta_ref_event *history;            /* ref.*: transitions (see ta_finding) */
   size_t      history_len;
+  const ta_ref_site *sites;               /* ref.*: balance by callsite (see ta_ref_balance) */
+  size_t      nsites;
   /* leak.growth */
   double      slope;                      /* bytes per iteration */
   uint64_t    growth_first, growth_last;  /* live bytes at the first and the last mark */
@@ -114,7 +116,7 @@ typedef struct report_process {
 
   report_group *groups;                   /* shown (not suppressed), in the source's order */
   size_t      ngroups;
-  size_t      findings_count;             /* groups that are leaks or errors (not unclassified) */
+  size_t      findings_count;             /* groups that are leaks or errors (not unclassified, not leak.growth) */
   report_kind_total *kinds;               /* one per kind, worst first */
   size_t      nkinds;
 

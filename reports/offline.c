@@ -16,6 +16,7 @@ struct report_offline {
   uint64_t           *finding_seq;     /* unclean traces: the seq of each error group's first event */
   ta_summary          summary;
   ta_ref_event      **histories;       /* owned, one per finding that has one */
+  ta_ref_site       **sites;           /* owned: the balance by callsite of each ref.* finding */
 };
 
 /* ---- the source's callbacks -------------------------------------------------- */
@@ -408,6 +409,26 @@ static void ref_history(report_offline *o, size_t fi, const obj_event *ev, size_
   o->histories[fi] = h;
   f->history = h;
   f->history_len = k;
+  /* The balance by callsite, over the whole story (ta_ref_balance).  The
+   * ledger already made the extra release the group's stack; the release
+   * that went below zero is the history's last. */
+  ta_ref_event *all = malloc((end - start) * sizeof *all);
+  ta_ref_site *sites = malloc(TA_REF_SITES_MAX * sizeof *sites);
+  if (all && sites) {
+    for (size_t i = start; i < end; i++) all[i - start] = ev[i].e;
+    size_t extra = SIZE_MAX;
+    f->nsites = ta_ref_balance(all, end - start, off_frames, o, sites, TA_REF_SITES_MAX, &extra);
+    f->sites = sites;
+    o->sites[fi] = sites;
+    sites = NULL;
+    if (!leak && extra != SIZE_MAX) {
+      uint32_t below = all[end - start - 1].stack;
+      f->stack = all[extra].stack;
+      f->aux_stack = below != f->stack ? below : 0;
+    }
+  }
+  free(all);
+  free(sites);
 }
 
 static void ref_histories(report_offline *o, const report_trace *t) {
@@ -416,8 +437,9 @@ static void ref_histories(report_offline *o, const report_trace *t) {
   for (size_t i = 0; i < o->nfindings; i++) nref += strncmp(o->findings[i].kind, "ref.", 4) == 0;
   if (!nref) return;
   o->histories = calloc(o->nfindings, sizeof *o->histories);
+  o->sites = calloc(o->nfindings, sizeof *o->sites);
   p.objs = malloc(nref * sizeof *p.objs);
-  if (!o->histories || !p.objs) {
+  if (!o->histories || !o->sites || !p.objs) {
     free(p.objs);
     return;
   }
@@ -504,6 +526,8 @@ void report_offline_free(report_offline *o) {
   report_trace_model_free(o->m);
   for (size_t i = 0; o->histories && i < o->nfindings; i++) free(o->histories[i]);
   free(o->histories);
+  for (size_t i = 0; o->sites && i < o->nfindings; i++) free(o->sites[i]);
+  free(o->sites);
   free(o->finding_seq);
   free(o->findings);
   free(o->path);

@@ -101,6 +101,7 @@ extern int report_cu_aranges;
  * suppressions only read a source through these callbacks. */
 
 typedef struct report_suppressions report_suppressions;
+typedef struct report_process_info report_process_info;   /* see the JSON section */
 
 typedef struct report_source {
   long        pid;
@@ -180,13 +181,19 @@ size_t report_suppressions_used(const report_suppressions *s, report_suppression
  * "processes": {"pid", "findings_count", "errors", "ppid", "argv",
  * "exit_code", "signal", "clean_exit", "trace", "summary", "findings",
  * "suppressions"}.  findings_count counts the groups in "findings" that are
- * leaks or errors ("unclassified" groups are neither); errors counts error
- * occurrences.  Each finding: "kind", "bytes", "blocks", "tag", "address",
+ * leaks or errors ("unclassified" and "leak.growth" groups are neither: the
+ * exit status of `tagalloc run --error-exitcode` follows findings_count and
+ * errors); errors counts error occurrences.  "signal" is the name of the
+ * signal that killed the process ("SIGSEGV"), null when none, and
+ * "clean_exit" false then.  Each finding: "kind", "bytes", "blocks", "tag", "address",
  * "stack", "alloc_stack" (errors), "free_stack", and "aux_stack", "holder",
- * "slot", "detail" when known; each frame: "function", "file", "line",
+ * "slot", "detail" when known, and for ref.* "ref_sites": the balance by
+ * callsite, [{"kind": "acquire"|"release", "transitions", "balance"
+ * (acquire) or "paired" (release: an index in ref_sites, or null), "extra",
+ * "stack"}]; each frame: "function", "file", "line",
  * "module", "address" (and "inlined": true for an inlined frame), null when
  * unknown.  Suppressed leaks are left out, as in the text report. */
-typedef struct {
+struct report_process_info {
   long               ppid;       /* < 0: unknown */
   const char *const *argv;       /* NULL: unknown */
   int                argc;
@@ -194,7 +201,7 @@ typedef struct {
   int                signal;     /* 0: none */
   int                clean_exit; /* < 0: unknown */
   const char        *trace;      /* the trace file; NULL: none */
-} report_process_info;
+};
 
 /* Writes the object (no newline) to fd; 0, or -1 when a write failed. */
 int report_source_json(int fd, const report_source *src, const report_process_info *info);
@@ -215,6 +222,10 @@ void report_text_write(int fd);
  * (valgrind's "suppressed:" line and LSan's "Suppressions used:" section
  * appear only when something was suppressed). */
 void report_text_render(int fd, const report_source *src);
+/* The same, with how the process ended (info may be NULL): a process killed
+ * by a signal is named so in the report's first line ("the process was
+ * killed by signal 11 (SIGSEGV)"). */
+void report_text_render_info(int fd, const report_source *src, const report_process_info *info);
 
 /* Writes the frames of one stack of the ledger's depot to fd, one
  * "    #N 0xADDR in FUNCTION FILE:LINE (MODULE)" line each; max_frames <= 0

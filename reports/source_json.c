@@ -7,6 +7,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,21 @@ static void j_finding(jbuf *b, report_process *p, const report_group *f) {
     j_lit(b, ",\"detail\":");
     j_str(b, f->detail);
   }
+  if (f->nsites) {   /* the balance by callsite (ta_ref_balance): "paired" indexes this list */
+    j_lit(b, ",\"ref_sites\":[");
+    for (size_t i = 0; i < f->nsites; i++) {
+      const ta_ref_site *st = &f->sites[i];
+      j_printf(b, "%s{\"kind\":\"%s\",\"transitions\":%llu", i ? "," : "", st->delta > 0 ? "acquire" : "release",
+               (unsigned long long)st->transitions);
+      if (st->delta > 0) j_printf(b, ",\"balance\":%lld", (long long)st->balance);
+      else if (st->paired < f->nsites) j_printf(b, ",\"paired\":%u", (unsigned)st->paired);
+      else j_lit(b, ",\"paired\":null");
+      j_lit(b, st->extra ? ",\"extra\":true,\"stack\":" : ",\"extra\":false,\"stack\":");
+      j_stack(b, p, st->stack);
+      j_put(b, "}", 1);
+    }
+    j_put(b, "]", 1);
+  }
   j_put(b, "}", 1);
 }
 
@@ -123,7 +139,8 @@ int report_json_process(int fd, report_process *p) {
   }
   if (p->exit_code >= 0) j_printf(&b, ",\"exit_code\":%d", p->exit_code);
   else j_lit(&b, ",\"exit_code\":null");
-  if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);
+  if (p->signal > 0 && sigabbrev_np(p->signal)) j_printf(&b, ",\"signal\":\"SIG%s\"", sigabbrev_np(p->signal));
+  else if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);
   else j_lit(&b, ",\"signal\":null");
   j_lit(&b, p->clean_exit < 0 ? ",\"clean_exit\":null" : p->clean_exit ? ",\"clean_exit\":true" : ",\"clean_exit\":false");
   j_lit(&b, ",\"trace\":");

@@ -178,7 +178,8 @@ static report_suppressions *default_set;
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 
 static void default_load(void) {
-  const char *path = getenv("TAGALLOC_SUPPRESSIONS");
+  /* read when the ledger started: at exit the environment may be gone */
+  const char *path = ta_option_string("suppressions");
   if (!path || !*path) return;
   char err[600], line[700];
   default_set = report_suppressions_load(path, err, sizeof err);

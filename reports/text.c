@@ -239,6 +239,12 @@ static void write_times(wbuf *w, const report_group *f) {
   if (f->blocks > 1) w_printf(w, " (%llu times)", (unsigned long long)f->blocks);
 }
 
+/* An address, explained when it is a fill pattern of the ledger's (a
+ * pointer read from a freed block: 0xdfdfdfdfdfdfdfdf). */
+static void write_addr(wbuf *w, uint64_t addr) {
+  w_printf(w, "0x%llx%s", (unsigned long long)addr, ta_poison_explain(addr, 8));
+}
+
 /* " (40-byte block)" when the size is known. */
 static void write_block(wbuf *w, uint64_t bytes) {
   if (bytes) w_printf(w, " (%llu-byte block)", (unsigned long long)bytes);
@@ -270,6 +276,46 @@ static void write_history(render *r, const report_group *f, const char *what) {
   for (size_t i = 0; i < head; i++) write_event(r, &f->history[i]);
   w_printf(r->w, "  ... %zu more transition(s)\n", n - head - tail);
   for (size_t i = n - tail; i < n; i++) write_event(r, &f->history[i]);
+}
+
+/* A callsite in one line: its first frames, "function file:line < ...". */
+static void write_site_frames(render *r, uint32_t stack) {
+  const report_mstack *st = report_process_stack(r->p, stack);
+  if (!st || st->npcs == 0) {
+    w_printf(r->w, "<no stack recorded>");
+    return;
+  }
+  for (size_t i = 0; i < st->nframes && i < 3; i++) {
+    const report_mframe *f = &st->frames[i];
+    const char *file = f->file ? strrchr(f->file, '/') : NULL;
+    file = file ? file + 1 : f->file;
+    w_printf(r->w, "%s%s", i ? " < " : "", f->function ? f->function : "??");
+    if (file && f->line > 0) w_printf(r->w, " %s:%d", file, f->line);
+    else if (f->module && !f->function) w_printf(r->w, " (%s+0x%llx)", f->module, (unsigned long long)f->module_offset);
+  }
+  if (st->nframes > 3) w_printf(r->w, " < ...");
+}
+
+/* The balance by callsite (ta_ref_balance): each acquiring and releasing
+ * callsite, its transitions, the pairs, and the callsite that owes. */
+static void write_sites(render *r, const report_group *f) {
+  if (!f->sites || f->nsites == 0) return;
+  bool leak = kind_is(f, "ref.leak");
+  w_printf(r->w, "references by callsite (each releasing callsite is paired with the acquiring one whose "
+                 "stack shares the most outer frames):\n");
+  for (size_t i = 0; i < f->nsites; i++) {
+    const ta_ref_site *s = &f->sites[i];
+    w_printf(r->w, "  [%zu] %s %llu at ", i + 1, s->delta > 0 ? "acquired" : "released",
+             (unsigned long long)s->transitions);
+    write_site_frames(r, s->stack);
+    if (s->delta < 0 && s->paired < f->nsites) w_printf(r->w, " (paired with [%u])", (unsigned)s->paired + 1);
+    if (s->delta < 0 && s->extra)
+      w_printf(r->w, s->paired < f->nsites ? "  <== releases more than [%u] acquired" : "  <== releases what "
+               "nothing acquired", (unsigned)s->paired + 1);
+    if (s->delta > 0 && s->extra && leak)
+      w_printf(r->w, "  <== acquired %lld more than its releases", (long long)s->balance);
+    w_put(r->w, "\n", 1);
+  }
 }
 
 /* Leak-like groups: "<Title> of B byte(s) in N object(s) allocated from:". */
@@ -316,14 +362,14 @@ static void write_finding(render *r, const report_group *f) {
       write_stack(w, p, f->aux_stack, r->max_frames, "    ");
     }
   } else if (kind_is(f, "ref.leak")) {
-    w_printf(w, "ref.leak: %llu object(s) with references left at exit, such as 0x%lx",
-             (unsigned long long)f->blocks, addr);
-    write_block(w, f->bytes);
-    w_printf(w, ", last acquired at:");
+    w_printf(w, "ref.leak: %llu object(s)", (unsigned long long)f->blocks);
+    if (f->bytes) w_printf(w, " of %llu byte(s) in all", (unsigned long long)f->bytes);
+    w_printf(w, " with references left at exit, such as 0x%lx, last acquired at:", addr);
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->alloc_stack, "allocated at:");
+    write_sites(r, f);
     write_history(r, f, "unmatched acquisitions");
   } else if (kind_is(f, "free.double")) {
     w_printf(w, "free.double: attempting double-free on 0x%lx", addr);
@@ -336,7 +382,9 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "previously allocated at:");
   } else if (kind_is(f, "free.invalid")) {
-    w_printf(w, "free.invalid: attempting free on address 0x%lx which was not allocated by tagalloc", addr);
+    w_printf(w, "free.invalid: attempting free on address ");
+    write_addr(w, f->addr);
+    w_printf(w, " which was not allocated by tagalloc");
     write_times(w, f);
     w_printf(w, ", at:");
     write_tag(r, f);
@@ -345,18 +393,63 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->alloc_stack, "the block around it was allocated at:");
     write_section(r, f, f->free_stack, "freed at:");
   } else if (kind_is(f, "use.after-free")) {
-    w_printf(w, "use.after-free: freed block 0x%lx", addr);
+    w_printf(w, "use.after-free: freed block ");
+    write_addr(w, f->addr);
     write_block(w, f->bytes);
     w_printf(w, " used after free");
     write_times(w, f);
-    w_printf(w, ", detected at:");
     write_tag(r, f);
     w_put(w, "\n", 1);
-    write_stack(w, p, f->stack, r->max_frames, "    ");
-    write_section(r, f, f->free_stack, "freed at:");
-    write_section(r, f, f->alloc_stack, "previously allocated at:");
+    /* three labels: the access (when it was seen), the free, the allocation */
+    if (f->stack && f->stack != f->free_stack) {
+      w_printf(w, "accessed at:\n");
+      write_stack(w, p, f->stack, r->max_frames, "    ");
+    } else {
+      w_printf(w, "accessed at: not seen (a write into the freed block, found when the block left the "
+                  "quarantine or at exit; --guard stops at the access)\n");
+    }
+    if (f->free_stack) {
+      w_printf(w, "freed at:\n");
+      write_stack(w, p, f->free_stack, r->max_frames, "    ");
+    }
+    if (f->alloc_stack) {
+      w_printf(w, "allocated at:\n");
+      write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
+    }
+  } else if (kind_is(f, "heap.overflow")) {
+    w_printf(w, "heap.overflow: block ");
+    write_addr(w, f->addr);
+    write_block(w, f->bytes);
+    w_printf(w, " written past its end");
+    write_times(w, f);
+    write_tag(r, f);
+    w_put(w, "\n", 1);
+    /* the access (guard mode: the faulting instruction), or the free where
+     * the pad was found written, then the free and the allocation */
+    if (f->stack && f->stack == f->free_stack) {
+      w_printf(w, "found at its free:\n");
+      write_stack(w, p, f->stack, r->max_frames, "    ");
+    } else {
+      if (f->stack) {
+        w_printf(w, "accessed at:\n");
+        write_stack(w, p, f->stack, r->max_frames, "    ");
+      } else {
+        w_printf(w, "accessed at: not seen (found when the block %s; --guard stops at the access)\n",
+                 f->free_stack ? "left the quarantine or at exit" : "was checked at exit");
+      }
+      if (f->free_stack) {
+        w_printf(w, "freed at:\n");
+        write_stack(w, p, f->free_stack, r->max_frames, "    ");
+      }
+    }
+    if (f->alloc_stack) {
+      w_printf(w, "allocated at:\n");
+      write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
+    }
   } else if (kind_is(f, "arena.after-reset")) {
-    w_printf(w, "arena.after-reset: pointer 0x%lx into an arena reset since", addr);
+    w_printf(w, "arena.after-reset: pointer ");
+    write_addr(w, f->addr);
+    w_printf(w, " into an arena reset since");
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, ", used at:");
@@ -367,14 +460,17 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->free_stack, "arena reset at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
   } else if (kind_is(f, "ref.underflow")) {
-    w_printf(w, "ref.underflow: refcount of 0x%lx", addr);
+    w_printf(w, "ref.underflow: refcount of ");
+    write_addr(w, f->addr);
     write_block(w, f->bytes);
     w_printf(w, " released below zero or after free");
     write_times(w, f);
-    w_printf(w, " at:");
+    w_printf(w, f->aux_stack ? "; the extra release:" : " at:");
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
+    write_section(r, f, f->aux_stack, "the count went below zero at (a later, legitimate release):");
+    write_sites(r, f);
     write_history(r, f, "refcount transitions");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
@@ -388,8 +484,8 @@ static void write_finding(render *r, const report_group *f) {
     write_stack(w, p, f->stack ? f->stack : f->aux_stack, r->max_frames, "    ");
     if (f->stack) write_section(r, f, f->aux_stack, "hold declared at:");
   } else if (kind_is(f, "hold.dangling")) {
-    w_printf(w, "hold.dangling: holder 0x%lx keeps in slot \"%s\" a pointer to dead memory 0x%lx",
-             holder, slot, addr);
+    w_printf(w, "hold.dangling: holder 0x%lx keeps in slot \"%s\" a pointer to dead memory ", holder, slot);
+    write_addr(w, f->addr);
     write_block(w, f->bytes);
     write_times(w, f);
     w_printf(w, ", found at:");
@@ -444,14 +540,45 @@ static void write_suppressions_used(wbuf *w, const report_process *p) {
 
 /* ---- the report ------------------------------------------------------------ */
 
+/* " (killed by SIGSEGV)" style: how the process ended, when it did not
+ * exit cleanly; "" otherwise. */
+static const char *end_note(const report_process *p, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (p->signal > 0) {
+    const char *abbrev = sigabbrev_np(p->signal);
+    if (abbrev) snprintf(buf, len, "the process was killed by signal %d (SIG%s)", p->signal, abbrev);
+    else snprintf(buf, len, "the process was killed by signal %d", p->signal);
+  } else if (p->clean_exit == 0 && !p->unclassified) {
+    snprintf(buf, len, "the process did not exit cleanly");
+  }
+  return buf;
+}
+
+/* Loss records counted as errors, as memcheck's ERROR SUMMARY counts them
+ * (--errors-for-leak-kinds=definite,possible: one per loss record): the
+ * groups of definitely and possibly lost, orphaned, refcount-leaked and
+ * GPU-leaked memory; indirectly lost, growing and unclassified memory are
+ * not errors. */
+static bool is_loss_record(const report_group *g) {
+  return report_group_is_leak(g) && strcmp(g->kind, "leak.indirect") != 0;
+}
+
 void report_text_process(int fd, report_process *p) {
   wbuf w = { .fd = fd };
   long pid = p->pid;
   ta_summary s = p->summary;
   uint64_t live_bytes = p->unclassified_bytes, live_blocks = p->unclassified_blocks;
 
+  char note[96];
+  end_note(p, note, sizeof note);
+  uint64_t loss_records = 0, growth = 0;
+  for (size_t i = 0; i < p->ngroups; i++) {
+    loss_records += is_loss_record(&p->groups[i]);
+    growth += strcmp(p->groups[i].kind, "leak.growth") == 0;
+  }
   if (p->ngroups == 0 && s.errors == 0 && s.direct_blocks == 0 && s.indirect_blocks == 0 &&
       s.possible_blocks == 0 && s.orphan_blocks == 0 && live_blocks == 0) {
+    if (note[0]) w_printf(&w, "==%ld== tagalloc: %s\n", pid, note);
     if (p->unclassified && s.allocs == 0)
       w_printf(&w, "==%ld== tagalloc: the trace holds no allocation (the process ended before a trace "
                "buffer was written out)\n", pid);
@@ -472,10 +599,16 @@ void report_text_process(int fd, report_process *p) {
   if (p->unclassified)
     w_printf(&w, "=================================================================\n"
                  "==%ld==WARNING: tagalloc: no exit scan (the process was killed, crashed or ended "
-                 "without exit): the blocks still live are unclassified, not leaks\n", pid);
-  else
+                 "without exit): the blocks still live are unclassified, not leaks%s%s\n", pid,
+             note[0] ? "; " : "", note);
+  else if (s.errors || p->findings_count > growth || s.direct_blocks || s.indirect_blocks ||
+           s.possible_blocks || s.orphan_blocks)
     w_printf(&w, "=================================================================\n"
-                 "==%ld==ERROR: tagalloc: detected memory problems\n", pid);
+                 "==%ld==ERROR: tagalloc: detected memory problems%s%s\n", pid, note[0] ? "; " : "", note);
+  else   /* growth alone: still reachable memory, no leak and no error */
+    w_printf(&w, "=================================================================\n"
+                 "==%ld==WARNING: tagalloc: memory that grows from iteration to iteration (no leaks, "
+                 "no errors)%s%s\n", pid, note[0] ? "; " : "", note);
   render r = {
     .w = &w,
     .p = p,
@@ -548,13 +681,22 @@ void report_text_process(int fd, report_process *p) {
   if (p->suppressed_blocks)
     w_printf(&w, "        suppressed: %llu bytes in %llu blocks\n", (unsigned long long)p->suppressed_bytes,
              (unsigned long long)p->suppressed_blocks);
-  w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s).\n",
-           leaked_bytes, leaked_blocks, (unsigned long long)s.errors);
+  if (loss_records)
+    w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s) (%llu of them "
+             "loss records: definitely or possibly lost, orphaned, refcount leaks, one per group, as "
+             "memcheck's ERROR SUMMARY counts them).\n",
+             leaked_bytes, leaked_blocks, (unsigned long long)(s.errors + loss_records),
+             (unsigned long long)loss_records);
+  else
+    w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s).\n",
+             leaked_bytes, leaked_blocks, (unsigned long long)s.errors);
   w_flush(&w);
 }
 
-void report_text_render(int fd, const report_source *src) {
-  report_process *p = report_process_new(src, NULL);
+void report_text_render(int fd, const report_source *src) { report_text_render_info(fd, src, NULL); }
+
+void report_text_render_info(int fd, const report_source *src, const report_process_info *info) {
+  report_process *p = report_process_new(src, info);
   if (!p) {
     static const char msg[] = "tagalloc: out of memory building the report\n";
     ssize_t r = write(fd, msg, sizeof msg - 1);

@@ -80,6 +80,7 @@ typedef struct {
   ta_finding f;
   char slot[64];
   ta_ref_event history[FIND_HISTORY];
+  ta_ref_site sites[TA_REF_SITES_MAX];
 } find_arg;
 
 static inline int find_kind(const ta_finding *f, void *arg) {
@@ -90,8 +91,10 @@ static inline int find_kind(const ta_finding *f, void *arg) {
   snprintf(a->slot, sizeof a->slot, "%s", f->slot ? f->slot : "");
   size_t n = f->history_len < FIND_HISTORY ? f->history_len : FIND_HISTORY;
   if (n) memcpy(a->history, f->history, n * sizeof *f->history);
+  if (f->nsites) memcpy(a->sites, f->sites, f->nsites * sizeof *f->sites);
   a->f.slot = NULL;
   a->f.history = NULL;
+  a->f.sites = NULL;
   return 1;
 }
 

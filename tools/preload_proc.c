@@ -243,7 +243,11 @@ static void preload_reporter(int fd) {
   if (cmdline_len == 0) n += _ta_snprintf(line + n, sizeof line - (size_t)n, "?");
   n += _ta_snprintf(line + n, sizeof line - (size_t)n, " (parent %d)\n", (int)getppid());
   _ta_write_all(fd, line, (size_t)n);
-  report_text_write(fd);
+  report_source src;
+  report_source_ledger(&src);
+  report_process_info info = { .ppid = -1, .exit_code = exit_code, .signal = fatal_signal,
+                               .clean_exit = fatal_signal ? 0 : 1 };   /* the report names the signal */
+  report_text_render_info(fd, &src, &info);
 }
 
 /* The per-process JSON, from the exit work (guard raised). */
@@ -268,7 +272,7 @@ static void write_json(void) {
     .argc = argc,
     .exit_code = exit_code,
     .signal = fatal_signal,
-    .clean_exit = 1,
+    .clean_exit = fatal_signal ? 0 : 1,   /* a fatal signal's report is not a clean exit */
     .trace = NULL,
   };
   bool ok = report_source_json(fd, &src, &info) == 0;

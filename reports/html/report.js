@@ -127,10 +127,29 @@
     var what = g.kind === 'leak.growth' || isLeak(g.kind) ? 'allocated at' : 'at';
     if (g.kind === 'ref.leak') what = 'last acquired at';
     if (g.kind.indexOf('hold.') === 0) what = 'found at';
-    stackList(g.stack, what, box);
-    if (g.aux_stack >= 0) stackList(g.aux_stack, g.kind === 'leak.orphan' ? 'orphaned at (the hold replaced or dropped)' : 'hold declared at', box);
-    if (g.free_stack >= 0) stackList(g.free_stack, 'freed at', box);
+    if (g.kind === 'ref.underflow' && g.aux_stack >= 0) what = 'the extra release';
+    var access = g.kind === 'use.after-free' || g.kind === 'heap.overflow';
+    var atFree = access && g.stack >= 0 && g.stack === g.free_stack;
+    if (access && g.stack < 0)
+      box.appendChild(el('div', 'sect', 'accessed at: not seen (found when the block left the quarantine or at exit; --guard stops at the access)'));
+    else
+      stackList(g.stack, atFree ? 'found at its free' : access ? 'accessed at' : what, box);
+    if (g.aux_stack >= 0)
+      stackList(g.aux_stack, g.kind === 'leak.orphan' ? 'orphaned at (the hold replaced or dropped)' :
+                g.kind === 'ref.underflow' ? 'the count went below zero at (a later, legitimate release)' : 'hold declared at', box);
+    if (g.free_stack >= 0 && !atFree) stackList(g.free_stack, 'freed at', box);
     if (g.alloc_stack >= 0) stackList(g.alloc_stack, 'allocated at', box);
+    if (g.sites) {
+      box.appendChild(el('div', 'sect', 'references by callsite (each releasing callsite is paired with the acquiring one whose stack shares the most outer frames)'));
+      g.sites.forEach(function (s, n) {
+        var t = '[' + (n + 1) + '] ' + (s[0] > 0 ? 'acquired ' : 'released ') + s[1];
+        if (s[0] < 0 && s[2] >= 0) t += ' (paired with [' + (s[2] + 1) + '])';
+        if (s[0] > 0) t += ', balance ' + s[3];
+        if (s[4] && s[0] < 0) t += s[2] >= 0 ? ' <== releases more than [' + (s[2] + 1) + '] acquired' : ' <== releases what nothing acquired';
+        if (s[4] && s[0] > 0 && g.kind === 'ref.leak') t += ' <== acquired more than its releases';
+        stackList(s[5], t, box);
+      });
+    }
     if (g.history) {
       box.appendChild(el('div', 'sect', 'refcount history (' + g.history.length + ', oldest first)'));
       g.history.forEach(function (h) {

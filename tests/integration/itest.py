@@ -369,6 +369,8 @@ def check_json(exp, doc, problems, fast=False):
                 pass
             if s != sec.signal:
                 problems.append(f"{label} signal: {proc.get('signal')!r}, expected {sec.signal}")
+            if proc.get("clean_exit") is not False:
+                problems.append(f"{label} clean_exit: {proc.get('clean_exit')!r}, expected false (killed by a signal)")
         findings = proc.get("findings") or []
         check_findings(sec, findings, problems, label, exp.source)
 
@@ -547,7 +549,9 @@ def parse_vg_log(path):
                 elif part and re.match(r"\s*(at|by) 0x", l):
                     err[part].append(l)
                 elif part is None and re.match(r"\s*(at|by) 0x", l):
-                    part = "free_stack"
+                    # "... free'd" is followed by the free's stack, "... alloc'd"
+                    # (past a live block's end) by the allocation's
+                    part = "alloc_stack" if err["addr"].endswith("alloc'd") else "free_stack"
                     err[part].append(l)
             for k in ("stack", "free_stack", "alloc_stack"):
                 err[k] = _vg_frames(err[k])
@@ -587,6 +591,9 @@ def classify_vg_error(err):
     if head.startswith("Invalid write") or head.startswith("Invalid read"):
         if free_block:
             return "use.after-free", _num(free_block.group(1))
+        past = re.search(r"is \d+ bytes after a block of size ([\d,]+) alloc'd", addr)
+        if past:
+            return "heap.overflow", _num(past.group(1))
         return None, 0      # a wild access (the crash): not a heap finding
     return None, 0
 
@@ -644,6 +651,8 @@ def check_valgrind(exp, logs, problems):
             for k in list(o):
                 if k.startswith("vg-"):
                     o[k[3:]] = o.pop(k)
+            for k in [k for k, v in o.items() if v == "-"]:
+                o.pop(k)                      # vg-OPT=-: memcheck has no such fact
             o.pop("module", None)             # memcheck's frames do not name it
             if "function" in o and "file" not in o and exp.source:
                 o["file"] = exp.source
@@ -719,6 +728,12 @@ def check_tagalloc(exp, tagalloc, dirs, variant, extra_args, bare, tmp, mode_lab
         res.problems.append(f"JSON does not parse: {e}")
         return res
     check_json(exp, doc, res.problems)
+    # a process killed by a signal: its text report says so
+    if exp.exit and exp.exit[0] == "signal":
+        name = signal.Signals(exp.exit[1]).name
+        want = f"the process was killed by signal {exp.exit[1]} ({name})"
+        if want.encode() not in r.stderr:
+            res.problems.append(f"the text report does not say {want!r}" + _stderr_tail(r))
     if res.problems and os.environ.get("ITEST_VERBOSE"):
         res.problems.append("stderr:" + _stderr_tail(r, 60))
     return res
@@ -884,6 +899,51 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
             return res
         tasks.append(("exec_parent", nofollow))
     if "direct_leaks" in by:
+        def suppressions():
+            # --suppressions end to end: each process reads the file at
+            # start (at exit the runtime's freeres has cleared the
+            # environment); a missing file is one line and exit 2, before
+            # the program starts.
+            e = by["direct_leaks"]
+            res = Result("direct_leaks", "--suppressions")
+            t0 = time.time()
+            sf = os.path.join(tmp, "direct_leaks.supp")
+            with open(sf, "w") as f:
+                f.write("# the dummy buffers\nleak:dummy_buffer\n")
+            jf = os.path.join(tmp, "direct_leaks.supp.json")
+            r = run([tagalloc, "run", "--suppressions", sf, "--error-exitcode", "42", "--json", jf, "--"]
+                    + program_cmd(e, dirs["exact"]), RUN_TIMEOUT)
+            if r.status != 0:
+                res.problems.append(f"status {status_text(r.status)}, expected exit 0 (all leaks suppressed)"
+                                    + _stderr_tail(r))
+            try:
+                doc = json.load(open(jf))
+                pr = doc["processes"][0]
+                summ = pr["summary"]
+                got = (summ["direct"]["bytes"], summ["direct"]["blocks"],
+                       summ["suppressed"]["bytes"], summ["suppressed"]["blocks"])
+                if got != (0, 0, 40000, 10000):
+                    res.problems.append(f"direct, suppressed: {got}, expected (0, 0, 40000, 10000)")
+                used = [(u["pattern"], u["count"], u["bytes"]) for u in pr["suppressions"]]
+                if used != [("dummy_buffer", 10000, 40000)]:
+                    res.problems.append(f"suppressions used: {used}")
+            except (OSError, ValueError, KeyError, IndexError) as exc:
+                res.problems.append(f"JSON: {exc}" + _stderr_tail(r))
+            err = r.stderr.decode(errors="replace")
+            if "Suppressions used:" not in err or "  10000      40000 dummy_buffer" not in err:
+                res.problems.append("the text report has no 'Suppressions used' table for dummy_buffer"
+                                    + _stderr_tail(r))
+            missing = os.path.join(tmp, "no-such.supp")
+            r = run([tagalloc, "run", "--suppressions", missing, "--"] + program_cmd(e, dirs["exact"]),
+                    RUN_TIMEOUT)
+            want = f"tagalloc: --suppressions {missing}: cannot open the suppressions file: No such file or directory\n"
+            if r.status != 2 or r.stderr.decode(errors="replace") != want or r.stdout != b"":
+                res.problems.append(f"missing file: status {status_text(r.status)}, stdout {r.stdout!r}, "
+                                    f"stderr {r.stderr!r}; expected exit 2, nothing run, {want!r}")
+            res.secs = time.time() - t0
+            return res
+        tasks.append(("direct_leaks", suppressions))
+
         def debug_cache():
             # The symbolizer's cache of decompressed debug files: the
             # reports with it (made, then used) are the ones without it.

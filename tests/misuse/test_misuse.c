@@ -289,7 +289,8 @@ static void test_write_after_free(void **state) {
   ta_finding f = the_finding("use.after-free");
   assert_int_equal(f.addr, (uintptr_t)p);
   assert_int_equal(f.bytes, 32);
-  assert_string_equal(frame0(f.stack), "do_write_after_free");   /* freed there, written there */
+  assert_int_equal(f.stack, 0);                                   /* the write itself was not seen */
+  assert_string_equal(frame0(f.free_stack), "do_write_after_free");
   assert_string_equal(frame0(f.alloc_stack), "do_write_after_free");
   assert_string_equal(f.detail, "byte 3 of the freed 32-byte block was written (0x41, poison 0xdf)");
 }
@@ -349,12 +350,17 @@ static void test_write_after_free_at_exit(void **state) {
   const char *at = strstr(r.err, "use.after-free: freed block 0x");
   if (!at) child_dump(&r);
   assert_non_null(at);
-  const char *head = strstr(at, " (32-byte block) used after free, detected at:   [tag: misuse]\n    #0 0x");
+  /* the access (not seen in default mode), the free and the allocation, each under its label */
+  const char *head = strstr(at, " (32-byte block) used after free   [tag: misuse]\n"
+                                "accessed at: not seen (a write into the freed block, found when the block "
+                                "left the quarantine or at exit; --guard stops at the access)\n"
+                                "freed at:\n    #0 0x");
   assert_non_null(head);
-  const char *eol = strchr(head + 1, '\n');
-  eol = strchr(eol + 1, '\n');
-  const char *fn = strstr(head, " in do_write_after_free ");
-  assert_true(fn != NULL && fn < eol);
+  assert_non_null(strstr(head, "allocated at:\n    #0 0x"));
+  const char *freed = strstr(head, "freed at:\n") + strlen("freed at:\n");
+  const char *eol = strchr(freed, '\n');
+  const char *fn = strstr(freed, " in do_write_after_free ");
+  assert_true(fn != NULL && fn < eol);                         /* frame #0 of the free */
   assert_non_null(strstr(r.err, "  detail: byte 3 of the freed 32-byte block was written (0x41, poison 0xdf)\n"));
   assert_non_null(strstr(r.err, "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 1 error(s).\n"));
   child_result_free(&r);
@@ -396,9 +402,91 @@ static void test_goes_on(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
+/* ---- overflows in default mode (heap.overflow): the pad past the block's end ---- */
+
+NOIPA static void do_overflow(void *p, size_t size, size_t n, char c) {
+  memset((char *)p + size, c, n);                  /* n bytes past the end */
+  KEEP();
+}
+
+NOIPA static void do_free_overflowed(void *p) {
+  ta_free(p);
+  KEEP();
+}
+
+/* 4 bytes past a 40-byte block (class 48) and 8 past a 24-byte one (class
+ * 32): each is heap.overflow at its free, with the free and the allocation
+ * stacks, the offsets and the first byte written. */
+static void test_overflow_at_free(void **state) {
+  (void)state;
+  char *a = make_victim(40), *b = make_victim(24);
+  do_overflow(a, 40, 4, 'A');
+  do_overflow(b, 24, 8, 'B');
+  do_free_overflowed(a);
+  assert_one("heap.overflow");
+  do_free_overflowed(b);
+  assert_int_equal(ta_findings_count("heap.overflow"), 2);
+  assert_int_equal(ta_findings_count(NULL), 2);
+  ta_finding f = the_finding("heap.overflow");           /* the first group */
+  assert_int_equal(f.addr, (uintptr_t)a);
+  assert_int_equal(f.bytes, 40);
+  assert_string_equal(frame0(f.stack), "do_free_overflowed");      /* found at its free */
+  assert_string_equal(frame0(f.free_stack), "do_free_overflowed");
+  assert_string_equal(frame0(f.alloc_stack), "make_victim");
+  assert_string_equal(f.detail, "wrote 4 byte(s) past the end of the 40-byte block: offsets 40..43, first 0x41");
+  assert_int_equal(n_messages, 2);                        /* the second block's, announced too */
+  assert_non_null(strstr(messages[1], "heap.overflow at 0x"));
+  assert_non_null(strstr(messages[1], ": wrote 8 byte(s) past the end of the 24-byte block: offsets 24..31, "
+                                      "first 0x42 (the exit report has the stacks)"));
+}
+
+/* A block whose size is a size class (32) has no slack and no pad: default
+ * mode does not see its overflow (--guard does), and says nothing false. */
+static void test_overflow_exact_class(void **state) {
+  (void)state;
+  char *a = make_victim(32);
+  assert_int_equal(ta_usable_size(a), 32);
+  do_free_overflowed(a);
+  char *b = make_victim(30);
+  assert_int_equal(ta_usable_size(b), 30);               /* the size asked for, not the class's 32 */
+  memset(b, 'x', 30);                                      /* writing all of it is fine */
+  do_free_overflowed(b);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
+/* A live block overflowed and never freed: found at exit. */
+static int child_overflow_live(void) {
+  T = ta_tag_get("misuse");
+  char *p = make_victim(100);                            /* class 112: 12 bytes of pad */
+  do_overflow(p, 100, 2, 'Z');
+  static char *keep;
+  keep = p;
+  return keep != NULL ? 0 : 1;
+}
+
+static void test_overflow_at_exit(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_REPORT=1", NULL };
+  child_exec("overflow-live", env, &r);
+  assert_true(WIFEXITED(r.status));
+  const char *at = strstr(r.err, "heap.overflow: block 0x");
+  if (!at) child_dump(&r);
+  assert_non_null(at);
+  assert_non_null(strstr(at, " (100-byte block) written past its end   [tag: misuse]\n"
+                              "accessed at: not seen (found when the block was checked at exit; --guard stops "
+                              "at the access)\nallocated at:\n    #0 0x"));
+  assert_non_null(strstr(at, " in make_victim "));
+  assert_non_null(strstr(r.err, "  detail: wrote 2 byte(s) past the end of the 100-byte block: offsets "
+                                "100..101, first 0x5a (at exit)\n"));
+  child_result_free(&r);
+}
+
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "--child") == 0)
+  if (argc == 3 && strcmp(argv[1], "--child") == 0) {
+    if (strcmp(argv[2], "overflow-live") == 0) return child_overflow_live();
     return strcmp(argv[2], "write-after-free") == 0 ? child_write_after_free() : 2;
+  }
   setenv("TAGALLOC_REPORT", "0", 1);
   setenv("TAGALLOC_QUARANTINE", "4096", 1);
   T = ta_tag_get("misuse");
@@ -418,6 +506,9 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup(test_write_after_free_at_exit, messages_setup),
     cmocka_unit_test_setup(test_freed_block_back_to_ledger, messages_setup),
     cmocka_unit_test_setup(test_goes_on, messages_setup),
+    cmocka_unit_test_setup(test_overflow_at_free, messages_setup),
+    cmocka_unit_test_setup(test_overflow_exact_class, messages_setup),
+    cmocka_unit_test_setup(test_overflow_at_exit, messages_setup),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   report_ctx_free(ctx);

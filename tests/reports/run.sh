@@ -52,7 +52,8 @@ check_num() {   # WHAT EXPECTED GOT
 }
 check_num "leaks: leak.growth slope" '"slope":64.000,"iterations":4,"first":0,"last":256' \
   "$(grep -o '"slope":[0-9.]*,"iterations":[0-9]*,"first":[0-9]*,"last":[0-9]*' "$lj")"
-check_num "leaks: findings_count" 6 "$(grep -o '"findings_count":[0-9]*' "$lj" | cut -d: -f2)"
+# 5: the leak.growth group is a warning, not counted (the exit status follows findings_count)
+check_num "leaks: findings_count" 5 "$(grep -o '"findings_count":[0-9]*' "$lj" | cut -d: -f2)"
 check_num "leaks: leaked bytes in folded" 1144 "$(awk '{s += $NF} END {print s}' "$out/leaks.folded")"
 check_num "leaks: live bytes at the peak in folded" 5560 "$(awk '{s += $NF} END {print s}' "$out/leaks.peak.folded")"
 check_num "leaks: peak_bytes in JSON" 5560 "$(grep -o '"peak_bytes":[0-9]*' "$lj" | head -1 | cut -d: -f2)"

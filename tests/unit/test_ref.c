@@ -140,6 +140,132 @@ static void test_release_after_free_no_count(void **state) {
   assert_non_null(strstr(messages[0], "a release on a freed object"));
 }
 
+/* ---- the seed bug: a view's destructor that releases once too often --------------
+ * The parent's storage is made (count 1) and dropped in the test; a view
+ * made in a training step acquires it, and the view's destructor, called
+ * from the same step, releases it twice (the second time in a helper).  The
+ * count reaches 0 at that second release and the storage is freed there;
+ * it goes below zero only at the parent's own, legitimate release.  The
+ * headline is the extra release, not the parent's. */
+
+static ta_tag seed_tag;
+
+NOIPA static void storage_acquire(void *s) {
+  ta_ref_acquire(s);
+  KEEP();
+}
+
+NOIPA static long storage_release(void *s) {
+  long c = ta_ref_release(s);
+  if (c == 0) ta_free(s);
+  KEEP();
+  return c;
+}
+
+NOIPA static void *storage_new(void) {
+  void *s = ta_alloc(seed_tag, 64);
+  ta_ref_init(s, 1);
+  KEEP();
+  return s;
+}
+
+NOIPA static void view_create(void *s) { storage_acquire(s); KEEP(); }
+NOIPA static void release_again(void *s) { storage_release(s); KEEP(); }   /* the bug */
+NOIPA static void view_destroy(void *s) {
+  storage_release(s);
+  release_again(s);
+  KEEP();
+}
+NOIPA static void train_step(void *s) {
+  view_create(s);
+  view_destroy(s);
+  KEEP();
+}
+NOIPA static void parent_drop(void *s) { storage_release(s); KEEP(); }
+
+/* Is fn one of the first frames of stack? */
+static bool stack_has(uint32_t stack, const char *fn) {
+  uintptr_t pcs[8];
+  size_t n = ta_stack_frames(stack, pcs, 8);
+  report_ctx *ctx = report_ctx_new();
+  bool found = false;
+  for (size_t i = 0; i < n && !found; i++) {
+    report_frame fr[REPORT_MAX_INLINE];
+    int k = report_symbolize(ctx, pcs[i], fr, REPORT_MAX_INLINE);
+    for (int j = 0; j < k && !found; j++) found = fr[j].function && strcmp(fr[j].function, fn) == 0;
+  }
+  report_ctx_free(ctx);
+  return found;
+}
+
+static void test_underflow_extra_release(void **state) {
+  (void)state;
+  seed_tag = ta_tag_get("ref.seed");
+  void *s = storage_new();
+  train_step(s);
+  assert_int_equal(ta_findings_count(NULL), 0);    /* the count only reached 0 */
+  parent_drop(s);
+  assert_int_equal(ta_findings_count("ref.underflow"), 1);
+  assert_int_equal(ta_findings_count(NULL), 1);
+  assert_non_null(strstr(messages[0], "a release on a freed object"));
+
+  find_arg a = { .kind = "ref.underflow" };
+  ta_findings_visit(find_kind, &a);
+  assert_true(a.found);
+  /* the headline: the destructor's second release; aux: where it showed */
+  assert_true(stack_has(a.f.stack, "release_again"));
+  assert_true(stack_has(a.f.stack, "view_destroy"));
+  assert_false(stack_has(a.f.stack, "parent_drop"));
+  assert_true(stack_has(a.f.aux_stack, "parent_drop"));
+  assert_true(stack_has(a.f.free_stack, "release_again"));   /* freed at the extra release */
+  /* by callsite: [0] the init, [1] the view, [2] the destructor's release,
+   * [3] the helper's (extra), [4] the parent's (paired with the init) */
+  assert_int_equal(a.f.nsites, 5);
+  const ta_ref_site *st = a.sites;
+  assert_int_equal(st[0].delta, +1);
+  assert_int_equal(st[0].transitions, 1);
+  assert_true(stack_has(st[0].stack, "storage_new"));
+  assert_int_equal(st[0].balance, 0);
+  assert_int_equal(st[1].delta, +1);
+  assert_true(stack_has(st[1].stack, "view_create"));
+  assert_int_equal(st[1].balance, -1);                       /* acquired 1, released 2 */
+  assert_int_equal(st[2].delta, -1);
+  assert_int_equal(st[2].paired, 1);
+  assert_int_equal(st[2].extra, 0);
+  assert_false(stack_has(st[2].stack, "release_again"));
+  assert_int_equal(st[3].delta, -1);
+  assert_int_equal(st[3].paired, 1);
+  assert_int_equal(st[3].extra, 1);
+  assert_int_equal(st[3].stack, a.f.stack);
+  assert_int_equal(st[4].delta, -1);
+  assert_int_equal(st[4].paired, 0);
+  assert_int_equal(st[4].extra, 0);
+  assert_int_equal(st[4].stack, a.f.aux_stack);
+  for (int i = 0; i < 5; i++) assert_int_equal(st[i].transitions, 1);
+}
+
+/* The same bug with everything in one function (no step frame to tell the
+ * view's release from the parent's): the helper's release shares the
+ * destructor's call with its first release, so it is the view's too. */
+static void test_underflow_extra_release_flat(void **state) {
+  (void)state;
+  seed_tag = ta_tag_get("ref.seed");
+  void *s = storage_new();
+  view_create(s);
+  view_destroy(s);
+  parent_drop(s);
+  find_arg a = { .kind = "ref.underflow" };
+  ta_findings_visit(find_kind, &a);
+  assert_true(a.found);
+  assert_true(stack_has(a.f.stack, "release_again"));
+  assert_true(stack_has(a.f.aux_stack, "parent_drop"));
+  assert_int_equal(a.f.nsites, 5);
+  assert_int_equal(a.sites[3].paired, 1);
+  assert_int_equal(a.sites[3].extra, 1);
+  assert_int_equal(a.sites[4].paired, 0);
+  assert_int_equal(a.sites[4].extra, 0);
+}
+
 /* ref.leak is an exit finding: a scan during the run does not make one. */
 static void test_no_ref_leak_before_exit(void **state) {
   (void)state;
@@ -190,7 +316,7 @@ static void test_ref_leak_at_exit(void **state) {
   assert_int_equal(sscanf(r.out, "obj=%63s", obj), 1);
   char want[256];
   snprintf(want, sizeof want,
-           "ref.leak: 1 object(s) with references left at exit, such as %s (24-byte block), "
+           "ref.leak: 1 object(s) of 24 byte(s) in all with references left at exit, such as %s, "
            "last acquired at:   [tag: refobj]\n    #0 0x", obj);
   if (!strstr(r.err, want)) child_dump(&r);
   assert_non_null(strstr(r.err, want));
@@ -210,8 +336,22 @@ static void test_ref_leak_at_exit(void **state) {
   assert_non_null(plus);
   eol = strchr(plus + strlen("  +1 -> 2 by thread T1:\n"), '\n');
   assert_true(strstr(plus, " in leaky_acquire ") < eol);
-  assert_null(strstr(r.err, "balanced_pair"));
-  assert_non_null(strstr(r.err, "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 0 error(s).\n"));
+  assert_null(strstr(hist, "balanced_pair"));             /* not among the unmatched */
+  /* the balance by callsite: the init and leaky_acquire owe, the pair is even */
+  const char *tab = strstr(r.err, "references by callsite (each releasing callsite is paired with the acquiring "
+                                  "one whose stack shares the most outer frames):\n  [1] acquired 1 at child_ref_leak ");
+  assert_non_null(tab);
+  assert_true(tab < hist);
+  const char *l2 = strstr(tab, "\n  [2] acquired 1 at balanced_pair test_ref.c:");
+  const char *l3 = strstr(tab, "\n  [3] released 1 at balanced_pair test_ref.c:");
+  const char *l4 = strstr(tab, "\n  [4] acquired 1 at leaky_acquire test_ref.c:");
+  assert_true(l2 && l3 && l4 && l2 < l3 && l3 < l4 && l4 < hist);
+  assert_true(strstr(tab, "  <== acquired 1 more than its releases\n") < l2);   /* [1], the init */
+  assert_true(strstr(l2 + 1, "\n") == l3);                                       /* [2]: no mark */
+  assert_true(strstr(l3, " (paired with [2])\n") < l4);
+  assert_true(strstr(l4, "  <== acquired 1 more than its releases\n") < hist);
+  /* a refcount leak is a loss record, counted as an error as memcheck's ERROR SUMMARY does */
+  assert_non_null(strstr(r.err, "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 1 error(s) (1 of them loss records: definitely or possibly lost, orphaned, refcount leaks, one per group, as memcheck's ERROR SUMMARY counts them).\n"));
   assert_null(strstr(r.err, "Direct leak"));
   child_result_free(&r);
 }
@@ -230,6 +370,8 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_release_after_free_no_count, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_no_ref_leak_before_exit, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_ref_leak_at_exit, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_underflow_extra_release, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_underflow_extra_release_flat, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
