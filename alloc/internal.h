@@ -252,6 +252,14 @@ extern void (*_ta_exit_before)(void);
 extern uintptr_t   _ta_exit_sp;
 extern const void *_ta_exit_regs;
 extern size_t      _ta_exit_regs_size;
+/* Where the program stopped (scan.c): from a signal's ucontext_t (NULL:
+ * from the caller), the program's frame that called the function ending
+ * the image (exit, abort, exec...), or the interrupted context itself,
+ * into _ta_exit_sp and _ta_exit_regs.  False (nothing set) when none is
+ * found.  _ta_stop_init finds the ending functions (dlsym: call it where
+ * that may run, not in a signal handler). */
+void _ta_stop_init(void);
+bool _ta_stop_find(const void *uc);
 
 /* Captures the caller's stack (skip frames of the ledger) into the depot. */
 uint32_t _ta_stack_capture(size_t skip);

@@ -1528,10 +1528,19 @@ void _ta_exit_now(bool again) {
   _ta_quarantine_check_all();
   _ta_hold_exit();
   if (_ta_opt.scan_at_exit) {
-    if (_ta_exit_sp)       /* a fatal signal: the roots of the interrupted code */
+    /* The roots: a fatal signal's (set by the preload), or where the
+     * program called exit, _exit or exec (scan.c); the caller's frame when
+     * neither is known (ta_scan's roots). */
+    bool here = false;
+    if (!_ta_exit_sp) {
+      _ta_stop_init();
+      here = _ta_stop_find(NULL);
+    }
+    if (_ta_exit_sp)
       _ta_scan_impl(_ta_exit_sp, _ta_exit_regs, _ta_exit_regs_size, true);
     else
       _ta_scan_exit();
+    if (here) _ta_exit_sp = 0;          /* an exec that fails goes on */
   }
   _ta_trace_close();
   if (_ta_opt.report && reporter) reporter(2);

@@ -8,10 +8,13 @@
  *
  * Roots: the writable segments of loaded modules (not the ledger's own, nor
  * jemalloc's), the resident writable pages of the mappings the program made
- * with mmap (recorded by the preload), every thread's stack from its stack
+ * with mmap (recorded by the preload), the public part of ld.so's link maps
+ * (scan_link_maps), every thread's stack from its stack
  * pointer up, its registers,
  * and its static TLS (less the ledger's and jemalloc's blocks) and thread
- * descriptor.  Other threads are stopped with a
+ * descriptor.  At the end of a process image the scanning thread's stack
+ * and registers are the program's where it stopped (see "where the program
+ * stopped" below), never the frames of the ending path under it.  Other threads are stopped with a
  * signal while the roots and blocks are read; every root range is clipped to
  * the readable mappings of /proc/self/maps, so the scan never faults.
  *
@@ -36,6 +39,9 @@
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 
 /* A conservative scan reads stack slots and padding nobody wrote: under
  * valgrind that is by design, so its reports are off while we mark. */
@@ -437,6 +443,38 @@ static void scan_tls(marker *m, uintptr_t tp) {
   }
 }
 
+/* ld.so's link maps: the program reaches each loaded object's through
+ * _r_debug and dl_iterate_phdr.  Those of the objects loaded at start come
+ * from ld.so's own early allocator (its pages are no root: anonymous, not
+ * the program's mappings); those of libraries dlopen'ed later are blocks of
+ * the runtime's.  memcheck reads ld.so's pages as it reads every writable
+ * mapping, and so finds the later ones (and their names and version
+ * tables) reachable.  Here: the public part of each link map that is no
+ * block is a root, and each one that is a block is pointed to, but for the
+ * objects libc opened for itself (libgcc_s for unwinding, NSS and gconv
+ * modules): its freeres closes them, and memcheck runs it after ld.so's
+ * finalization, where the close takes effect; the exit scan runs inside
+ * it, where ld.so defers every close. */
+static bool opened_by_libc(const char *path) {
+  const char *base = path ? strrchr(path, '/') : NULL;
+  base = base ? base + 1 : path ? path : "";
+  return strncmp(base, "libgcc_s.so", 11) == 0 || strncmp(base, "libnss_", 7) == 0 ||
+         (path && strstr(path, "/gconv/") != NULL);
+}
+
+static void scan_link_maps(marker *m) {
+  for (struct link_map *l = _r_debug.r_map; l; l = l->l_next) {
+    bool start;
+    uintptr_t a = (uintptr_t)l;
+    if (m->x.addr && block_of(m, a, &start) >= 0) {
+      if (!opened_by_libc(l->l_name)) push_ptr(m, a, true);
+      continue;
+    }
+    /* l_addr, l_name, l_ld: the chain itself is followed here */
+    scan_root(m, a, (uintptr_t)&l->l_next);
+  }
+}
+
 /* Pages never touched hold zeros: a 1 GiB block malloc'd and left alone,
  * or the gigabytes V8 reserves, need not be read (reading them would also
  * make the kernel map them).  /proc/self/pagemap tells, per page, present
@@ -527,6 +565,137 @@ static void clique(marker *m, uint32_t leader) {
       m->stack[m->top++] = (uint32_t)i;
     }
   }
+}
+
+/* ---- where the program stopped ---------------------------------------------------- */
+
+/* At the end of an image the scanning thread's roots are the program's
+ * frames from the one that called the function ending it (exit, _exit,
+ * abort, an exec, raise or kill of a fatal signal; a return from main is
+ * libc's call of exit), with that frame's callee-saved registers as they
+ * were at the call (recovered by unwinding: the ending path saved them in
+ * its frames, or left them in place).  The frames of the ending path
+ * (exit's, __run_exit_handlers', the ledger's, abort's) are not the
+ * program's, and most of their words were never written: they hold what
+ * earlier, deeper calls of the program left there, stale copies of
+ * pointers the program has lost.  memcheck never counts those (it reads
+ * only stack words written since their frame was entered); neither does
+ * the scan.  A fatal signal's roots are its interrupted context: all its
+ * registers, its stack from its stack pointer; or, when that context is
+ * inside an ending function (abort's raise), the program's frame that
+ * called it.
+ *
+ * The ending functions are found by address range, computed once by
+ * _ta_stop_init (dlsym is no function for a crash's handler): the first
+ * definition of each name (the preload's wrapper, when there is one) and
+ * the next (libc's). */
+
+static const char *const ending_names[] = {
+  "exit", "_exit", "_Exit", "quick_exit", "abort", "raise", "gsignal", "kill", "tgkill",
+  "pthread_kill", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle",
+  "fexecve", "execveat", "__assert_fail", "__assert_perror_fail", "__stack_chk_fail",
+  "__fortify_fail", "__chk_fail",
+};
+#define MAX_ENDINGS 64
+static range endings[MAX_ENDINGS];
+static int nendings;
+static atomic_int endings_ready;
+
+static void ending_add(void *fn) {
+  Dl_info info;
+  const ElfW(Sym) *sym = NULL;
+  if (fn == NULL || !dladdr1(fn, &info, (void **)&sym, RTLD_DL_SYMENT) || sym == NULL || sym->st_size == 0)
+    return;
+  uintptr_t lo = (uintptr_t)fn, hi = lo + sym->st_size;
+  for (int i = 0; i < nendings; i++)
+    if (endings[i].lo == lo) return;
+  if (nendings < MAX_ENDINGS) endings[nendings++] = (range){ lo, hi };
+}
+
+void _ta_stop_init(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  if (atomic_load(&endings_ready)) return;
+  pthread_mutex_lock(&lock);
+  if (!atomic_load(&endings_ready)) {
+    for (size_t i = 0; i < sizeof ending_names / sizeof *ending_names; i++) {
+      ending_add(dlsym(RTLD_DEFAULT, ending_names[i]));
+      ending_add(dlsym(RTLD_NEXT, ending_names[i]));
+    }
+    atomic_store(&endings_ready, 1);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+static bool is_ending(uintptr_t pc) {
+  for (int i = 0; i < nendings; i++)
+    if (pc >= endings[i].lo && pc < endings[i].hi) return true;
+  return false;
+}
+
+/* The stop frame's registers (the exit scan reads them after the walk). */
+static uintptr_t stop_regs[NGREG];
+
+#define STOP_MAX_FRAMES 1024
+
+/* A frame of the walk: its stack pointer and callee-saved registers. */
+typedef struct { uintptr_t sp, rbx, rbp, r12, r13, r14, r15; } stop_frame;
+
+bool _ta_stop_find(const void *ucv) {
+  if (!atomic_load(&endings_ready)) return false;
+  uintptr_t lo = 0, hi = 0;
+  _ta_thread_stack(&lo, &hi);
+  const ucontext_t *uc = ucv;
+  unw_context_t ctx;
+  unw_cursor_t c;
+  if (uc) {
+    memcpy(&ctx, uc, sizeof ctx);
+    if (unw_init_local2(&c, &ctx, UNW_INIT_SIGNAL_FRAME) < 0) return false;
+  } else {
+    if (unw_getcontext(&ctx) < 0 || unw_init_local(&c, &ctx) < 0) return false;
+  }
+  /* The frame above the outermost ending function. */
+  static stop_frame frames[STOP_MAX_FRAMES];
+  int n = 0, stop = -1;
+  do {
+    unw_word_t ip = 0, v[7] = { 0 };
+    unw_get_reg(&c, UNW_REG_IP, &ip);
+    unw_get_reg(&c, UNW_REG_SP, &v[0]);
+    unw_get_reg(&c, UNW_X86_64_RBX, &v[1]);
+    unw_get_reg(&c, UNW_X86_64_RBP, &v[2]);
+    unw_get_reg(&c, UNW_X86_64_R12, &v[3]);
+    unw_get_reg(&c, UNW_X86_64_R13, &v[4]);
+    unw_get_reg(&c, UNW_X86_64_R14, &v[5]);
+    unw_get_reg(&c, UNW_X86_64_R15, &v[6]);
+    frames[n] = (stop_frame){ v[0], v[1], v[2], v[3], v[4], v[5], v[6] };
+    /* a return address is one past its call; a signal frame's pc is exact */
+    uintptr_t pc = (uintptr_t)ip - (n > 0 || uc == NULL ? 1 : 0);
+    if (ip && is_ending(pc)) stop = n + 1;
+    n++;
+  } while (n < STOP_MAX_FRAMES && unw_step(&c) > 0);
+  memset(stop_regs, 0, sizeof stop_regs);
+  if (stop < 0 || stop >= n) {
+    if (uc == NULL) return false;
+    /* A signal in the program's own code: its whole context. */
+    uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    if (sp < lo || sp >= hi) return false;
+    memcpy(stop_regs, uc->uc_mcontext.gregs, sizeof stop_regs);
+    _ta_exit_sp = sp;
+    _ta_exit_regs = stop_regs;
+    _ta_exit_regs_size = sizeof stop_regs;
+    return true;
+  }
+  const stop_frame *f = &frames[stop];
+  if (f->sp < lo || f->sp >= hi) return false;
+  stop_regs[REG_RBX] = (greg_t)f->rbx;
+  stop_regs[REG_RBP] = (greg_t)f->rbp;
+  stop_regs[REG_R12] = (greg_t)f->r12;
+  stop_regs[REG_R13] = (greg_t)f->r13;
+  stop_regs[REG_R14] = (greg_t)f->r14;
+  stop_regs[REG_R15] = (greg_t)f->r15;
+  _ta_exit_sp = f->sp;
+  _ta_exit_regs = stop_regs;
+  _ta_exit_regs_size = sizeof stop_regs;
+  return true;
 }
 
 /* ---- the scan ---------------------------------------------------------------------- */
@@ -659,6 +828,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     const range *r = roots.v;
     for (size_t i = 0; i < roots.n; i++) scan_resident(&m, m.maps, r[i].lo, r[i].hi);
     for (size_t i = 0; i < np; i++) scan_resident(&m, &wmaps, plo[i], phi[i]);
+    scan_link_maps(&m);
     /* our own thread: from the caller's frame up, registers, TLS */
     uintptr_t lo, hi;
     _ta_thread_stack(&lo, &hi);

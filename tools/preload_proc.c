@@ -466,12 +466,14 @@ static ucontext_t crash_ctx, crash_back;
 static PL_TLS ucontext_t *first_uc;      /* the outermost fatal signal's context */
 
 /* The interrupted code's context, if its stack pointer is on the thread's
- * stack: a signal raised from a handler on an alternate stack (Python's
- * faulthandler re-raises) was interrupted there, so the outermost one. */
+ * stack: the outermost fatal signal's, so that a handler that raises it
+ * again (Python's faulthandler, on an alternate stack; the trace's flush
+ * handler, chained as the program's) adds no frames of its own; else the
+ * signal's. */
 static ucontext_t *roots_context(ucontext_t *uc) {
   uintptr_t lo = 0, hi = 0;
   _ta_thread_stack(&lo, &hi);
-  ucontext_t *c[2] = { uc, first_uc };
+  ucontext_t *c[2] = { first_uc, uc };
   for (int i = 0; i < 2; i++) {
     uintptr_t sp = c[i] ? (uintptr_t)c[i]->uc_mcontext.gregs[REG_RSP] : 0;
     if (sp >= lo && sp < hi) return c[i];
@@ -483,7 +485,9 @@ static void crash_exit_work(ucontext_t *uc) {
   uintptr_t lo = 0, hi = 0;
   _ta_thread_stack(&lo, &hi);
   ucontext_t *r = roots_context(uc);
-  if (r) {
+  if (r && _ta_stop_find(r)) {
+    /* the program's frame that called abort/raise/kill, or the context */
+  } else if (r) {
     _ta_exit_sp = (uintptr_t)r->uc_mcontext.gregs[REG_RSP];
     _ta_exit_regs = r->uc_mcontext.gregs;
     _ta_exit_regs_size = sizeof r->uc_mcontext.gregs;
@@ -863,6 +867,11 @@ static void exec_failed(bool reported) {
   errno = e;
 }
 
+/* The exec wrappers keep their frames (no tail call): the exit scan's roots
+ * start at the program's frame that called one (scan.c finds it by the
+ * wrapper's address). */
+#define KEEP_FRAME(rc) ({ __asm__ volatile("" : "+r"(rc) : : "memory"); rc; })
+
 #define WITH_ENV(envp, newenv)                                                   \
   size_t n_env_ = env_count(envp);                                               \
   char *slots_[n_env_ + ENV_EXTRA];                                              \
@@ -888,12 +897,20 @@ static int do_execvpe(const char *file, char *const argv[], char *const envp[]) 
 }
 
 PL_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
-  return do_execve(path, argv, envp);
+  int rc = do_execve(path, argv, envp);
+  return KEEP_FRAME(rc);
 }
-PL_EXPORT int execv(const char *path, char *const argv[]) { return do_execve(path, argv, environ); }
-PL_EXPORT int execvp(const char *file, char *const argv[]) { return do_execvpe(file, argv, environ); }
+PL_EXPORT int execv(const char *path, char *const argv[]) {
+  int rc = do_execve(path, argv, environ);
+  return KEEP_FRAME(rc);
+}
+PL_EXPORT int execvp(const char *file, char *const argv[]) {
+  int rc = do_execvpe(file, argv, environ);
+  return KEEP_FRAME(rc);
+}
 PL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
-  return do_execvpe(file, argv, envp);
+  int rc = do_execvpe(file, argv, envp);
+  return KEEP_FRAME(rc);
 }
 
 PL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
@@ -938,20 +955,23 @@ PL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *co
 PL_EXPORT int execl(const char *path, const char *arg, ...) {
   va_list ap;
   COLLECT_ARGS(arg, ap, argv, (void)0);
-  return do_execve(path, argv, environ);
+  int rc = do_execve(path, argv, environ);
+  return KEEP_FRAME(rc);
 }
 
 PL_EXPORT int execlp(const char *file, const char *arg, ...) {
   va_list ap;
   COLLECT_ARGS(arg, ap, argv, (void)0);
-  return do_execvpe(file, argv, environ);
+  int rc = do_execvpe(file, argv, environ);
+  return KEEP_FRAME(rc);
 }
 
 PL_EXPORT int execle(const char *path, const char *arg, ...) {
   va_list ap;
   char *const *envp;
   COLLECT_ARGS(arg, ap, argv, envp = va_arg(ap, char *const *));
-  return do_execve(path, argv, envp);
+  int rc = do_execve(path, argv, envp);
+  return KEEP_FRAME(rc);
 }
 
 /* posix_spawn: the parent goes on; only the new image's environment. */
@@ -1047,6 +1067,7 @@ __attribute__((constructor(102))) static void preload_init(void) {
   save_vars();
   if (!_ta_opt.follow) strip_own_environ();
   pthread_atfork(NULL, NULL, child_after_fork);
+  _ta_stop_init();                          /* before any signal: it calls dlsym */
   install_fatal_handlers();
   _ta_exit_hook = write_json;
   _ta_exit_before = exit_before;

@@ -58,6 +58,7 @@ class Expect:
         self.bare_differs = None
         self.processes = 1
         self.fast = True
+        self.o2 = False
         self.valgrind_unsupported = None
         self.sections = []
         self.notes = []
@@ -93,6 +94,8 @@ class Expect:
                     self.processes = int(rest[0])
                 elif key == "no-fast":
                     self.fast = False
+                elif key == "also-O2":
+                    self.o2 = True
                 elif key == "valgrind-unsupported":
                     self.valgrind_unsupported = " ".join(rest) or "yes"
                 elif key == "process":
@@ -147,31 +150,37 @@ def _signum(s):
 # ---------------------------------------------------------------------------
 # building
 
-CFLAGS = ["-g", "-O0", "-w", "-pthread"]
+CFLAGS = ["-g", "-w", "-pthread"]
 VARIANTS = {
     # exact unwinding must work without frame pointers
-    "exact": ["-fomit-frame-pointer"],
+    "exact": ["-O0", "-fomit-frame-pointer"],
     # --unwind fast walks the frame-pointer chain
-    "fast": ["-fno-omit-frame-pointer"],
+    "fast": ["-O0", "-fno-omit-frame-pointer"],
+    # the same, optimised: for the programs whose .expect says also-O2
+    "o2": ["-O2", "-fomit-frame-pointer"],
+    "o2fast": ["-O2", "-fno-omit-frame-pointer"],
 }
+VARIANT_DIRS = {"exact": "", "fast": "fast", "o2": "o2", "o2fast": os.path.join("o2", "fast")}
 
 
-def build(build_dir, names_needed):
-    """Compiles every program into BUILD/itest/ (exact) and BUILD/itest/fast/.
-    Returns {variant: dir}.  Up-to-date outputs are kept."""
+def build(build_dir, names_needed, o2_names=()):
+    """Compiles every program into BUILD/itest/ (exact) and BUILD/itest/fast/,
+    and those of o2_names (with the libraries) into BUILD/itest/o2/ and
+    BUILD/itest/o2/fast/.  Returns {variant: dir}.  Up-to-date outputs are
+    kept."""
     cc = os.environ.get("ITEST_CC", "cc")
     cxx = os.environ.get("ITEST_CXX", "c++")
     out = {}
     jobs = []
-    common = os.path.join(PROGS, "common.h")
     for variant, extra in VARIANTS.items():
-        d = os.path.join(build_dir, "itest") if variant == "exact" \
-            else os.path.join(build_dir, "itest", variant)
+        d = os.path.join(build_dir, "itest", VARIANT_DIRS[variant]).rstrip("/")
         os.makedirs(d, exist_ok=True)
         out[variant] = d
         for src in sorted(os.listdir(PROGS)):
             base, ext = os.path.splitext(src)
             if ext not in (".c", ".cc"):
+                continue
+            if variant.startswith("o2") and not base.startswith("lib") and base not in o2_names:
                 continue
             srcp = os.path.join(PROGS, src)
             if base.startswith("lib"):
@@ -183,7 +192,8 @@ def build(build_dir, names_needed):
             else:
                 target = os.path.join(d, base)
                 cmd = [cc] + CFLAGS + extra + ["-std=gnu11", "-o", target, srcp, "-ldl"]
-            if _up_to_date(target, [srcp, common, __file__]):
+            headers = [os.path.join(PROGS, h) for h in os.listdir(PROGS) if h.endswith(".h")]
+            if _up_to_date(target, [srcp, __file__] + headers):
                 continue
             jobs.append((target, cmd))
     if jobs:
@@ -682,10 +692,10 @@ class Result:
         return f"PASS {tag}{self.info} ({self.secs:.1f}s)"
 
 
-def bare_run(exp, dirs, cache):
-    key = exp.name
+def bare_run(exp, dirs, cache, variant="exact"):
+    key = (exp.name, variant)
     if key not in cache:
-        cache[key] = run(program_cmd(exp, dirs["exact"]), RUN_TIMEOUT)
+        cache[key] = run(program_cmd(exp, dirs[variant]), RUN_TIMEOUT)
     return cache[key]
 
 
@@ -739,8 +749,8 @@ def check_tagalloc(exp, tagalloc, dirs, variant, extra_args, bare, tmp, mode_lab
     return res
 
 
-def check_memcheck(exp, dirs, bare, tmp):
-    res = Result(exp.name, "memcheck")
+def check_memcheck(exp, dirs, bare, tmp, variant="exact"):
+    res = Result(exp.name, "memcheck" + (" -O2" if variant == "o2" else ""))
     if exp.valgrind_unsupported:
         res.skipped = exp.valgrind_unsupported
         return res
@@ -750,7 +760,7 @@ def check_memcheck(exp, dirs, bare, tmp):
            # keeps memcheck's heap above 4 GiB, where no integer in memory can
            # pass for an interior pointer (see progs/big_leak.c)
            "--aspace-minaddr=0x100000000",
-           f"--log-file={logdir}/vg.%p"] + program_cmd(exp, dirs["exact"])
+           f"--log-file={logdir}/vg.%p"] + program_cmd(exp, dirs[variant])
     r = run(cmd, VG_TIMEOUT)
     res.secs = time.time() - t0
     compare_with_bare(exp, bare, r, res, "memcheck")
@@ -788,7 +798,7 @@ def main(argv):
     a = ap.parse_intermixed_args(argv)
     build_dir = os.path.abspath(a.build_dir)
     exps = load_expects(set(a.names))
-    dirs = build(build_dir, [e.name for e in exps])
+    dirs = build(build_dir, [e.name for e in exps], {e.name for e in exps if e.o2})
     if a.build_only:
         return 0
     tmp = tempfile.mkdtemp(prefix="itest.", dir=os.path.join(build_dir, "itest"))
@@ -801,6 +811,8 @@ def main(argv):
             print("0 passed, 0 failed")
             return 0
         tasks = [(e.name, lambda e=e: check_memcheck(e, dirs, bare_run(e, dirs, cache), tmp)) for e in exps]
+        tasks += [(e.name, lambda e=e: check_memcheck(e, dirs, bare_run(e, dirs, cache, "o2"), tmp, "o2"))
+                  for e in exps if e.o2]
     else:
         tagalloc = os.path.join(build_dir, "tagalloc")
         preload = os.path.join(build_dir, "libtagalloc-preload.so")
@@ -816,10 +828,18 @@ def main(argv):
             if e.fast:
                 tasks.append((e.name, lambda e=e: check_tagalloc(e, tagalloc, dirs, "fast", ["--unwind", "fast"],
                                                              bare_run(e, dirs, cache), tmp, "fast")))
+            if e.o2:
+                tasks.append((e.name, lambda e=e: check_tagalloc(e, tagalloc, dirs, "o2", [],
+                                                             bare_run(e, dirs, cache, "o2"), tmp, "-O2")))
+                if e.fast:
+                    tasks.append((e.name, lambda e=e: check_tagalloc(
+                        e, tagalloc, dirs, "o2fast", ["--unwind", "fast"],
+                        bare_run(e, dirs, cache, "o2"), tmp, "-O2 fast")))
         tasks += cli_tasks(exps, tagalloc, dirs, cache, tmp)
     # the bare runs first (the checks compare with them), then the checks
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as ex:
         list(ex.map(lambda e: bare_run(e, dirs, cache), exps))
+        list(ex.map(lambda e: bare_run(e, dirs, cache, "o2"), [e for e in exps if e.o2]))
         futs = [(name, ex.submit(fn)) for name, fn in tasks]
         for name, fut in futs:
             try:
