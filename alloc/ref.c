@@ -352,3 +352,25 @@ void _ta_ref_fork(int phase) {
     for (int i = NSHARDS - 1; i >= 0; i--) pthread_mutex_unlock(&shards[i].lock);
   }
 }
+
+/* A holder that keeps a reference on obj found it freed (ta_check_block
+ * with TA_CHECK_REF): some release was one too many.  ref.underflow at
+ * `stack`, with the object's history. */
+void _ta_ref_report_dead(uintptr_t a, uint32_t stack, const char *why) {
+  pthread_once(&once, shards_init);
+  int sh = shard_of(a);
+  ref_rec copy = { 0 };
+  bool have = false;
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = _ta_map_get(&shards[sh].map, a);
+  if (r) {
+    copy = *r;
+    copy.ev = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *copy.ev);
+    if (copy.ev) memcpy(copy.ev, r->ev, r->n * sizeof *copy.ev);
+    else copy.n = 0;
+    have = true;
+  }
+  pthread_mutex_unlock(&shards[sh].lock);
+  underflow(have ? &copy : NULL, a, stack, why);
+  _ta_meta_free(copy.ev);
+}

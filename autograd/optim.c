@@ -5,10 +5,11 @@
 #include <math.h>
 #include <string.h>
 
-static ta_tag tag_optim;
+#define tag_optim _ag_tag_optim
+#define OPTIM_OK(op, o) _ag_live(op, o, _ag_tag_optim, _ag_tag_optim, 0)
 
 static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
-  if (tag_optim == TA_ANY) tag_optim = ta_tag_get("autograd.optim");
+  _ag_tags_init();
   size_t n = ag_layer_params(model, NULL, 0);
   if (model == NULL || n == 0) return _ag_err("optimizer: the model has no parameters");
   ag_optim *o = ta_calloc(tag_optim, 1, sizeof *o);
@@ -97,7 +98,7 @@ static void adam_one(const ag_optim *o, float *restrict p, const float *restrict
 }
 
 void ag_optim_step(ag_optim *o) {
-  if (o == NULL) return;
+  if (o == NULL || !OPTIM_OK("ag_optim_step", o)) return;
   o->steps++;
   for (size_t i = 0; i < o->n; i++) {
     ag_var *p = o->params[i];
@@ -110,17 +111,17 @@ void ag_optim_step(ag_optim *o) {
 }
 
 void ag_optim_zero_grad(ag_optim *o) {
-  if (o) ag_zero_grad(o->params, o->n);
+  if (o && OPTIM_OK("ag_optim_zero_grad", o)) ag_zero_grad(o->params, o->n);
 }
 
 void ag_optim_set_lr(ag_optim *o, float lr) {
-  if (o && lr > 0) o->lr = lr;
+  if (o && OPTIM_OK("ag_optim_set_lr", o) && lr > 0) o->lr = lr;
 }
 
-uint64_t ag_optim_steps(const ag_optim *o) { return o ? o->steps : 0; }
+uint64_t ag_optim_steps(const ag_optim *o) { return o && OPTIM_OK("ag_optim_steps", o) ? o->steps : 0; }
 
 void ag_optim_free(ag_optim *o) {
-  if (o == NULL) return;
+  if (o == NULL || !_ag_live("ag_optim_free", o, _ag_tag_optim, _ag_tag_optim, TA_CHECK_FREE)) return;
   for (size_t i = 0; i < o->n; i++) {
     if (o->m) tensor_free(o->m[i]);
     if (o->v) tensor_free(o->v[i]);

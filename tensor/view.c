@@ -350,20 +350,24 @@ void _tensor_copy_strided(tensor *dst, const tensor *src) {
   }
 }
 
-tensor *tensor_clone(const tensor *t) {
-  if (!_tensor_arg("tensor_clone", "t", t)) return NULL;
+tensor *_tensor_clone(const tensor *t) {
   tensor *c = _tensor_out("tensor_clone", t->dtype, t->ndim, t->shape);
   if (c) _tensor_copy_strided(c, t);
   return c;
 }
 
+tensor *tensor_clone(const tensor *t) {
+  if (!_tensor_arg("tensor_clone", "t", t)) return NULL;
+  return _tensor_clone(t);
+}
+
 tensor *tensor_contiguous(const tensor *t) {
   if (!_tensor_arg("tensor_contiguous", "t", t)) return NULL;
-  return tensor_is_contiguous(t) ? tensor_alias(t) : tensor_clone(t);
+  return _tensor_contig(t) ? tensor_alias(t) : _tensor_clone(t);
 }
 
 tensor *_tensor_borrow(const tensor *t) {
-  return tensor_is_contiguous(t) ? (tensor *)t : tensor_clone(t);
+  return _tensor_contig(t) ? (tensor *)t : _tensor_clone(t);
 }
 
 tensor_status tensor_copy_(tensor *dst, const tensor *src) {
