@@ -18,7 +18,11 @@
  * a whole generation, and a pointer kept from it is caught at its first use
  * in the next one.  The previous generation's blocks are remembered
  * (address, size, allocation stack) so that the finding names where the
- * stale object was made as well as where the reset that killed it was. */
+ * stale object was made as well as where the reset that killed it was.
+ * The chunk a stale pointer was found in is then retired: kept, dead and
+ * out of use, so that the same pointer is caught at every later use too
+ * instead of landing in a live block two generations on (a few chunks at
+ * most: one per stale object found). */
 #include "internal.h"
 
 #include <jemalloc/jemalloc.h>
@@ -45,6 +49,9 @@ struct ta_arena {
   chunk *other;              /* TA_ARENA_ALTERNATE: the previous generation's set (dead) */
   dead_block *dead;          /* the previous generation's blocks */
   size_t ndead, cap_dead;
+  chunk *retired;            /* chunks a stale pointer was found in: kept dead for good */
+  dead_block *rdead;         /* the blocks they held */
+  size_t nrdead;
   uint64_t generation;       /* 1, 2, ... */
   uint32_t reset_stack;      /* where the latest reset happened */
   uintptr_t *blocks;         /* the current generation's blocks */
@@ -247,8 +254,8 @@ TA_NOINLINE void ta_arena_free(ta_arena *a) {
   pthread_mutex_unlock(&arenas_lock);
   pthread_mutex_lock(&a->lock);
   arena_drop(t, a, stack);
-  for (int set = 0; set < 2; set++)
-    for (chunk *c = set ? a->other : a->chunks, *n; c; c = n) {
+  for (int set = 0; set < 3; set++)
+    for (chunk *c = set == 2 ? a->retired : set ? a->other : a->chunks, *n; c; c = n) {
       n = c->next;
       dallocx((void *)c->base, 0);
       _ta_meta_free(c);
@@ -258,6 +265,7 @@ TA_NOINLINE void ta_arena_free(ta_arena *a) {
   if (_ta_tracing) _ta_trace_arena_reset(t, (uintptr_t)a, 0, stack, _ta_seq_take(t, false));
   _ta_meta_free(a->blocks);
   _ta_meta_free(a->dead);
+  _ta_meta_free(a->rdead);
   _ta_meta_free(a);
 }
 
@@ -277,8 +285,8 @@ bool _ta_arena_lookup(uintptr_t p, uint64_t *gen, bool *live, ta_tag *tag, uint3
   pthread_mutex_lock(&arenas_lock);
   for (ta_arena *a = arenas; a && !found; a = a->next) {
     pthread_mutex_lock(&a->lock);
-    for (int set = 0; set < 2 && !found; set++)
-      for (chunk *c = set ? a->other : a->chunks; c; c = c->next) {
+    for (int set = 0; set < 3 && !found; set++)
+      for (chunk *c = set == 2 ? a->retired : set ? a->other : a->chunks; c; c = c->next) {
         if (p < c->base || p >= c->base + c->size) continue;
         *gen = a->generation;
         *live = set == 0 && p < c->base + c->used;
@@ -298,8 +306,8 @@ bool _ta_arena_dead_block(uintptr_t p, uintptr_t *addr, uint64_t *size, uint32_t
   pthread_mutex_lock(&arenas_lock);
   for (ta_arena *a = arenas; a && !found; a = a->next) {
     pthread_mutex_lock(&a->lock);
-    for (size_t i = 0; i < a->ndead; i++) {
-      const dead_block *d = &a->dead[i];
+    for (size_t i = 0; i < a->ndead + a->nrdead; i++) {
+      const dead_block *d = i < a->ndead ? &a->dead[i] : &a->rdead[i - a->ndead];
       if (p < d->addr || p >= d->addr + (d->size ? d->size : 1)) continue;
       *addr = d->addr;
       *size = d->size;
@@ -311,4 +319,37 @@ bool _ta_arena_dead_block(uintptr_t p, uintptr_t *addr, uint64_t *size, uint32_t
   }
   pthread_mutex_unlock(&arenas_lock);
   return found;
+}
+
+void _ta_arena_retire(uintptr_t p) {
+  pthread_mutex_lock(&arenas_lock);
+  for (ta_arena *a = arenas; a; a = a->next) {
+    pthread_mutex_lock(&a->lock);
+    chunk **link = &a->other, *c = NULL;
+    for (; *link; link = &(*link)->next)
+      if (p >= (*link)->base && p < (*link)->base + (*link)->size) break;
+    if (*link) {
+      c = *link;
+      size_t n = 0;
+      for (size_t i = 0; i < a->ndead; i++)
+        if (a->dead[i].addr >= c->base && a->dead[i].addr < c->base + c->size) n++;
+      dead_block *v = _ta_meta_realloc(a->rdead, (a->nrdead + n + 1) * sizeof *v);
+      if (v) {
+        a->rdead = v;
+        for (size_t i = 0; i < a->ndead; i++)
+          if (a->dead[i].addr >= c->base && a->dead[i].addr < c->base + c->size) v[a->nrdead++] = a->dead[i];
+        /* out of the dead set (so out of the next generation), into the retired */
+        *link = c->next;
+        c->next = a->retired;
+        a->retired = c;
+        size_t k = 0;       /* the dead list keeps only blocks still in the sets */
+        for (size_t i = 0; i < a->ndead; i++)
+          if (!(a->dead[i].addr >= c->base && a->dead[i].addr < c->base + c->size)) a->dead[k++] = a->dead[i];
+        a->ndead = k;
+      }
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (c) break;
+  }
+  pthread_mutex_unlock(&arenas_lock);
 }

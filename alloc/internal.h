@@ -406,6 +406,9 @@ bool _ta_arena_lookup(uintptr_t p, uint64_t *gen, bool *live, ta_tag *tag, uint3
 /* The block of the arena generation reset last that contains p: its
  * start, size and allocation stack. */
 bool _ta_arena_dead_block(uintptr_t p, uintptr_t *addr, uint64_t *size, uint32_t *stack);
+/* An alternating arena's dead chunk that holds p (a stale pointer was
+ * found there) is kept dead for good: the pointer stays caught. */
+void _ta_arena_retire(uintptr_t p);
 /* ref.underflow at stack for obj, found freed by a holder of a reference. */
 void _ta_ref_report_dead(uintptr_t obj, uint32_t stack, const char *why);
 void _ta_ref_exit(void);          /* ref.leak findings for live counts */

@@ -1523,6 +1523,7 @@ static TA_NOINLINE void check_report(uintptr_t p, ta_tag tag, unsigned flags, co
                         .stack = stack, .alloc_stack = dstack, .free_stack = reset_stack, .addr = p,
                         .detail = detail };
     _ta_finding_error(&e);
+    _ta_arena_retire(p);
     return;
   }
   const char *kind = (flags & TA_CHECK_FREE) ? "free.invalid" : "use.after-free";
