@@ -414,6 +414,8 @@ void _ta_ref_report_dead(uintptr_t obj, uint32_t stack, const char *why);
 void _ta_ref_exit(void);          /* ref.leak findings for live counts */
 void _ta_hold_exit(void);         /* hold.dangling and leak.orphan facts for the exit scan */
 bool _ta_hold_is_orphan(uintptr_t addr, uint32_t *orphan_stack, uintptr_t *holder, const char **slot);
+/* Live (not dangling) holds pointing at the block at addr. */
+size_t _ta_hold_count_to(uintptr_t addr);
 
 /* ---- findings.c -------------------------------------------------------------- */
 

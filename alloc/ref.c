@@ -324,6 +324,10 @@ void _ta_ref_exit(void) {
     _ta_map_each(&shards[sh].map, collect_live, &l);
     for (size_t i = 0; i < l.n; i++) {
       ref_rec *r = l.v[i];
+      /* References each kept by a declared hold (a tensor header holding
+       * its storage, a layer its parameters) are accounted for: the holder
+       * is the owner of each, and a leaked holder is a leak of its own. */
+      if (r->count > 0 && (size_t)r->count <= _ta_hold_count_to(r->obj)) continue;
       bool *keep = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *keep);
       ta_ref_event *open = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *open);
       if (keep == NULL || open == NULL) { _ta_meta_free(keep); _ta_meta_free(open); continue; }

@@ -92,6 +92,11 @@ void _ag_save(ag_op *op, tensor *t);
  * the gradient or is freed); else it is only read. */
 void _ag_accumulate(ag_var *v, tensor *g, bool owned);
 
+/* ---- optim.c ---- */
+/* array[i] = p declared: array's hold "<what><i>" (the optimizer's
+ * parameters and state; checkpoint.c re-declares the state it loads). */
+void _ag_optim_hold(ag_optim *o, const char *what, void *array, size_t i, const void *p);
+
 /* ---- ops.c ---- */
 /* ag_embedding with the indices as a variable of the tape (the embedding
  * layer's input): held as the op's input, instead of an alias saved. */

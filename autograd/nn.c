@@ -2,6 +2,8 @@
  * the sequential container. */
 #include "internal.h"
 
+#include <stdio.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -74,11 +76,15 @@ static ag_var *uniform_param(int ndim, const int64_t *shape, int64_t fan_in, ag_
   return ag_param_new(t);
 }
 
+/* A layer declares what it keeps: its parameters (so that a tape's reset,
+ * which ends the ops' holds on them, never leaves them orphans). */
 static ag_layer *with_params(ag_layer *l, bool want_bias) {
   if (l->weight == NULL || (want_bias && l->bias == NULL)) {
     ag_layer_free(l);
     return _ag_err("layer: out of memory for the parameters");
   }
+  ta_hold(l, "weight", l->weight);
+  if (l->bias) ta_hold(l, "bias", l->bias);
   return l;
 }
 
@@ -149,6 +155,12 @@ ag_layer *ag_sequential(ag_layer **layers, int n) {
   }
   memcpy(l->children, layers, (size_t)n * sizeof *layers);
   l->nchildren = n;
+  ta_hold(l, "children", l->children);
+  for (int i = 0; i < n; i++) {
+    char slot[24];
+    snprintf(slot, sizeof slot, "child%d", i);
+    ta_hold(l->children, slot, l->children[i]);
+  }
   return l;
 }
 
@@ -204,11 +216,18 @@ const char *ag_layer_name(const ag_layer *l) {
 
 void ag_layer_free(ag_layer *l) {
   if (l == NULL || !_ag_live("ag_layer_free", l, _ag_tag_layer, _ag_tag_layer, TA_CHECK_FREE)) return;
-  if (l->children) {
-    for (int i = 0; i < l->nchildren; i++) ag_layer_free(l->children[i]);
-    ta_free(l->children);
-  }
-  ag_param_free(l->weight);
-  ag_param_free(l->bias);
+  /* the holder goes first: its holds end with it, and no target it
+   * held is ever freed while held */
+  ag_var *w = l->weight, *b = l->bias;
+  ag_layer **children = l->children;
+  int n = l->nchildren;
   ta_free(l);
+  if (children) {
+    ag_layer *kids[n > 0 ? n : 1];
+    memcpy(kids, children, (size_t)n * sizeof *kids);
+    ta_free(children);
+    for (int i = 0; i < n; i++) ag_layer_free(kids[i]);
+  }
+  ag_param_free(w);
+  ag_param_free(b);
 }

@@ -3,9 +3,18 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define tag_optim _ag_tag_optim
+/* array[i] = p, declared as the array's hold "<what><i>". */
+void _ag_optim_hold(ag_optim *o, const char *what, void *array, size_t i, const void *p) {
+  (void)o;
+  char slot[32];
+  snprintf(slot, sizeof slot, "%s%zu", what, i);
+  ta_hold(array, slot, p);
+}
+
 #define OPTIM_OK(op, o) _ag_live(op, o, _ag_tag_optim, _ag_tag_optim, 0)
 
 static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
@@ -25,6 +34,11 @@ static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
   o->kind = kind;
   o->n = n;
   ag_layer_params(model, o->params, n);
+  /* what it keeps, declared: the parameters it steps and its state */
+  ta_hold(o, "params", o->params);
+  ta_hold(o, "m", o->m);
+  ta_hold(o, "v", o->v);
+  for (size_t i = 0; i < n; i++) _ag_optim_hold(o, "param", o->params, i, o->params[i]);
   for (size_t i = 0; i < n; i++) {
     const tensor *p = o->params[i]->value;
     bool two = kind == O_ADAM;
@@ -34,6 +48,8 @@ static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
       ag_optim_free(o);
       return _ag_err("optimizer: out of memory for its state");
     }
+    _ag_optim_hold(o, "m", o->m, i, o->m[i]);
+    if (two) _ag_optim_hold(o, "v", o->v, i, o->v[i]);
   }
   return o;
 }
@@ -122,12 +138,21 @@ uint64_t ag_optim_steps(const ag_optim *o) { return o && OPTIM_OK("ag_optim_step
 
 void ag_optim_free(ag_optim *o) {
   if (o == NULL || !_ag_live("ag_optim_free", o, _ag_tag_optim, _ag_tag_optim, TA_CHECK_FREE)) return;
-  for (size_t i = 0; i < o->n; i++) {
-    if (o->m) tensor_free(o->m[i]);
-    if (o->v) tensor_free(o->v[i]);
-  }
+  /* the arrays (the holders) go before what they hold */
+  tensor **m = o->m, **v = o->v;
+  size_t n = o->n;
   ta_free(o->params);
-  ta_free(o->m);
-  ta_free(o->v);
   ta_free(o);
+  if (m) {
+    tensor *keep[n ? n : 1];
+    memcpy(keep, m, n * sizeof *keep);
+    ta_free(m);
+    for (size_t i = 0; i < n; i++) tensor_free(keep[i]);
+  }
+  if (v) {
+    tensor *keep[n ? n : 1];
+    memcpy(keep, v, n * sizeof *keep);
+    ta_free(v);
+    for (size_t i = 0; i < n; i++) tensor_free(keep[i]);
+  }
 }
