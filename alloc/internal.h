@@ -411,6 +411,7 @@ bool _ta_arena_dead_block(uintptr_t p, uintptr_t *addr, uint64_t *size, uint32_t
 void _ta_arena_retire(uintptr_t p);
 /* ref.underflow at stack for obj, found freed by a holder of a reference. */
 void _ta_ref_report_dead(uintptr_t obj, uint32_t stack, const char *why);
+bool _ta_ref_is_dead(uintptr_t obj);   /* a refcounted object freed (its record kept) */
 void _ta_ref_exit(void);          /* ref.leak findings for live counts */
 void _ta_hold_exit(void);         /* hold.dangling and leak.orphan facts for the exit scan */
 bool _ta_hold_is_orphan(uintptr_t addr, uint32_t *orphan_stack, uintptr_t *holder, const char **slot);

@@ -1493,6 +1493,13 @@ static TA_NOINLINE void check_report(uintptr_t p, ta_tag tag, unsigned flags, co
   const char *want = tag == TA_ANY ? "block" : ta_tag_name(tag);
   ta_block b;
   bool found = _ta_block_get(p, &b);
+  /* a refcounted object freed, too big for the quarantine or out of it:
+   * its refcount record is still kept */
+  if ((flags & TA_CHECK_REF) && !(found && b.state == TA_LIVE) && _ta_ref_is_dead(p)) {
+    _ta_snprintf(detail, sizeof detail, "%s: a refcounted block freed while still referenced", w);
+    _ta_ref_report_dead(p, stack, detail);
+    return;
+  }
   if (found && b.state == TA_FREED) {
     if (flags & TA_CHECK_REF) {
       _ta_snprintf(detail, sizeof detail, "%s: its %s was freed while still referenced", w, ta_tag_name(b.tag));

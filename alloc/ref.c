@@ -360,6 +360,16 @@ void _ta_ref_fork(int phase) {
 /* A holder that keeps a reference on obj found it freed (ta_check_block
  * with TA_CHECK_REF): some release was one too many.  ref.underflow at
  * `stack`, with the object's history. */
+bool _ta_ref_is_dead(uintptr_t a) {
+  pthread_once(&once, shards_init);
+  int sh = shard_of(a);
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = _ta_map_get(&shards[sh].map, a);
+  bool dead = r != NULL && r->dead;
+  pthread_mutex_unlock(&shards[sh].lock);
+  return dead;
+}
+
 void _ta_ref_report_dead(uintptr_t a, uint32_t stack, const char *why) {
   pthread_once(&once, shards_init);
   int sh = shard_of(a);

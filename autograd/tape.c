@@ -213,6 +213,9 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
     op->in[i] = in[i];
     if (in[i]) ta_hold(ob, slots[i], in[i]);
   }
+  /* the seeded bug tape-stack-inputs: the op keeps the caller's array of
+   * inputs (record()'s, on its stack) as the seed's op->inputs = inputs did */
+  if (tensor_fault_get() == TENSOR_FAULT_TAPE_STACK_INPUTS) ta_hold(ob, "inputs", in);
   op->out = v;
   op->prev = t->last;
   t->last = op;
@@ -253,7 +256,15 @@ ag_var *ag_param_new(tensor *value) {
     tensor_free(value);
     return _ag_err("ag_param_new: a parameter is a contiguous f32 tensor");
   }
-  ag_var *p = ta_calloc(tag_param, 1, sizeof *p);
+  ag_var *p;
+  if (tensor_fault_get() == TENSOR_FAULT_PARAMS_IN_ARENA && current && tensor_scope_depth() == 0) {
+    /* the seeded bug params-in-arena: made while a tape is in use, the
+     * parameter lives in its arena and dies at its next reset */
+    p = ta_arena_alloc(current->arena, sizeof *p);
+    if (p) memset(p, 0, sizeof *p);
+  } else {
+    p = ta_calloc(tag_param, 1, sizeof *p);
+  }
   tensor *g = p ? tensor_zeros(TENSOR_F32, value->ndim, value->shape) : NULL;
   if (g == NULL) {
     ta_free(p);
@@ -346,7 +357,16 @@ int ag_backward(ag_var *loss) {
     }
     /* an intermediate's gradient is spent once its op has run: the op may
      * take it over as its input's gradient, else it is freed */
-    if (!_ag_op_backward(op, out->grad, true)) tensor_free(out->grad);
+    if (!_ag_op_backward(op, out->grad, true)) {
+      tensor_free(out->grad);
+      /* the seeded bug pool-double-release: the spent gradient given back
+       * to the pool in use a second time */
+      if (tensor_fault_get() == TENSOR_FAULT_POOL_DOUBLE_RELEASE) {
+        tensor_pool *pool = tensor_pool_use(NULL);
+        tensor_pool_use(pool);
+        if (pool) tensor_pool_release(pool, out->grad);
+      }
+    }
     out->grad = NULL;
   }
   return 0;

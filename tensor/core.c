@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta, _tensor_tag_scratch;
@@ -185,6 +186,9 @@ void tensor_free(tensor *t) {
 void _tensor_free(tensor *t) {
   _tensor_scope_forget(t);
   tensor_storage *s = t->storage;
+  /* the seeded bug view-underflow: a view's free gives back one reference
+   * too many (a view: a heap storage with another header on it) */
+  if (_tensor_fault(TENSOR_FAULT_VIEW_UNDERFLOW) && s->pool == NULL && ta_ref_count(s) > 1) ta_ref_release(s);
   long n = ta_ref_release(s);
   bool pooled = false;
   /* A storage going back to its pool is held by the pool before the
@@ -375,6 +379,41 @@ const void *tensor_storage_block(const tensor *t) {
 size_t tensor_storage_bytes(const tensor *t) {
   if (t == NULL || !_tensor_live("tensor_storage_bytes", "t", t)) return 0;
   return t->storage->nbytes;
+}
+
+/* ---- seeded bugs ---------------------------------------------------------------- */
+
+static const char *const fault_names[TENSOR_FAULT_COUNT] = {
+  "none", "reshape-dummy", "slice-dummy", "view-underflow", "tape-stack-inputs", "arena-early-reset",
+  "params-in-arena", "scope-escape", "pool-double-release", "optimizer-state-leak",
+};
+int _tensor_fault_id = -1;   /* -1: not read from the environment yet */
+
+const char *tensor_fault_name(tensor_fault f) {
+  return (unsigned)f < TENSOR_FAULT_COUNT ? fault_names[f] : NULL;
+}
+
+tensor_status tensor_fault_set(const char *name) {
+  if (name == NULL || !*name) name = "none";
+  for (int i = 0; i < TENSOR_FAULT_COUNT; i++)
+    if (strcmp(name, fault_names[i]) == 0) {
+      _tensor_fault_id = i;
+      return TENSOR_OK;
+    }
+  char list[512];
+  size_t n = 0;
+  for (int i = 1; i < TENSOR_FAULT_COUNT && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i > 1 ? ", " : "", fault_names[i]);
+  return _tensor_err(TENSOR_EINVAL, "unknown fault '%s' (known: %s)", name, list);
+}
+
+tensor_fault tensor_fault_get(void) {
+  if (_tensor_fault_id < 0) {
+    const char *e = getenv("TAGALLOC_FAULT");
+    _tensor_fault_id = 0;
+    if (e && *e && tensor_fault_set(e) != TENSOR_OK) _tensor_fault_id = 0;
+  }
+  return (tensor_fault)_tensor_fault_id;
 }
 
 /* ---- threads ------------------------------------------------------------------ */

@@ -69,6 +69,13 @@ static inline __attribute__((always_inline)) bool _tensor_arg_f32(const char *op
 /* Validates ndim and shape, returns numel or -1 (error set). */
 int64_t _tensor_check_shape(const char *op, int ndim, const int64_t *shape);
 
+/* ---- seeded bugs (core.c): is fault f on?  One load and a compare. ---- */
+extern int _tensor_fault_id;
+static inline bool _tensor_fault(tensor_fault f) {
+  if (__builtin_expect(_tensor_fault_id < 0, 0)) tensor_fault_get();
+  return __builtin_expect(_tensor_fault_id == (int)f, 0);
+}
+
 /* ---- making (core.c) ---- */
 tensor_storage *_tensor_storage_new(ta_tag tag, size_t nbytes);
 /* A new header on s.  adopt: the caller's reference becomes the header's
