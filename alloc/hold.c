@@ -300,6 +300,15 @@ void _ta_hold_exit(void) {
   }
 }
 
+size_t _ta_hold_count_to(uintptr_t a) {
+  size_t n = 0;
+  pthread_mutex_lock(&lock);
+  for (hold *h = _ta_map_get(&by_target, a); h; h = h->next_t)
+    if (!h->dangling) n++;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
 bool _ta_hold_is_orphan(uintptr_t a, uint32_t *stack, uintptr_t *holder, const char **slot) {
   pthread_mutex_lock(&lock);
   orphan *o = _ta_map_get(&orphans, a);

@@ -416,9 +416,20 @@ void _ta_hold_on_free(uintptr_t addr, size_t size, uint32_t free_stack);
 void _ta_hold_on_arena_reset(uintptr_t lo, uintptr_t hi, uint32_t reset_stack);
 /* Arena of an address: its generation and whether p is in the live part. */
 bool _ta_arena_lookup(uintptr_t p, uint64_t *gen, bool *live, ta_tag *tag, uint32_t *reset_stack);
+/* The block of the arena generation reset last that contains p: its
+ * start, size and allocation stack. */
+bool _ta_arena_dead_block(uintptr_t p, uintptr_t *addr, uint64_t *size, uint32_t *stack);
+/* An alternating arena's dead chunk that holds p (a stale pointer was
+ * found there) is kept dead for good: the pointer stays caught. */
+void _ta_arena_retire(uintptr_t p);
+/* ref.underflow at stack for obj, found freed by a holder of a reference. */
+void _ta_ref_report_dead(uintptr_t obj, uint32_t stack, const char *why);
+bool _ta_ref_is_dead(uintptr_t obj);   /* a refcounted object freed (its record kept) */
 void _ta_ref_exit(void);          /* ref.leak findings for live counts */
 void _ta_hold_exit(void);         /* hold.dangling and leak.orphan facts for the exit scan */
 bool _ta_hold_is_orphan(uintptr_t addr, uint32_t *orphan_stack, uintptr_t *holder, const char **slot);
+/* Live (not dangling) holds pointing at the block at addr. */
+size_t _ta_hold_count_to(uintptr_t addr);
 
 /* ---- findings.c -------------------------------------------------------------- */
 

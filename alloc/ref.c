@@ -425,6 +425,10 @@ void _ta_ref_exit(void) {
     _ta_map_each(&shards[sh].map, collect_live, &l);
     for (size_t i = 0; i < l.n; i++) {
       ref_rec *r = l.v[i];
+      /* References each kept by a declared hold (a tensor header holding
+       * its storage, a layer its parameters) are accounted for: the holder
+       * is the owner of each, and a leaked holder is a leak of its own. */
+      if (r->count > 0 && (size_t)r->count <= _ta_hold_count_to(r->obj)) continue;
       bool *keep = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *keep);
       ta_ref_event *open = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *open);
       if (keep == NULL || open == NULL) { _ta_meta_free(keep); _ta_meta_free(open); continue; }
@@ -454,4 +458,36 @@ void _ta_ref_fork(int phase) {
     pthread_mutex_unlock(&dead_lock);
     for (int i = NSHARDS - 1; i >= 0; i--) pthread_mutex_unlock(&shards[i].lock);
   }
+}
+
+/* A holder that keeps a reference on obj found it freed (ta_check_block
+ * with TA_CHECK_REF): some release was one too many.  ref.underflow at
+ * `stack`, with the object's history. */
+bool _ta_ref_is_dead(uintptr_t a) {
+  pthread_once(&once, shards_init);
+  int sh = shard_of(a);
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = _ta_map_get(&shards[sh].map, a);
+  bool dead = r != NULL && r->dead;
+  pthread_mutex_unlock(&shards[sh].lock);
+  return dead;
+}
+
+void _ta_ref_report_dead(uintptr_t a, uint32_t stack, const char *why) {
+  pthread_once(&once, shards_init);
+  int sh = shard_of(a);
+  ref_rec copy = { 0 };
+  bool have = false;
+  pthread_mutex_lock(&shards[sh].lock);
+  ref_rec *r = _ta_map_get(&shards[sh].map, a);
+  if (r) {
+    copy = *r;
+    copy.ev = _ta_meta_alloc((r->n ? r->n : 1) * sizeof *copy.ev);
+    if (copy.ev) memcpy(copy.ev, r->ev, r->n * sizeof *copy.ev);
+    else copy.n = 0;
+    have = true;
+  }
+  pthread_mutex_unlock(&shards[sh].lock);
+  underflow(have ? &copy : NULL, a, stack, why);
+  _ta_meta_free(copy.ev);
 }

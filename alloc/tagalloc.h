@@ -89,12 +89,43 @@ size_t ta_hold_check(const void *holder);
  * use.after-free or arena.after-reset otherwise.  Returns 1 if p is good. */
 int    ta_check(const void *p);
 
+/* The cheap check of a library's arguments: is p the start of a live block
+ * of tag `tag` or `alt` (TA_ANY: any tag)?  1 if so: one probe of the live
+ * table, no stack taken, no lock when one thread uses the ledger.  Else 0
+ * and a finding, so that the library returns its error instead of reading
+ * freed memory:
+ *   - a freed (quarantined) block: use.after-free, or free.double under
+ *     TA_CHECK_FREE (the caller was about to free or release p), or
+ *     ref.underflow under TA_CHECK_REF (the caller holds a reference on p:
+ *     some release was one too many; the finding has p's refcount history);
+ *   - memory of an arena reset since (a block of an older generation):
+ *     arena.after-reset, with the block's allocation stack (when it was of
+ *     the previous generation) and the reset's stack;
+ *   - a live block of another tag (p was freed and its memory handed out
+ *     again), or memory the ledger does not know (freed long ago, or never
+ *     a block): use.after-free, or free.invalid under TA_CHECK_FREE.
+ * The finding's stack is the caller's; under TA_CHECK_CALLER it starts one
+ * frame further out, at the caller's caller: a library's public function
+ * checking its argument names its user's line.  what (may be NULL) names
+ * the argument in the finding's detail ("tensor_add: a"). */
+enum { TA_CHECK_CALLER = 1, TA_CHECK_FREE = 2, TA_CHECK_REF = 4 };
+int    ta_check_block(const void *p, ta_tag tag, ta_tag alt, unsigned flags, const char *what);
+/* ta_check_block(p, tag, tag, 0, NULL). */
+int    ta_check_tag(const void *p, ta_tag tag);
+
 /* ---- arenas -------------------------------------------------------------- */
 
 typedef struct ta_arena ta_arena;
 /* capacity: bytes of the first chunk; the arena grows by chunks when needed,
  * and reset gives back chunks grown beyond the capacity. */
 ta_arena *ta_arena_new(ta_tag tag, size_t capacity);
+/* TA_ARENA_ALTERNATE: consecutive generations use two different sets of
+ * chunks (twice the memory), so that a pointer kept from the previous
+ * generation never lands in a live block of the next one: its first use
+ * there (ta_check, ta_check_block, ta_hold) is arena.after-reset, with the
+ * stale block's allocation stack and the reset's stack. */
+enum { TA_ARENA_ALTERNATE = 1 };
+ta_arena *ta_arena_new_flags(ta_tag tag, size_t capacity, unsigned flags);
 void     *ta_arena_alloc(ta_arena *a, size_t size);    /* 16-byte aligned */
 void      ta_arena_reset(ta_arena *a);                 /* all its blocks die; a new generation starts */
 void      ta_arena_free(ta_arena *a);

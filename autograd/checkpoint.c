@@ -62,6 +62,9 @@ int ag_checkpoint_save(const char *path, ag_layer *model, const ag_optim *opt, c
     _ag_err("ag_checkpoint_save: path, model and state are required");
     return -1;
   }
+  if (!_ag_live("ag_checkpoint_save", model, _ag_tag_layer, _ag_tag_layer, 0) ||
+      (opt && !_ag_live("ag_checkpoint_save", opt, _ag_tag_optim, _ag_tag_optim, 0)))
+    return -1;
   size_t n = ag_layer_params(model, NULL, 0);
   ag_var **ps = calloc(n ? n : 1, sizeof *ps);
   buf b = { 0 };
@@ -174,6 +177,9 @@ int ag_checkpoint_load(const char *path, ag_layer *model, ag_optim *opt, ag_ckpt
     _ag_err("ag_checkpoint_load: path, model and state are required");
     return -1;
   }
+  if (!_ag_live("ag_checkpoint_load", model, _ag_tag_layer, _ag_tag_layer, 0) ||
+      (opt && !_ag_live("ag_checkpoint_load", opt, _ag_tag_optim, _ag_tag_optim, 0)))
+    return -1;
   FILE *f = fopen(path, "rb");
   if (f == NULL) {
     _ag_err("cannot open checkpoint %s: %s", path, strerror(errno));
@@ -298,6 +304,16 @@ int ag_checkpoint_load(const char *path, ag_layer *model, ag_optim *opt, ag_ckpt
     opt->beta2 = hp[4];
     opt->eps = hp[5];
     r.off = state_at;
+    if (tensor_fault_get() == TENSOR_FAULT_OPTIMIZER_STATE_LEAK)
+      /* the seeded bug: the state made anew for the loaded values, the old
+       * never freed (the optimizer's hold moves to the new: the old is
+       * orphaned here) */
+      for (size_t i = 0; i < n; i++) {
+        tensor *fresh = tensor_zeros(TENSOR_F32, opt->m[i]->ndim, opt->m[i]->shape);
+        if (fresh == NULL) break;
+        opt->m[i] = fresh;
+        _ag_optim_hold(opt, "m", opt->m, i, fresh);
+      }
     for (size_t i = 0; i < n; i++) get(&r, tensor_f32(opt->m[i]), (size_t)opt->m[i]->numel * 4);
     if (kind == 2)
       for (size_t i = 0; i < n; i++) get(&r, tensor_f32(opt->v[i]), (size_t)opt->v[i]->numel * 4);

@@ -56,8 +56,31 @@ struct ag_optim {
   tensor **m, **v;       /* SGD: m is the momentum buffer; Adam: first and second moments */
 };
 
-/* ---- tape.c ---- */
+/* tape.c */
 void *_ag_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* returns NULL */
+
+/* ---- argument checks ----
+ * Every public entry checks its variable (and tape, layer, optimizer)
+ * arguments with the ledger before it reads them (ta_check_block): a
+ * variable is a live "tape.op" block of the tape's current generation, or a
+ * live "autograd.param" block.  A variable kept across ag_tape_reset is
+ * arena.after-reset at its first use (the tape's arena alternates its
+ * memory between generations, so the address is not yet anyone else's); a
+ * freed parameter is use.after-free.  Inlined, so that the finding's stack
+ * starts at the public function's caller. */
+extern ta_tag _ag_tag_op, _ag_tag_param, _ag_tag_tape, _ag_tag_layer, _ag_tag_optim;
+void _ag_tags_init(void);
+static inline __attribute__((always_inline)) bool _ag_live(const char *op, const void *p, ta_tag tag, ta_tag alt,
+                                                           unsigned flags) {
+  if (__builtin_expect(ta_check_block(p, tag, alt, TA_CHECK_CALLER | flags, op), 1)) return true;
+  _ag_err("%s: an argument that is not live (freed, or made on a tape reset since): see the ledger's finding", op);
+  return false;
+}
+static inline __attribute__((always_inline)) bool _ag_var_ok(const char *op, const ag_var *v) {
+  return _ag_live(op, v, _ag_tag_op, _ag_tag_param, 0);
+}
+
+/* ---- tape.c ---- */
 /* The tape in use, or NULL with an error naming op. */
 ag_tape *_ag_tape_for(const char *op);
 /* A result variable of value on the current tape (value becomes the tape's),
@@ -68,6 +91,11 @@ void _ag_save(ag_op *op, tensor *t);
 /* Adds g into v's gradient.  owned: g is the caller's to give (it becomes
  * the gradient or is freed); else it is only read. */
 void _ag_accumulate(ag_var *v, tensor *g, bool owned);
+
+/* ---- optim.c ---- */
+/* array[i] = p declared: array's hold "<what><i>" (the optimizer's
+ * parameters and state; checkpoint.c re-declares the state it loads). */
+void _ag_optim_hold(ag_optim *o, const char *what, void *array, size_t i, const void *p);
 
 /* ---- ops.c ---- */
 /* ag_embedding with the indices as a variable of the tape (the embedding

@@ -2,6 +2,8 @@
  * the sequential container. */
 #include "internal.h"
 
+#include <stdio.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -53,10 +55,11 @@ struct ag_layer {
   int nchildren;
 };
 
-static ta_tag tag_layer;
+#define tag_layer _ag_tag_layer
+#define LAYER_OK(op, l) _ag_live(op, l, _ag_tag_layer, _ag_tag_layer, 0)
 
 static ag_layer *layer_new(layer_kind kind) {
-  if (tag_layer == TA_ANY) tag_layer = ta_tag_get("autograd.layer");
+  _ag_tags_init();
   ag_layer *l = ta_calloc(tag_layer, 1, sizeof *l);
   if (l == NULL) return _ag_err("layer: out of memory");
   l->kind = kind;
@@ -73,11 +76,15 @@ static ag_var *uniform_param(int ndim, const int64_t *shape, int64_t fan_in, ag_
   return ag_param_new(t);
 }
 
+/* A layer declares what it keeps: its parameters (so that a tape's reset,
+ * which ends the ops' holds on them, never leaves them orphans). */
 static ag_layer *with_params(ag_layer *l, bool want_bias) {
   if (l->weight == NULL || (want_bias && l->bias == NULL)) {
     ag_layer_free(l);
     return _ag_err("layer: out of memory for the parameters");
   }
+  ta_hold(l, "weight", l->weight);
+  if (l->bias) ta_hold(l, "bias", l->bias);
   return l;
 }
 
@@ -136,6 +143,8 @@ ag_layer *ag_embedding_layer(int vocab, int dim, ag_rng *rng) {
 ag_layer *ag_sequential(ag_layer **layers, int n) {
   bool bad = n < 1 || layers == NULL;
   for (int i = 0; !bad && i < n; i++) bad = layers[i] == NULL;
+  for (int i = 0; !bad && i < n; i++)
+    if (!LAYER_OK("ag_sequential", layers[i])) return NULL;   /* not ours to free */
   ag_layer *l = bad ? NULL : layer_new(L_SEQUENTIAL);
   if (l) l->children = ta_calloc(tag_layer, (size_t)n, sizeof *l->children);
   if (l == NULL || l->children == NULL) {
@@ -146,12 +155,26 @@ ag_layer *ag_sequential(ag_layer **layers, int n) {
   }
   memcpy(l->children, layers, (size_t)n * sizeof *layers);
   l->nchildren = n;
+  ta_hold(l, "children", l->children);
+  for (int i = 0; i < n; i++) {
+    char slot[24];
+    snprintf(slot, sizeof slot, "child%d", i);
+    ta_hold(l->children, slot, l->children[i]);
+  }
   return l;
 }
+
+static ag_var *layer_forward(ag_layer *l, ag_var *x);
 
 ag_var *ag_layer_forward(ag_layer *l, ag_var *x) {
   if (l == NULL) return _ag_err("ag_layer_forward: layer is NULL");
   if (x == NULL) return NULL;
+  if (!LAYER_OK("ag_layer_forward", l) || !_ag_var_ok("ag_layer_forward", x)) return NULL;
+  return layer_forward(l, x);
+}
+
+/* l and x checked (the children of a sequential are its own). */
+static ag_var *layer_forward(ag_layer *l, ag_var *x) {
   switch (l->kind) {
   case L_LINEAR: return ag_linear_op(x, l->weight, l->bias);
   case L_CONV2D: return ag_conv2d(x, l->weight, l->bias, l->stride, l->pad);
@@ -162,14 +185,14 @@ ag_var *ag_layer_forward(ag_layer *l, ag_var *x) {
   case L_FLATTEN: return ag_flatten(x);
   case L_EMBEDDING: return _ag_embedding_var(l->weight, x);
   case L_SEQUENTIAL:
-    for (int i = 0; i < l->nchildren && x; i++) x = ag_layer_forward(l->children[i], x);
+    for (int i = 0; i < l->nchildren && x; i++) x = layer_forward(l->children[i], x);
     return x;
   }
   return NULL;
 }
 
 size_t ag_layer_params(ag_layer *l, ag_var **out, size_t max) {
-  if (l == NULL) return 0;
+  if (l == NULL || !LAYER_OK("ag_layer_params", l)) return 0;
   size_t n = 0;
   if (l->kind == L_SEQUENTIAL) {
     for (int i = 0; i < l->nchildren; i++)
@@ -187,16 +210,24 @@ size_t ag_layer_params(ag_layer *l, ag_var **out, size_t max) {
 
 const char *ag_layer_name(const ag_layer *l) {
   static const char *names[] = { "linear", "conv2d", "max_pool2d", "avg_pool2d", "relu", "tanh", "flatten", "embedding", "sequential" };
+  if (l && !LAYER_OK("ag_layer_name", l)) return "(not a live layer)";
   return l ? names[l->kind] : "NULL";
 }
 
 void ag_layer_free(ag_layer *l) {
-  if (l == NULL) return;
-  if (l->children) {
-    for (int i = 0; i < l->nchildren; i++) ag_layer_free(l->children[i]);
-    ta_free(l->children);
-  }
-  ag_param_free(l->weight);
-  ag_param_free(l->bias);
+  if (l == NULL || !_ag_live("ag_layer_free", l, _ag_tag_layer, _ag_tag_layer, TA_CHECK_FREE)) return;
+  /* the holder goes first: its holds end with it, and no target it
+   * held is ever freed while held */
+  ag_var *w = l->weight, *b = l->bias;
+  ag_layer **children = l->children;
+  int n = l->nchildren;
   ta_free(l);
+  if (children) {
+    ag_layer *kids[n > 0 ? n : 1];
+    memcpy(kids, children, (size_t)n * sizeof *kids);
+    ta_free(children);
+    for (int i = 0; i < n; i++) ag_layer_free(kids[i]);
+  }
+  ag_param_free(w);
+  ag_param_free(b);
 }

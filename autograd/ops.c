@@ -49,8 +49,11 @@ static void give(ag_var *v, tensor *g, bool owned) {
 
 /* ---- forward ---------------------------------------------------------------- */
 
-#define CHECK1(a) do { if ((a) == NULL) return NULL; } while (0)
-#define CHECK2(a, b) do { if ((a) == NULL || (b) == NULL) return NULL; } while (0)
+/* NULL: an earlier op failed (its error stands); else the ledger's check. */
+#define CHECKN(name, a) do { if ((a) == NULL || !_ag_var_ok(name, (a))) return NULL; } while (0)
+#define CHECK1(a) CHECKN(__func__, a)
+#define CHECK2(a, b) do { CHECK1(a); CHECK1(b); } while (0)
+#define CHECK_OPT(b) do { if ((b) != NULL && !_ag_var_ok(__func__, (b))) return NULL; } while (0)
 
 static ag_var *record(const char *name, tensor *value, op_kind kind, ag_var *a, ag_var *b, ag_var *c,
                       ag_op **opp) {
@@ -105,7 +108,7 @@ ag_var *ag_mul_scalar(ag_var *a, float s) {
 }
 
 static ag_var *reduce_op(const char *name, op_kind kind, ag_var *a, int axis, int keepdim) {
-  CHECK1(a);
+  CHECKN(name, a);
   if (_ag_tape_for(name) == NULL) return NULL;
   tensor *r = kind == OP_SUM ? tensor_sum(a->value, axis, keepdim) : tensor_mean(a->value, axis, keepdim);
   return record_ia(name, r, kind, a, NULL, NULL,
@@ -125,6 +128,7 @@ ag_var *ag_matmul(ag_var *a, ag_var *b) {
 
 ag_var *ag_linear_op(ag_var *x, ag_var *w, ag_var *b) {
   CHECK2(x, w);
+  CHECK_OPT(b);
   TAPE("ag_linear_op");
   const tensor *xv = x->value, *wv = w->value;
   if (xv->ndim != 2 || wv->ndim != 2 || xv->shape[1] != wv->shape[1] ||
@@ -144,6 +148,7 @@ ag_var *ag_linear_op(ag_var *x, ag_var *w, ag_var *b) {
 
 ag_var *ag_conv2d(ag_var *x, ag_var *w, ag_var *b, int stride, int pad) {
   CHECK2(x, w);
+  CHECK_OPT(b);
   TAPE("ag_conv2d");
   return record_ia("ag_conv2d", tensor_conv2d(x->value, w->value, b ? b->value : NULL, stride, pad), OP_CONV2D,
                    x, w, b, stride, pad);
@@ -169,7 +174,7 @@ ag_var *ag_avg_pool2d(ag_var *x, int k, int stride) {
 }
 
 static ag_var *softmax_op(const char *name, op_kind kind, ag_var *x, int axis) {
-  CHECK1(x);
+  CHECKN(name, x);
   if (_ag_tape_for(name) == NULL) return NULL;
   tensor *y = kind == OP_SOFTMAX ? tensor_softmax(x->value, axis) : tensor_log_softmax(x->value, axis);
   ag_op *op;

@@ -3,12 +3,22 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-static ta_tag tag_optim;
+#define tag_optim _ag_tag_optim
+/* array[i] = p, declared as the array's hold "<what><i>". */
+void _ag_optim_hold(ag_optim *o, const char *what, void *array, size_t i, const void *p) {
+  (void)o;
+  char slot[32];
+  snprintf(slot, sizeof slot, "%s%zu", what, i);
+  ta_hold(array, slot, p);
+}
+
+#define OPTIM_OK(op, o) _ag_live(op, o, _ag_tag_optim, _ag_tag_optim, 0)
 
 static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
-  if (tag_optim == TA_ANY) tag_optim = ta_tag_get("autograd.optim");
+  _ag_tags_init();
   size_t n = ag_layer_params(model, NULL, 0);
   if (model == NULL || n == 0) return _ag_err("optimizer: the model has no parameters");
   ag_optim *o = ta_calloc(tag_optim, 1, sizeof *o);
@@ -24,6 +34,11 @@ static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
   o->kind = kind;
   o->n = n;
   ag_layer_params(model, o->params, n);
+  /* what it keeps, declared: the parameters it steps and its state */
+  ta_hold(o, "params", o->params);
+  ta_hold(o, "m", o->m);
+  ta_hold(o, "v", o->v);
+  for (size_t i = 0; i < n; i++) _ag_optim_hold(o, "param", o->params, i, o->params[i]);
   for (size_t i = 0; i < n; i++) {
     const tensor *p = o->params[i]->value;
     bool two = kind == O_ADAM;
@@ -33,6 +48,8 @@ static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
       ag_optim_free(o);
       return _ag_err("optimizer: out of memory for its state");
     }
+    _ag_optim_hold(o, "m", o->m, i, o->m[i]);
+    if (two) _ag_optim_hold(o, "v", o->v, i, o->v[i]);
   }
   return o;
 }
@@ -97,7 +114,7 @@ static void adam_one(const ag_optim *o, float *restrict p, const float *restrict
 }
 
 void ag_optim_step(ag_optim *o) {
-  if (o == NULL) return;
+  if (o == NULL || !OPTIM_OK("ag_optim_step", o)) return;
   o->steps++;
   for (size_t i = 0; i < o->n; i++) {
     ag_var *p = o->params[i];
@@ -110,23 +127,32 @@ void ag_optim_step(ag_optim *o) {
 }
 
 void ag_optim_zero_grad(ag_optim *o) {
-  if (o) ag_zero_grad(o->params, o->n);
+  if (o && OPTIM_OK("ag_optim_zero_grad", o)) ag_zero_grad(o->params, o->n);
 }
 
 void ag_optim_set_lr(ag_optim *o, float lr) {
-  if (o && lr > 0) o->lr = lr;
+  if (o && OPTIM_OK("ag_optim_set_lr", o) && lr > 0) o->lr = lr;
 }
 
-uint64_t ag_optim_steps(const ag_optim *o) { return o ? o->steps : 0; }
+uint64_t ag_optim_steps(const ag_optim *o) { return o && OPTIM_OK("ag_optim_steps", o) ? o->steps : 0; }
 
 void ag_optim_free(ag_optim *o) {
-  if (o == NULL) return;
-  for (size_t i = 0; i < o->n; i++) {
-    if (o->m) tensor_free(o->m[i]);
-    if (o->v) tensor_free(o->v[i]);
-  }
+  if (o == NULL || !_ag_live("ag_optim_free", o, _ag_tag_optim, _ag_tag_optim, TA_CHECK_FREE)) return;
+  /* the arrays (the holders) go before what they hold */
+  tensor **m = o->m, **v = o->v;
+  size_t n = o->n;
   ta_free(o->params);
-  ta_free(o->m);
-  ta_free(o->v);
   ta_free(o);
+  if (m) {
+    tensor *keep[n ? n : 1];
+    memcpy(keep, m, n * sizeof *keep);
+    ta_free(m);
+    for (size_t i = 0; i < n; i++) tensor_free(keep[i]);
+  }
+  if (v) {
+    tensor *keep[n ? n : 1];
+    memcpy(keep, v, n * sizeof *keep);
+    ta_free(v);
+    for (size_t i = 0; i < n; i++) tensor_free(keep[i]);
+  }
 }

@@ -19,15 +19,21 @@ static __thread ag_tape *current;
 static __thread int no_grad_depth;
 static __thread char err_msg[256];
 
-static ta_tag tag_op, tag_tape, tag_param;
+ta_tag _ag_tag_op, _ag_tag_param, _ag_tag_tape, _ag_tag_layer, _ag_tag_optim;
+#define tag_op _ag_tag_op
+#define tag_param _ag_tag_param
+#define tag_tape _ag_tag_tape
 
-static void tags_init(void) {
-  if (tag_op == TA_ANY) {
-    tag_tape = ta_tag_get("autograd.tape");
-    tag_param = ta_tag_get("autograd.param");
-    tag_op = ta_tag_get("tape.op");
+void _ag_tags_init(void) {
+  if (_ag_tag_optim == TA_ANY) {
+    _ag_tag_tape = ta_tag_get("autograd.tape");
+    _ag_tag_param = ta_tag_get("autograd.param");
+    _ag_tag_op = ta_tag_get("tape.op");
+    _ag_tag_layer = ta_tag_get("autograd.layer");
+    _ag_tag_optim = ta_tag_get("autograd.optim");
   }
 }
+#define tags_init _ag_tags_init
 
 ta_tag ag_tape_tag(void) {
   tags_init();
@@ -75,7 +81,8 @@ ag_tape *ag_tape_new(size_t capacity) {
   ag_tape *t = ta_calloc(tag_tape, 1, sizeof *t);
   if (t == NULL) return _ag_err("ag_tape_new: out of memory");
   t->capacity = capacity;
-  t->arena = ta_arena_new(tag_op, capacity);
+  /* alternating: a variable kept across a reset is caught at its next use */
+  t->arena = ta_arena_new_flags(tag_op, capacity, TA_ARENA_ALTERNATE);
   if (t->arena == NULL) {
     ta_free(t);
     return _ag_err("ag_tape_new: no arena of %zu bytes", capacity);
@@ -91,7 +98,7 @@ ag_tape *ag_tape_new(size_t capacity) {
 }
 
 void ag_tape_reset(ag_tape *t) {
-  if (t == NULL) return;
+  if (t == NULL || !_ag_live("ag_tape_reset", t, tag_tape, tag_tape, 0)) return;
   /* Every variable's value and gradient, then the arena (ops and
    * variables) in one reset, which ends the ops' holds; then what the ops
    * saved, no longer held (up to SAVED_AFTER of them taken out first: the
@@ -122,7 +129,7 @@ void ag_tape_reset(ag_tape *t) {
 }
 
 void ag_tape_free(ag_tape *t) {
-  if (t == NULL) return;
+  if (t == NULL || !_ag_live("ag_tape_free", t, tag_tape, tag_tape, TA_CHECK_FREE)) return;
   ag_tape_reset(t);
   if (current == t) current = NULL;
   ta_arena_free(t->arena);
@@ -137,9 +144,11 @@ ag_tape *ag_tape_use(ag_tape *t) {
 }
 
 ag_tape *ag_tape_current(void) { return current; }
-size_t ag_tape_ops(const ag_tape *t) { return t ? t->nops : 0; }
-size_t ag_tape_vars(const ag_tape *t) { return t ? t->nvars : 0; }
-size_t ag_tape_capacity(const ag_tape *t) { return t ? ta_arena_capacity(t->arena) : 0; }
+size_t ag_tape_ops(const ag_tape *t) { return t && _ag_live("ag_tape_ops", t, tag_tape, tag_tape, 0) ? t->nops : 0; }
+size_t ag_tape_vars(const ag_tape *t) { return t && _ag_live("ag_tape_vars", t, tag_tape, tag_tape, 0) ? t->nvars : 0; }
+size_t ag_tape_capacity(const ag_tape *t) {
+  return t && _ag_live("ag_tape_capacity", t, tag_tape, tag_tape, 0) ? ta_arena_capacity(t->arena) : 0;
+}
 
 ag_tape *_ag_tape_for(const char *op) {
   if (current == NULL) return _ag_err("%s: no tape in use on this thread (ag_tape_use)", op);
@@ -204,6 +213,9 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
     op->in[i] = in[i];
     if (in[i]) ta_hold(ob, slots[i], in[i]);
   }
+  /* the seeded bug tape-stack-inputs: the op keeps the caller's array of
+   * inputs (record()'s, on its stack) as the seed's op->inputs = inputs did */
+  if (tensor_fault_get() == TENSOR_FAULT_TAPE_STACK_INPUTS) ta_hold(ob, "inputs", in);
   op->out = v;
   op->prev = t->last;
   t->last = op;
@@ -223,9 +235,12 @@ ag_var *ag_leaf(const tensor *x, int requires_grad) {
   if (x == NULL) return NULL;
   ag_tape *t = _ag_tape_for("ag_leaf");
   if (t == NULL) return NULL;
-  if (requires_grad && x->dtype != TENSOR_F32) return _ag_err("ag_leaf: a gradient needs an f32 tensor");
-  tensor *a = tensor_alias(x);
+  tensor *a = tensor_alias(x);          /* checks x with the ledger */
   if (a == NULL) return NULL;
+  if (requires_grad && a->dtype != TENSOR_F32) {
+    tensor_free(a);
+    return _ag_err("ag_leaf: a gradient needs an f32 tensor");
+  }
   ag_var *v = var_new(t, a, NULL);
   if (v) v->requires_grad = requires_grad != 0;
   return v;
@@ -236,11 +251,20 @@ ag_var *ag_input(const tensor *x) { return ag_leaf(x, 0); }
 ag_var *ag_param_new(tensor *value) {
   tags_init();
   if (value == NULL) return NULL;
+  if (tensor_storage_block(value) == NULL) return NULL;   /* not a live tensor: the ledger said so */
   if (value->dtype != TENSOR_F32 || !tensor_is_contiguous(value)) {
     tensor_free(value);
     return _ag_err("ag_param_new: a parameter is a contiguous f32 tensor");
   }
-  ag_var *p = ta_calloc(tag_param, 1, sizeof *p);
+  ag_var *p;
+  if (tensor_fault_get() == TENSOR_FAULT_PARAMS_IN_ARENA && current && tensor_scope_depth() == 0) {
+    /* the seeded bug params-in-arena: made while a tape is in use, the
+     * parameter lives in its arena and dies at its next reset */
+    p = ta_arena_alloc(current->arena, sizeof *p);
+    if (p) memset(p, 0, sizeof *p);
+  } else {
+    p = ta_calloc(tag_param, 1, sizeof *p);
+  }
   tensor *g = p ? tensor_zeros(TENSOR_F32, value->ndim, value->shape) : NULL;
   if (g == NULL) {
     ta_free(p);
@@ -257,7 +281,7 @@ ag_var *ag_param_new(tensor *value) {
 }
 
 void ag_param_free(ag_var *p) {
-  if (p == NULL) return;
+  if (p == NULL || !_ag_live("ag_param_free", p, tag_param, tag_param, TA_CHECK_FREE)) return;
   ta_unhold(p, "value");
   ta_unhold(p, "grad");
   tensor_free(p->value);
@@ -267,7 +291,7 @@ void ag_param_free(ag_var *p) {
 
 void ag_zero_grad(ag_var **params, size_t n) {
   for (size_t i = 0; i < n; i++)
-    if (params[i] && params[i]->grad) tensor_fill_(params[i]->grad, 0.0f);
+    if (params[i] && _ag_var_ok("ag_zero_grad", params[i]) && params[i]->grad) tensor_fill_(params[i]->grad, 0.0f);
 }
 
 /* ---- backward --------------------------------------------------------------------- */
@@ -295,6 +319,7 @@ int ag_backward(ag_var *loss) {
     _ag_err("ag_backward: loss is NULL (an earlier op failed)");
     return -1;
   }
+  if (!_ag_var_ok("ag_backward", loss)) return -1;
   if (loss->value->numel != 1) {
     char b[96];
     _ag_err("ag_backward: loss %s is not one element", tensor_shape_str(loss->value, b, sizeof b));
@@ -332,7 +357,16 @@ int ag_backward(ag_var *loss) {
     }
     /* an intermediate's gradient is spent once its op has run: the op may
      * take it over as its input's gradient, else it is freed */
-    if (!_ag_op_backward(op, out->grad, true)) tensor_free(out->grad);
+    if (!_ag_op_backward(op, out->grad, true)) {
+      tensor_free(out->grad);
+      /* the seeded bug pool-double-release: the spent gradient given back
+       * to the pool in use a second time */
+      if (tensor_fault_get() == TENSOR_FAULT_POOL_DOUBLE_RELEASE) {
+        tensor_pool *pool = tensor_pool_use(NULL);
+        tensor_pool_use(pool);
+        if (pool) tensor_pool_release(pool, out->grad);
+      }
+    }
     out->grad = NULL;
   }
   return 0;

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta, _tensor_tag_scratch;
@@ -74,21 +75,28 @@ const char *_tensor_desc(const tensor *t, char *buf) {
 
 char *tensor_shape_str(const tensor *t, char *buf, size_t size) {
   char tmp[TENSOR_SHAPE_STR];
+  if (t && !_tensor_live("tensor_shape_str", "t", t)) {
+    snprintf(buf, size, "(not a live tensor)");
+    return buf;
+  }
   snprintf(buf, size, "%s", _tensor_desc(t, tmp));
   return buf;
 }
 
 /* A NULL input after an error is the chain of calls failing: the first
  * error stays the one reported. */
-bool _tensor_arg(const char *op, const char *name, const tensor *t) {
-  if (t) return true;
+bool _tensor_arg_null(const char *op, const char *name) {
   if (last_status == TENSOR_OK) _tensor_err(TENSOR_EINVAL, "%s: %s is NULL", op, name);
   return false;
 }
 
-bool _tensor_arg_f32(const char *op, const char *name, const tensor *t) {
-  if (!_tensor_arg(op, name, t)) return false;
-  if (t->dtype == TENSOR_F32) return true;
+bool _tensor_arg_dead(const char *op, const char *name, const tensor *t) {
+  _tensor_err(TENSOR_EINVAL, "%s: %s (%p) is not a live tensor (freed, or its storage released too often: "
+              "see the ledger's finding)", op, name, (const void *)t);
+  return false;
+}
+
+bool _tensor_arg_dtype(const char *op, const char *name, const tensor *t) {
   char b[TENSOR_SHAPE_STR];
   _tensor_err(TENSOR_EDTYPE, "%s: %s is %s, want f32", op, name, _tensor_desc(t, b));
   return false;
@@ -169,8 +177,18 @@ tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim,
 
 void tensor_free(tensor *t) {
   if (t == NULL) return;
+  /* a header freed already (free.double) or never one: nothing is freed */
+  if (!ta_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER | TA_CHECK_FREE, "tensor_free"))
+    return;
+  _tensor_free(t);
+}
+
+void _tensor_free(tensor *t) {
   _tensor_scope_forget(t);
   tensor_storage *s = t->storage;
+  /* the seeded bug view-underflow: a view's free gives back one reference
+   * too many (a view: a heap storage with another header on it) */
+  if (_tensor_fault(TENSOR_FAULT_VIEW_UNDERFLOW) && s->pool == NULL && ta_ref_count(s) > 1) ta_ref_release(s);
   long n = ta_ref_release(s);
   bool pooled = false;
   /* A storage going back to its pool is held by the pool before the
@@ -278,6 +296,11 @@ tensor *tensor_randn(int ndim, const int64_t *shape, float std, uint64_t seed) {
 /* ---- facts ----------------------------------------------------------------- */
 
 int tensor_is_contiguous(const tensor *t) {
+  if (!_tensor_arg("tensor_is_contiguous", "t", t)) return 0;
+  return _tensor_contig(t);
+}
+
+int _tensor_contig(const tensor *t) {
   int64_t st = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
     if (t->shape[i] == 1) continue;
@@ -288,13 +311,22 @@ int tensor_is_contiguous(const tensor *t) {
 }
 
 int tensor_same_shape(const tensor *a, const tensor *b) {
+  if (!_tensor_arg("tensor_same_shape", "a", a) || (b != a && !_tensor_arg("tensor_same_shape", "b", b)))
+    return 0;
+  return _tensor_same_shape(a, b);
+}
+
+int _tensor_same_shape(const tensor *a, const tensor *b) {
   if (a->ndim != b->ndim) return 0;
   for (int i = 0; i < a->ndim; i++)
     if (a->shape[i] != b->shape[i]) return 0;
   return 1;
 }
 
-size_t tensor_nbytes(const tensor *t) { return t ? (size_t)t->numel * 4 : 0; }
+size_t tensor_nbytes(const tensor *t) {
+  if (t == NULL || !_tensor_live("tensor_nbytes", "t", t)) return 0;
+  return (size_t)t->numel * 4;
+}
 
 static int64_t offset_of(const tensor *t, const int64_t *index, const char *op) {
   int64_t off = 0;
@@ -336,9 +368,53 @@ float tensor_item(const tensor *t) {
   return t->dtype == TENSOR_F32 ? *(float *)t->data : (float)*(int32_t *)t->data;
 }
 
-long tensor_storage_refs(const tensor *t) { return t ? ta_ref_count(t->storage) : -1; }
-const void *tensor_storage_block(const tensor *t) { return t ? (const void *)t->storage : NULL; }
-size_t tensor_storage_bytes(const tensor *t) { return t ? t->storage->nbytes : 0; }
+long tensor_storage_refs(const tensor *t) {
+  if (t == NULL || !_tensor_live("tensor_storage_refs", "t", t)) return -1;
+  return ta_ref_count(t->storage);
+}
+const void *tensor_storage_block(const tensor *t) {
+  if (t == NULL || !_tensor_live("tensor_storage_block", "t", t)) return NULL;
+  return t->storage;
+}
+size_t tensor_storage_bytes(const tensor *t) {
+  if (t == NULL || !_tensor_live("tensor_storage_bytes", "t", t)) return 0;
+  return t->storage->nbytes;
+}
+
+/* ---- seeded bugs ---------------------------------------------------------------- */
+
+static const char *const fault_names[TENSOR_FAULT_COUNT] = {
+  "none", "reshape-dummy", "slice-dummy", "view-underflow", "tape-stack-inputs", "arena-early-reset",
+  "params-in-arena", "scope-escape", "pool-double-release", "optimizer-state-leak",
+};
+int _tensor_fault_id = -1;   /* -1: not read from the environment yet */
+
+const char *tensor_fault_name(tensor_fault f) {
+  return (unsigned)f < TENSOR_FAULT_COUNT ? fault_names[f] : NULL;
+}
+
+tensor_status tensor_fault_set(const char *name) {
+  if (name == NULL || !*name) name = "none";
+  for (int i = 0; i < TENSOR_FAULT_COUNT; i++)
+    if (strcmp(name, fault_names[i]) == 0) {
+      _tensor_fault_id = i;
+      return TENSOR_OK;
+    }
+  char list[512];
+  size_t n = 0;
+  for (int i = 1; i < TENSOR_FAULT_COUNT && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i > 1 ? ", " : "", fault_names[i]);
+  return _tensor_err(TENSOR_EINVAL, "unknown fault '%s' (known: %s)", name, list);
+}
+
+tensor_fault tensor_fault_get(void) {
+  if (_tensor_fault_id < 0) {
+    const char *e = getenv("TAGALLOC_FAULT");
+    _tensor_fault_id = 0;
+    if (e && *e && tensor_fault_set(e) != TENSOR_OK) _tensor_fault_id = 0;
+  }
+  return (tensor_fault)_tensor_fault_id;
+}
 
 /* ---- threads ------------------------------------------------------------------ */
 

@@ -33,11 +33,48 @@ tensor_status _tensor_err(tensor_status st, const char *fmt, ...) __attribute__(
 #define TENSOR_SHAPE_STR 96
 const char *_tensor_desc(const tensor *t, char *buf);
 const char *_tensor_shape_desc(tensor_dtype dt, int ndim, const int64_t *shape, char *buf);
-/* An error for a NULL input; returns false when t is NULL. */
-bool _tensor_arg(const char *op, const char *name, const tensor *t);
-bool _tensor_arg_f32(const char *op, const char *name, const tensor *t);
+/* An error for a NULL input (returns false): the chain of calls failing,
+ * unless no error is pending. */
+bool _tensor_arg_null(const char *op, const char *name);
+/* A tensor the ledger says is not live: the finding is made, this is the
+ * error (TENSOR_EINVAL).  Returns false. */
+bool _tensor_arg_dead(const char *op, const char *name, const tensor *t);
+bool _tensor_arg_dtype(const char *op, const char *name, const tensor *t);
+
+/* Every public entry checks its tensor arguments with the ledger before it
+ * reads them: the header a live "tensor.header" block, its storage a live
+ * "tensor.storage" or "tensor.pool" block.  Two probes of the ledger's live
+ * table, no stack taken, when they are good; a freed header, a storage
+ * released once too often (ref.underflow) or a pointer to nothing live is a
+ * finding at the caller's line (inlined here, so the check's caller is the
+ * public function and the finding starts one frame out) and an error. */
+static inline __attribute__((always_inline)) bool _tensor_live(const char *op, const char *name,
+                                                               const tensor *t) {
+  if (!ta_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER, op) ||
+      !ta_check_block(t->storage, _tensor_tag_storage, _tensor_tag_pool, TA_CHECK_CALLER | TA_CHECK_REF, op))
+    return _tensor_arg_dead(op, name, t);
+  return true;
+}
+/* NULL (an error unless one is pending), then the ledger's check. */
+static inline __attribute__((always_inline)) bool _tensor_arg(const char *op, const char *name,
+                                                              const tensor *t) {
+  if (t == NULL) return _tensor_arg_null(op, name);
+  return _tensor_live(op, name, t);
+}
+static inline __attribute__((always_inline)) bool _tensor_arg_f32(const char *op, const char *name,
+                                                                  const tensor *t) {
+  if (!_tensor_arg(op, name, t)) return false;
+  return t->dtype == TENSOR_F32 || _tensor_arg_dtype(op, name, t);
+}
 /* Validates ndim and shape, returns numel or -1 (error set). */
 int64_t _tensor_check_shape(const char *op, int ndim, const int64_t *shape);
+
+/* ---- seeded bugs (core.c): is fault f on?  One load and a compare. ---- */
+extern int _tensor_fault_id;
+static inline bool _tensor_fault(tensor_fault f) {
+  if (__builtin_expect(_tensor_fault_id < 0, 0)) tensor_fault_get();
+  return __builtin_expect(_tensor_fault_id == (int)f, 0);
+}
 
 /* ---- making (core.c) ---- */
 tensor_storage *_tensor_storage_new(ta_tag tag, size_t nbytes);
@@ -78,6 +115,12 @@ void _tensor_scope_forget(tensor *t);
  * _tensor_unborrow(t, c) frees c only when it is a copy.  Ops read their
  * inputs through these, so a contiguous input costs the ledger nothing. */
 tensor *_tensor_borrow(const tensor *t);
+/* tensor_clone of a checked t, or of a descriptor on the caller's stack. */
+tensor *_tensor_clone(const tensor *t);
+/* tensor_is_contiguous, tensor_same_shape, tensor_free: unchecked. */
+int _tensor_contig(const tensor *t);
+int _tensor_same_shape(const tensor *a, const tensor *b);
+void _tensor_free(tensor *t);
 static inline void _tensor_unborrow(const tensor *t, tensor *c) {
   if (c != t) tensor_free(c);
 }

@@ -42,7 +42,7 @@ static bool gemm_prepare(const tensor *t, tensor **tmp, gemm_arg *g) {
   int64_t R = t->shape[nd - 2], C = t->shape[nd - 1];
   *tmp = NULL;
   if (!gemm_layout(R, C, t->strides[nd - 2], t->strides[nd - 1], &g->tr, &g->ld)) {
-    *tmp = tensor_clone(t);
+    *tmp = _tensor_clone(t);
     if (*tmp == NULL) return false;
     t = *tmp;
     g->tr = CblasNoTrans;
@@ -53,9 +53,9 @@ static bool gemm_prepare(const tensor *t, tensor **tmp, gemm_arg *g) {
   return true;
 }
 
+/* a and b checked already (they may be maybe_t's descriptors). */
 static bool matmul_shapes(const char *op, const tensor *a, const tensor *b, int *nd, int64_t *shape,
                           int64_t *batch) {
-  if (!_tensor_arg_f32(op, "a", a) || !_tensor_arg_f32(op, "b", b)) return false;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
     _tensor_err(TENSOR_ESHAPE, "%s: want 2-D or 3-D operands, got %s and %s", op, _tensor_desc(a, b1),
@@ -77,11 +77,16 @@ static bool matmul_shapes(const char *op, const tensor *a, const tensor *b, int 
   return true;
 }
 
-tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, float alpha, float beta) {
-  const char *op = "tensor_gemm_out";
+static bool matmul_args(const char *op, const tensor *a, const tensor *b) {
+  return _tensor_arg_f32(op, "a", a) && (b == a || _tensor_arg_f32(op, "b", b));
+}
+
+/* The arguments checked already. */
+static tensor_status gemm_run(const char *op, tensor *out, const tensor *a, const tensor *b, float alpha,
+                              float beta) {
   int nd;
   int64_t shape[3], batch;
-  if (!_tensor_arg_f32(op, "out", out) || !matmul_shapes(op, a, b, &nd, shape, &batch)) return tensor_last_status();
+  if (!matmul_shapes(op, a, b, &nd, shape, &batch)) return tensor_last_status();
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR], b4[TENSOR_SHAPE_STR];
   if (out->ndim != nd || memcmp(out->shape, shape, (size_t)nd * sizeof *shape) != 0)
     return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, %s @ %s is %s", op, _tensor_desc(out, b3), _tensor_desc(a, b1),
@@ -114,16 +119,27 @@ tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, flo
   return TENSOR_OK;
 }
 
-tensor *tensor_matmul(const tensor *a, const tensor *b) {
+tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, float alpha, float beta) {
+  const char *op = "tensor_gemm_out";
+  if (!_tensor_arg_f32(op, "out", out) || !matmul_args(op, a, b)) return tensor_last_status();
+  return gemm_run(op, out, a, b, alpha, beta);
+}
+
+static tensor *matmul_run(const char *op, const tensor *a, const tensor *b) {
   int nd;
   int64_t shape[3], batch;
-  if (!matmul_shapes("tensor_matmul", a, b, &nd, shape, &batch)) return NULL;
-  tensor *out = _tensor_out("tensor_matmul", TENSOR_F32, nd, shape);
-  if (out && tensor_gemm_out(out, a, b, 1.0f, 0.0f) != TENSOR_OK) {
+  if (!matmul_shapes(op, a, b, &nd, shape, &batch)) return NULL;
+  tensor *out = _tensor_out(op, TENSOR_F32, nd, shape);
+  if (out && gemm_run(op, out, a, b, 1.0f, 0.0f) != TENSOR_OK) {
     tensor_free(out);
     return NULL;
   }
   return out;
+}
+
+tensor *tensor_matmul(const tensor *a, const tensor *b) {
+  if (!matmul_args("tensor_matmul", a, b)) return NULL;
+  return matmul_run("tensor_matmul", a, b);
 }
 
 /* t, or t with its last two axes swapped, as a descriptor on the caller's
@@ -146,13 +162,16 @@ static const tensor *maybe_t(const tensor *t, int trans, tensor *tmp) {
 
 tensor_status tensor_gemm_t_out(tensor *out, const tensor *a, int ta, const tensor *b, int tb, float alpha,
                                 float beta) {
+  const char *op = "tensor_gemm_t_out";
+  if (!_tensor_arg_f32(op, "out", out) || !matmul_args(op, a, b)) return tensor_last_status();
   tensor at, bt;
-  return tensor_gemm_out(out, maybe_t(a, ta, &at), maybe_t(b, tb, &bt), alpha, beta);
+  return gemm_run("tensor_gemm_out", out, maybe_t(a, ta, &at), maybe_t(b, tb, &bt), alpha, beta);
 }
 
 tensor *tensor_matmul_t(const tensor *a, int ta, const tensor *b, int tb) {
+  if (!matmul_args("tensor_matmul_t", a, b)) return NULL;
   tensor at, bt;
-  return tensor_matmul(maybe_t(a, ta, &at), maybe_t(b, tb, &bt));
+  return matmul_run("tensor_matmul", maybe_t(a, ta, &at), maybe_t(b, tb, &bt));
 }
 
 /* ---- conv2d ------------------------------------------------------------------------ */
@@ -649,7 +668,7 @@ tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim,
   const char *op = "tensor_max_pool2d_grad";
   if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg(op, "argmax", argmax)) return NULL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-  if (argmax->dtype != TENSOR_I32 || !tensor_same_shape(dy, argmax) || dy->ndim != 4 || ndim != 4 ||
+  if (argmax->dtype != TENSOR_I32 || !_tensor_same_shape(dy, argmax) || dy->ndim != 4 || ndim != 4 ||
       _tensor_check_shape(op, ndim, x_shape) < 0 || x_shape[0] != dy->shape[0] || x_shape[1] != dy->shape[1]) {
     _tensor_err(TENSOR_ESHAPE, "%s: dy %s, argmax %s and the input shape do not match", op, _tensor_desc(dy, b1),
                 _tensor_desc(argmax, b2));

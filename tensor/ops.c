@@ -126,10 +126,9 @@ UNARY_KERNEL(k_scale, x * c[0])
 
 /* ---- binary ----------------------------------------------------------------- */
 
-static tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
-                                const float *c) {
-  if (!_tensor_arg_f32(op, "out", out) || !_tensor_arg_f32(op, "a", a) || !_tensor_arg_f32(op, "b", b))
-    return tensor_last_status();
+/* The arguments checked already (b may be a scalar on the caller's stack). */
+static tensor_status binary_out_run(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
+                                    const float *c) {
   int nd;
   int64_t shape[TENSOR_MAX_DIMS];
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR], b4[TENSOR_SHAPE_STR];
@@ -149,8 +148,19 @@ static tensor_status binary_out(const char *op, tensor *out, const tensor *a, co
   return TENSOR_OK;
 }
 
-static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c) {
-  if (!_tensor_arg_f32(op, "a", a) || !_tensor_arg_f32(op, "b", b)) return NULL;
+/* Each distinct argument checked once (out is often a). */
+static tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
+                                const float *c) {
+  if (!_tensor_arg_f32(op, "out", out) || (a != out && !_tensor_arg_f32(op, "a", a)) ||
+      (b != a && b != out && !_tensor_arg_f32(op, "b", b)))
+    return tensor_last_status();
+  return binary_out_run(op, out, a, b, k, c);
+}
+
+/* b_local: b is a scalar on the caller's stack, not the ledger's. */
+static tensor *binary_run(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c,
+                          bool b_local) {
+  if (!_tensor_arg_f32(op, "a", a) || (!b_local && b != a && !_tensor_arg_f32(op, "b", b))) return NULL;
   int nd;
   int64_t shape[TENSOR_MAX_DIMS];
   if (!_tensor_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) {
@@ -160,11 +170,15 @@ static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_f
     return NULL;
   }
   tensor *out = _tensor_out(op, TENSOR_F32, nd, shape);
-  if (out && binary_out(op, out, a, b, k, c) != TENSOR_OK) {
+  if (out && binary_out_run(op, out, a, b, k, c) != TENSOR_OK) {
     tensor_free(out);
     return NULL;
   }
   return out;
+}
+
+static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c) {
+  return binary_run(op, a, b, k, c, false);
 }
 
 /* A scalar as a 0-d tensor on the stack (no header, no storage: never
@@ -179,19 +193,19 @@ tensor *tensor_mul(const tensor *a, const tensor *b) { return binary("tensor_mul
 tensor *tensor_div(const tensor *a, const tensor *b) { return binary("tensor_div", a, b, k_div, NULL); }
 tensor *tensor_add_scalar(const tensor *a, float s) {
   SCALAR(x, s);
-  return binary("tensor_add_scalar", a, &x, k_add, NULL);
+  return binary_run("tensor_add_scalar", a, &x, k_add, NULL, true);
 }
 tensor *tensor_sub_scalar(const tensor *a, float s) {
   SCALAR(x, s);
-  return binary("tensor_sub_scalar", a, &x, k_sub, NULL);
+  return binary_run("tensor_sub_scalar", a, &x, k_sub, NULL, true);
 }
 tensor *tensor_mul_scalar(const tensor *a, float s) {
   SCALAR(x, s);
-  return binary("tensor_mul_scalar", a, &x, k_mul, NULL);
+  return binary_run("tensor_mul_scalar", a, &x, k_mul, NULL, true);
 }
 tensor *tensor_div_scalar(const tensor *a, float s) {
   SCALAR(x, s);
-  return binary("tensor_div_scalar", a, &x, k_div, NULL);
+  return binary_run("tensor_div_scalar", a, &x, k_div, NULL, true);
 }
 
 tensor_status tensor_add_out(tensor *o, const tensor *a, const tensor *b) {
@@ -229,8 +243,9 @@ tensor_status tensor_sub_(tensor *a, const tensor *b) { return binary_out("tenso
 tensor_status tensor_mul_(tensor *a, const tensor *b) { return binary_out("tensor_mul_", a, a, b, k_mul, NULL); }
 tensor_status tensor_div_(tensor *a, const tensor *b) { return binary_out("tensor_div_", a, a, b, k_div, NULL); }
 tensor_status tensor_add_scalar_(tensor *a, float s) {
+  if (!_tensor_arg_f32("tensor_add_scalar_", "a", a)) return tensor_last_status();
   SCALAR(x, s);
-  return binary_out("tensor_add_scalar_", a, a, &x, k_add, NULL);
+  return binary_out_run("tensor_add_scalar_", a, a, &x, k_add, NULL);
 }
 tensor_status tensor_mul_scalar_(tensor *a, float s) {
   return binary_out("tensor_mul_scalar_", a, a, a, k_scale, &s);
@@ -239,8 +254,8 @@ tensor_status tensor_mul_scalar_(tensor *a, float s) {
 /* ---- unary ------------------------------------------------------------------- */
 
 static tensor_status unary_out(const char *op, tensor *out, const tensor *a, kernel_fn *k) {
-  if (!_tensor_arg_f32(op, "out", out) || !_tensor_arg_f32(op, "a", a)) return tensor_last_status();
-  if (!tensor_same_shape(out, a)) {
+  if (!_tensor_arg_f32(op, "out", out) || (a != out && !_tensor_arg_f32(op, "a", a))) return tensor_last_status();
+  if (!_tensor_same_shape(out, a)) {
     char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
     return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, a is %s", op, _tensor_desc(out, b1), _tensor_desc(a, b2));
   }
@@ -393,7 +408,7 @@ tensor_status tensor_sum_add_(tensor *acc, const tensor *a, int axis) {
     else inner *= a->shape[d];
     fits = fits && acc->shape[k++] == a->shape[d];
   }
-  if (!fits || !tensor_is_contiguous(acc))
+  if (!fits || !_tensor_contig(acc))
     return _tensor_err(TENSOR_ESHAPE, "%s: acc %s is not a contiguous sum of %s over axis %d", op,
                        _tensor_desc(acc, b1), _tensor_desc(a, b2), axis);
   if (acc->numel > SUM_ADD_STACK || n == 0) {

@@ -338,6 +338,51 @@ void   tensor_pool_reset_stats(tensor_pool *p);
  * Returns the previous one. */
 tensor_pool *tensor_pool_use(tensor_pool *p);
 
+/* ---- seeded bugs -------------------------------------------------------------- */
+
+/* The memory bugs tagalloc exists for, each reintroduced in the real code
+ * path of tensor/, autograd/ or the training programs when switched on
+ * (one at a time), so that tests and demos show what the ledger reports:
+ *   reshape-dummy, slice-dummy  a reshape / slice allocates a 1-element
+ *       dummy buffer for the new header and then points it at the parent's
+ *       data: the dummy is leak.orphan, allocated in tensor_reshape /
+ *       tensor_slice (tensor/view.c);
+ *   view-underflow  a view's free releases the storage once too often
+ *       (_tensor_free, tensor/core.c): ref.underflow;
+ *   tape-stack-inputs  a recorded op keeps a pointer to its caller's stack
+ *       array of inputs (_ag_result, autograd/tape.c): hold.stack;
+ *   params-in-arena  parameters made while a tape is in use live in its
+ *       arena (ag_param_new, autograd/tape.c) and are used after its reset:
+ *       arena.after-reset;
+ *   pool-double-release  backward gives a spent gradient back to the pool a
+ *       second time (ag_backward, autograd/tape.c): free.double;
+ *   optimizer-state-leak  a checkpoint load makes the optimizer's state anew
+ *       without freeing the old (ag_checkpoint_load, autograd/checkpoint.c):
+ *       leak.orphan, orphaned there;
+ *   arena-early-reset, scope-escape  the training programs' loop resets the
+ *       tape before backward (arena.after-reset); takes its batch from a
+ *       scope that does not escape it (use.after-free).
+ * TAGALLOC_FAULT=NAME in the environment, read at the first
+ * tensor_fault_get, sets it too. */
+typedef enum {
+  TENSOR_FAULT_NONE = 0,
+  TENSOR_FAULT_RESHAPE_DUMMY,
+  TENSOR_FAULT_SLICE_DUMMY,
+  TENSOR_FAULT_VIEW_UNDERFLOW,
+  TENSOR_FAULT_TAPE_STACK_INPUTS,
+  TENSOR_FAULT_ARENA_EARLY_RESET,
+  TENSOR_FAULT_PARAMS_IN_ARENA,
+  TENSOR_FAULT_SCOPE_ESCAPE,
+  TENSOR_FAULT_POOL_DOUBLE_RELEASE,
+  TENSOR_FAULT_OPTIMIZER_STATE_LEAK,
+  TENSOR_FAULT_COUNT
+} tensor_fault;
+/* By name ("reshape-dummy", ...; NULL or "none": off).  Returns
+ * TENSOR_EINVAL, with a message listing the names, for an unknown one. */
+tensor_status tensor_fault_set(const char *name);
+tensor_fault  tensor_fault_get(void);
+const char   *tensor_fault_name(tensor_fault f);   /* "none" for TENSOR_FAULT_NONE, NULL past the last */
+
 /* ---- threads ------------------------------------------------------------- */
 
 /* Threads for OpenBLAS (sgemm) and for conv2d's batch loops (up to 16);

@@ -14,6 +14,21 @@ static tensor *make_view(const tensor *t, int ndim, const int64_t *shape, const 
   return _tensor_header(t->storage, false, t->dtype, ndim, shape, strides, offset);
 }
 
+/* The seeded bug of reshape-dummy and slice-dummy (tensor_fault_set): the
+ * view is given a 1-element buffer of its own, then pointed at its parent's
+ * data like any view; the dummy loses its only holder there and is never
+ * freed (leak.orphan, 4 bytes a view). */
+static inline __attribute__((always_inline)) tensor *dummy_view(const tensor *t, int ndim, const int64_t *shape,
+                                                                const int64_t *strides, int64_t offset) {
+  tensor *v = make_view(t, ndim, shape, strides, offset);
+  if (v == NULL) return NULL;
+  void *dummy = ta_alloc(_tensor_tag_storage, 4);        /* the view's "own" element */
+  ta_hold(v, "data", dummy);
+  v->data = (char *)t->storage->data + offset * 4;       /* ... overwritten with the parent's */
+  ta_hold(v, "data", v->storage);
+  return v;
+}
+
 tensor *tensor_alias(const tensor *t) {
   if (!_tensor_arg("tensor_alias", "t", t)) return NULL;
   return make_view(t, t->ndim, t->shape, t->strides, t->offset);
@@ -125,7 +140,10 @@ tensor *tensor_reshape(const tensor *t, int ndim, const int64_t *shape) {
   if (!_tensor_arg("tensor_reshape", "t", t)) return NULL;
   int64_t ns[TENSOR_MAX_DIMS], nst[TENSOR_MAX_DIMS];
   if (!resolve_shape("tensor_reshape", t, ndim, shape, ns)) return NULL;
-  if (view_strides(t, ndim, ns, nst)) return make_view(t, ndim, ns, nst, t->offset);
+  if (view_strides(t, ndim, ns, nst)) {
+    if (_tensor_fault(TENSOR_FAULT_RESHAPE_DUMMY)) return dummy_view(t, ndim, ns, nst, t->offset);
+    return make_view(t, ndim, ns, nst, t->offset);
+  }
   tensor *c = tensor_clone(t);
   if (c == NULL) return NULL;
   tensor *v = tensor_view(c, ndim, ns);
@@ -166,6 +184,8 @@ tensor *tensor_slice(const tensor *t, int axis, int64_t start, int64_t stop, int
   memcpy(strides, t->strides, sizeof strides);
   shape[axis] = (s1 - s0 + step - 1) / step;
   strides[axis] = t->strides[axis] * step;
+  if (_tensor_fault(TENSOR_FAULT_SLICE_DUMMY))
+    return dummy_view(t, t->ndim, shape, strides, t->offset + s0 * t->strides[axis]);
   return make_view(t, t->ndim, shape, strides, t->offset + s0 * t->strides[axis]);
 }
 
@@ -188,7 +208,7 @@ tensor *tensor_select(const tensor *t, int axis, int64_t index) {
 }
 
 int64_t tensor_batch_count(const tensor *t, int64_t batch) {
-  if (t == NULL || t->ndim == 0 || batch < 1) return 0;
+  if (t == NULL || !_tensor_live("tensor_batch_count", "t", t) || t->ndim == 0 || batch < 1) return 0;
   return (t->shape[0] + batch - 1) / batch;
 }
 
@@ -350,20 +370,24 @@ void _tensor_copy_strided(tensor *dst, const tensor *src) {
   }
 }
 
-tensor *tensor_clone(const tensor *t) {
-  if (!_tensor_arg("tensor_clone", "t", t)) return NULL;
+tensor *_tensor_clone(const tensor *t) {
   tensor *c = _tensor_out("tensor_clone", t->dtype, t->ndim, t->shape);
   if (c) _tensor_copy_strided(c, t);
   return c;
 }
 
+tensor *tensor_clone(const tensor *t) {
+  if (!_tensor_arg("tensor_clone", "t", t)) return NULL;
+  return _tensor_clone(t);
+}
+
 tensor *tensor_contiguous(const tensor *t) {
   if (!_tensor_arg("tensor_contiguous", "t", t)) return NULL;
-  return tensor_is_contiguous(t) ? tensor_alias(t) : tensor_clone(t);
+  return _tensor_contig(t) ? tensor_alias(t) : _tensor_clone(t);
 }
 
 tensor *_tensor_borrow(const tensor *t) {
-  return tensor_is_contiguous(t) ? (tensor *)t : tensor_clone(t);
+  return _tensor_contig(t) ? (tensor *)t : _tensor_clone(t);
 }
 
 tensor_status tensor_copy_(tensor *dst, const tensor *src) {

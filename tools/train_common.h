@@ -227,6 +227,7 @@ typedef struct {
   int lr_set, adam;
   uint64_t seed;
   const char *checkpoint, *resume, *json, *html;
+  const char *fault;
 } tc_common;
 
 /* Takes option a (value v) when it is a common one: 1, else 0. */
@@ -242,6 +243,7 @@ static inline int tc_common_option(tc_common *c, const char *a, const char *v) {
   else if (!strcmp(a, "--resume")) c->resume = v;
   else if (!strcmp(a, "--json")) c->json = v;
   else if (!strcmp(a, "--html")) c->html = v;
+  else if (!strcmp(a, "--fault")) c->fault = v;
   else if (!strcmp(a, "--optim")) {
     if (!strcmp(v, "sgd")) c->adam = 0;
     else if (!strcmp(v, "adam")) c->adam = 1;
@@ -268,6 +270,12 @@ static inline void tc_parse_args(int argc, char **argv, tc_common *c, void (*usa
   }
 }
 
+static inline void tc_quiet_error(tensor_status st, const char *message, void *arg) {
+  (void)st;
+  (void)message;
+  (void)arg;
+}
+
 /* Checks what the options ask for before anything is loaded. */
 static inline void tc_common_check(const tc_common *c) {
   if (c->checkpoint_every && !c->checkpoint) tc_die("--checkpoint-every needs --checkpoint FILE");
@@ -275,12 +283,39 @@ static inline void tc_common_check(const tc_common *c) {
   if (c->html) tc_check_output("--html", c->html);
   if (c->checkpoint) tc_check_output("--checkpoint", c->checkpoint);
   if (c->resume && access(c->resume, R_OK) != 0) tc_die("--resume %s: %s", c->resume, strerror(errno));
+  if (c->fault) {
+    tensor_error_handler(tc_quiet_error, NULL);
+    tensor_status st = tensor_fault_set(c->fault);
+    tensor_error_handler(NULL, NULL);
+    if (st != TENSOR_OK) tc_die("--fault %s: %s", c->fault, tensor_error());
+  }
+  if (tensor_fault_get() != TENSOR_FAULT_NONE)
+    fprintf(stderr, TRAIN_PROG ": the seeded bug %s is on (--fault or TAGALLOC_FAULT)\n",
+            tensor_fault_name(tensor_fault_get()));
+}
+
+/* ---- a step that failed ------------------------------------------------------------ */
+
+/* A step failed.  After a ledger finding (a misuse the library refused,
+ * or a seeded bug) the run stops and ends as usual, with the ledger's
+ * report; otherwise the one line that says why, exit status 2. */
+static inline void tc_step_failed(const char *what, long long step) {
+  if (ta_findings_count(NULL) == 0) tc_die("%s failed: %s%s", what, tensor_error(), ag_error());
+  fprintf(stderr, TRAIN_PROG ": %s %lld failed after the ledger's finding: stopping the run\n", what, step);
+}
+
+/* t, when the ledger says it is still a live tensor (else the finding is
+ * made and t left alone): for freeing what a failed step made. */
+static inline void tc_free_if_live(tensor *t) {
+  if (t && tensor_storage_block(t)) tensor_free(t);
 }
 
 #define TC_COMMON_USAGE                                                                                   \
   "  --batch N, --lr X, --seed N, --threads N, --optim sgd|adam\n"                                        \
   "  --checkpoint FILE: saved every --checkpoint-every N steps and at the end; --resume FILE continues it\n" \
   "  --stop-after N: stop after N steps in all (saving the checkpoint), as an interrupted run would\n"     \
-  "  --json FILE: the measurements; --html FILE: the ledger's report of the run\n"
+  "  --json FILE: the measurements; --html FILE: the ledger's report of the run\n"                         \
+  "  --fault NAME: a seeded memory bug on (reshape-dummy, slice-dummy, view-underflow, tape-stack-inputs,\n" \
+  "    arena-early-reset, params-in-arena, scope-escape, pool-double-release, optimizer-state-leak)\n"
 
 #endif

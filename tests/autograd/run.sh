@@ -134,4 +134,63 @@ if [ -x "$BUILD"/train-lenet ]; then
   check "train-lenet bad input" lenet_bad_input
 fi
 
+# The seeded bugs (tensor_fault_set; TAGALLOC_FAULT here, --fault on the
+# command line): each run of at most 10 steps must report exactly its kind
+# (and what the same bug leads to, listed after the frame count), with the
+# fault site's function and file among the top frames of the named stack
+# (check_fault.py reads the report model in the --html page); without a
+# fault, no finding at all.  Each check fails when its detection is off.
+CHECK_FAULT="$(dirname "$0")/check_fault.py"
+lenet_fault() {
+  local fault=$1 page="$LENET_DIR/fault-$1.html" out
+  shift
+  TAGALLOC_FAULT=$fault "$BUILD"/train-lenet --epochs 1 --steps 10 --test 100 --seed 3 --html "$page" \
+    >/dev/null 2>"$LENET_DIR/fault.err"
+  [ $? -eq 1 ] || { echo "    exit status not 1"; tail -5 "$LENET_DIR/fault.err" | sed 's/^/    /'; return 1; }
+  out=$("$CHECK_FAULT" "$page" "$@") || { echo "    $out"; return 1; }
+  ! grep -q "ref.leak\|hold.dangling" "$LENET_DIR/fault.err" || { echo "    an exit-only finding"; return 1; }
+}
+lenet_no_fault() {
+  local page="$LENET_DIR/fault-none.html" out
+  "$BUILD"/train-lenet --epochs 1 --steps 10 --test 100 --seed 3 --html "$page" >/dev/null 2>&1 || return 1
+  out=$("$CHECK_FAULT" "$page" none) || { echo "    $out"; return 1; }
+}
+lenet_optimizer_state_leak() {
+  local page="$LENET_DIR/fault-osl.html" out
+  rm -f "$LENET_DIR/osl.ck"
+  "$BUILD"/train-lenet --epochs 1 --steps 6 --test 100 --seed 3 --checkpoint "$LENET_DIR/osl.ck" --stop-after 3 \
+    >/dev/null 2>&1 || return 1
+  "$BUILD"/train-lenet --epochs 1 --steps 6 --test 100 --seed 3 --resume "$LENET_DIR/osl.ck" \
+    --fault optimizer-state-leak --html "$page" >/dev/null 2>&1
+  [ $? -eq 1 ] || return 1
+  out=$("$CHECK_FAULT" "$page" leak.orphan aux_stack ag_checkpoint_load autograd/checkpoint.c 3 leak.indirect) \
+    || { echo "    $out"; return 1; }
+}
+charlm_fault() {
+  local fault=$1 page="$LENET_DIR/cfault-$1.html" out
+  shift
+  "$BUILD"/train-charlm --iters 20 --every 20 --val-batches 2 --seed 2 --fault "$fault" --html "$page" \
+    >/dev/null 2>"$LENET_DIR/cfault.err"
+  [ $? -eq 1 ] || { echo "    exit status not 1"; tail -5 "$LENET_DIR/cfault.err" | sed 's/^/    /'; return 1; }
+  out=$("$CHECK_FAULT" "$page" "$@") || { echo "    $out"; return 1; }
+}
+if [ -x "$BUILD"/train-lenet ]; then
+  check "fault reshape-dummy: leak.orphan from tensor_reshape" lenet_fault reshape-dummy leak.orphan stack tensor_reshape tensor/view.c
+  check "fault slice-dummy: leak.orphan from tensor_slice" lenet_fault slice-dummy leak.orphan stack tensor_slice tensor/view.c
+  check "fault view-underflow: ref.underflow in _tensor_free" lenet_fault view-underflow ref.underflow stack _tensor_free tensor/core.c
+  check "fault tape-stack-inputs: hold.stack in _ag_result" lenet_fault tape-stack-inputs hold.stack stack _ag_result autograd/tape.c
+  check "fault arena-early-reset: arena.after-reset in main" lenet_fault arena-early-reset arena.after-reset stack main tools/train_lenet.c
+  check "fault params-in-arena: arena.after-reset, made in ag_param_new" lenet_fault params-in-arena arena.after-reset alloc_stack ag_param_new autograd/tape.c 3 leak.orphan,leak.indirect
+  check "fault scope-escape: use.after-free in main" lenet_fault scope-escape use.after-free stack main tools/train_lenet.c
+  check "fault pool-double-release: free.double in ag_backward" lenet_fault pool-double-release free.double stack ag_backward autograd/tape.c
+  check "fault optimizer-state-leak: leak.orphan, orphaned in ag_checkpoint_load" lenet_optimizer_state_leak
+  check "no fault: no finding" lenet_no_fault
+fi
+if [ -x "$BUILD"/train-charlm ] && [ -d /usr/share/games/fortunes ]; then
+  check "train-charlm fault reshape-dummy" charlm_fault reshape-dummy leak.orphan stack tensor_reshape tensor/view.c
+  check "train-charlm fault tape-stack-inputs" charlm_fault tape-stack-inputs hold.stack stack _ag_result autograd/tape.c
+  check "train-charlm fault arena-early-reset" charlm_fault arena-early-reset arena.after-reset stack main tools/train_charlm.c
+  check "train-charlm fault pool-double-release" charlm_fault pool-double-release free.double stack ag_backward autograd/tape.c
+fi
+
 finish autograd

@@ -82,14 +82,14 @@ static void test_capacity_shrinks(void **state) {
   ag_backward(ag_sum(ag_mul_scalar(v, 2), TENSOR_ALL, 0));
   ag_tape_reset(small);
   size_t base = ag_tape_capacity(small);
-  assert_int_equal(base, 4096);
+  assert_int_equal(base, 2 * 4096);   /* two sets of chunks: generations alternate */
   /* a long graph: 3000 ops */
   v = ag_leaf(x, 1);
   for (int i = 0; i < 3000; i++) v = ag_add_scalar(v, 1e-3f);
   assert_int_equal(ag_tape_ops(small), 3000);
   assert_int_equal(ag_backward(ag_sum(v, TENSOR_ALL, 0)), 0);
   size_t grown = ag_tape_capacity(small);
-  assert_true(grown >= 80 * base);   /* about 128 bytes an op and its result */
+  assert_true(grown >= 40 * base);   /* about 128 bytes an op and its result */
   ag_tape_reset(small);
   /* a steady step again: the growth goes back at its reset */
   v = ag_leaf(x, 1);

@@ -224,6 +224,90 @@ static void test_free_arena_block(void **state) {
   ta_arena_free(a);
 }
 
+/* An alternating arena: consecutive generations use different memory, so a
+ * pointer kept across a reset is arena.after-reset at its next check, with
+ * its allocation stack and the reset's; the chunk it is in is then retired,
+ * so it stays caught at every later check (it never lands in a live block). */
+NOIPA static void *make_one(ta_arena *a) {
+  void *p = ta_arena_alloc(a, 48);
+  KEEP();
+  return p;
+}
+
+NOIPA static int check_stale(const void *p, ta_tag T) {
+  int r = ta_check_tag(p, T);
+  KEEP();
+  return r;
+}
+
+static void test_alternate_generations(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("tape");
+  report_ctx *ctx = report_ctx_new();
+  ta_arena *a = ta_arena_new_flags(T, 4096, TA_ARENA_ALTERNATE);
+  assert_int_equal(ta_arena_capacity(a), 2 * 4096);
+  void *old = make_one(a);
+  assert_int_equal(check_stale(old, T), 1);
+  ta_arena_reset(a);
+  void *fresh = ta_arena_alloc(a, 48);
+  assert_ptr_not_equal(fresh, old);              /* the other set */
+  assert_int_equal(check_stale(fresh, T), 1);
+  assert_int_equal(ta_findings_count(NULL), 0);
+  assert_int_equal(check_stale(old, T), 0);
+  assert_int_equal(ta_findings_count("arena.after-reset"), 1);
+  assert_int_equal(ta_findings_count(NULL), 1);
+  ta_finding f = the_finding("arena.after-reset");
+  assert_string_equal(stack_frame0(ctx, f.stack), "check_stale");
+  assert_string_equal(stack_frame0(ctx, f.alloc_stack), "make_one");
+  assert_string_equal(stack_frame0(ctx, f.free_stack), "test_alternate_generations");
+  assert_int_equal(f.bytes, 48);
+  assert_int_equal(f.tag, T);
+  /* two generations on, the old address would be the first block of its
+   * set again; its chunk is retired, so it is not */
+  ta_arena_reset(a);
+  void *again = ta_arena_alloc(a, 48);
+  assert_ptr_not_equal(again, old);
+  assert_int_equal(check_stale(old, T), 0);
+  assert_int_equal(ta_findings_count("arena.after-reset"), 2);
+  ta_arena_reset(a);
+  assert_int_equal(check_stale(old, T), 0);
+  assert_int_equal(ta_findings_count("arena.after-reset"), 3);
+  assert_int_equal(ta_findings_count(NULL), 3);
+  ta_arena_free(a);
+  report_ctx_free(ctx);
+}
+
+/* ta_check_block's kinds: a freed block, a block released once too often,
+ * a block of another tag, memory the ledger does not know. */
+static void test_check_block_kinds(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("thing"), U = ta_tag_get("other");
+  void *p = ta_alloc(T, 32), *q = ta_alloc(U, 32);
+  assert_int_equal(ta_check_block(p, T, T, 0, "x"), 1);
+  assert_int_equal(ta_check_block(p, U, T, 0, "x"), 1);   /* either tag */
+  assert_int_equal(ta_check_block(p, TA_ANY, TA_ANY, 0, "x"), 1);
+  assert_int_equal(ta_check_block(q, T, T, 0, "x"), 0);   /* live, but another tag */
+  assert_int_equal(ta_findings_count("use.after-free"), 1);
+  ta_free(p);
+  assert_int_equal(ta_check_block(p, T, T, 0, "x"), 0);
+  assert_int_equal(ta_findings_count("use.after-free"), 2);
+  assert_int_equal(ta_check_block(p, T, T, TA_CHECK_FREE, "x"), 0);
+  assert_int_equal(ta_findings_count("free.double"), 1);
+  int local;
+  assert_int_equal(ta_check_block(&local, T, T, TA_CHECK_FREE, "x"), 0);
+  assert_int_equal(ta_findings_count("free.invalid"), 1);
+  void *r = ta_alloc(T, 16);
+  ta_ref_init(r, 1);
+  assert_int_equal(ta_ref_release(r), 0);
+  ta_free(r);
+  assert_int_equal(ta_check_block(r, T, T, TA_CHECK_REF, "x"), 0);
+  assert_int_equal(ta_findings_count("ref.underflow"), 1);
+  ta_finding f = the_finding("ref.underflow");
+  assert_int_equal(f.history_len, 2);            /* init, the release */
+  assert_int_equal(ta_findings_count(NULL), 5);
+  ta_free(q);
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -233,6 +317,8 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_check_after_reset, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_capacity_shrinks, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_free_arena_block, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_alternate_generations, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_check_block_kinds, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

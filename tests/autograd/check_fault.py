@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""check_fault.py - what a training program's report (--html FILE) says
+about a run with a seeded bug (--fault NAME).
+
+    check_fault.py PAGE KIND STACK FUNCTION FILE [TOP [ALSO]]
+
+Reads the report model embedded in the page (the JSON block
+"tagalloc-data") and checks that every finding is of KIND (no other kind,
+at least one finding), and that FUNCTION in FILE is among the first TOP
+(default 3) frames, inlined ones included, of the STACK ("stack": the
+headline, "aux_stack", "alloc_stack" or "free_stack") of at least one of
+them.  ALSO (comma-separated kinds) are consequences of the same bug that
+may be reported beside KIND.  With KIND "none": no finding at all.  Prints one line; exit status 0
+when it holds, 1 otherwise."""
+import json
+import re
+import sys
+
+
+def frames_of(data, idx, top):
+    """(function, file) of the first `top` frames of stack idx, inlined frames included."""
+    if idx is None or idx < 0 or idx >= len(data["stacks"]):
+        return []
+    strings = data["strings"]
+    out = []
+    for fr in data["stacks"][idx][:top]:
+        fn = strings[fr[0]] if fr[0] >= 0 else "??"
+        fl = strings[fr[1]] if fr[1] >= 0 else "??"
+        out.append((fn, fl))
+    return out
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    page, kind = argv[1], argv[2]
+    text = open(page, encoding="utf-8").read()
+    m = re.search(r'<script type="application/json" id="tagalloc-data">(.*?)</script>', text, re.S)
+    if not m:
+        print(f"{page}: no report data")
+        return 1
+    data = json.loads(m.group(1))
+    findings = data["findings"]
+    kinds = sorted({f["kind"] for f in findings})
+    if kind == "none":
+        ok = not findings
+        print(f"{'ok' if ok else 'FAIL'}: findings of kinds {kinds or 'none'}, want none")
+        return 0 if ok else 1
+    stack, function, path = argv[3], argv[4], argv[5]
+    top = int(argv[6]) if len(argv) > 6 else 3
+    also = set(argv[7].split(",")) if len(argv) > 7 else set()
+    if kind not in kinds or set(kinds) - also - {kind}:
+        print(f"FAIL: findings of kinds {kinds}, want {kind}" + (f" (and maybe {sorted(also)})" if also else " only"))
+        return 1
+    seen = []
+    for f in findings:
+        if f["kind"] != kind:
+            continue
+        fr = frames_of(data, f.get(stack), top)
+        seen.append(fr)
+        if any(fn == function and fl.endswith(path) for fn, fl in fr):
+            print(f"ok: {len(findings)} {kind} group(s); {function} ({path}) in the top {top} frames of a {stack}")
+            return 0
+    print(f"FAIL: {function} ({path}) not in the top {top} frames of any {kind} {stack}: {seen[:3]}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
