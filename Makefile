@@ -80,7 +80,7 @@ $(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_JEMALLOC)
 # The command-line tool too: without libjemalloc.so and its libstdc++ it
 # starts in a third of the time (their relocations were most of it).
 $(BUILD)/tagalloc: $(CLI_SRC) $(BUILD)/libtagalloc.a $(wildcard tools/*.h)
-	$(CC) $(CFLAGS) $(COMMON) -Itools $(CLI_SRC) -o $@ $(BUILD)/libtagalloc.a $(CLI_LIBS)
+	$(CC) $(CFLAGS) $(COMMON) -Itools $(CLI_SRC) -o $@ $(BUILD)/libtagalloc.a $(CLI_LIBS) -ljansson
 
 $(BUILD)/demo: examples/demo.c $(BUILD)/libtagalloc.a
 	$(CC) $(CFLAGS) $(COMMON) $< -o $@ $(LINKA) $(LIBS)

@@ -183,6 +183,11 @@ ta_summary ta_summary_get(void);
 /* The renderer of the exit report (reports/ registers one at load time). */
 typedef void ta_reporter_fn(int fd);
 void ta_reporter_set(ta_reporter_fn *fn);
+/* The writer of one symbolized stack (reports/ registers one at load time;
+ * without it the assertions print bare return addresses).  Writes at most
+ * max_frames frames of stack on fd, returns the lines written. */
+typedef size_t ta_stack_writer_fn(int fd, uint32_t stack, long max_frames);
+void ta_stack_writer_set(ta_stack_writer_fn *fn);
 
 /* ---- stacks -------------------------------------------------------------- */
 
@@ -233,6 +238,10 @@ void ta__assert_fail(const char *file, int line, const char *what,
 /* Options are read once from TAGALLOC_<NAME> (see README.md); a bad value
  * warns and keeps the default.  Returns -1 for an unknown name. */
 long ta_option(const char *name);
+/* When entry ("TAGALLOC_NAME=value") names no option: NAME (up to the '=');
+ * hint gets "TAGALLOC_X" for the closest option two edits away or less, or
+ * "".  NULL for a known option or a variable not starting TAGALLOC_. */
+const char *ta_options_unknown(const char *entry, char *hint, size_t hintlen);
 
 /* Error codes passed to the error handler. */
 enum {

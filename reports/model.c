@@ -347,7 +347,7 @@ static report_mstack *symbolize_stack(report_process *p, uint32_t id) {
     for (int j = 0; j < k; j++)
       st->frames[st->nframes++] = (report_mframe){ fr[j].function, fr[j].file, fr[j].module, fr[j].line,
                                                    fr[j].address, fr[j].module_offset, fr[j].inlined != 0,
-                                                   (uint32_t)i };
+                                                   (uint32_t)i, fr[j].decl_line };
   }
   return st;
 }
@@ -441,6 +441,20 @@ static bool add_growth(report_process *p, report_suppressions *supp) {
   return true;
 }
 
+void report_callsite_key(const char *function, const char *file, int line, int decl_line, char *key,
+                         size_t len) {
+  if (!function || !file) {
+    if (len) key[0] = '\0';
+    return;
+  }
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  if (line > 0 && decl_line > 0 && line >= decl_line)
+    snprintf(key, len, "%s %s:+%d", function, base, line - decl_line);
+  else
+    snprintf(key, len, "%s %s", function, base);
+}
+
 typedef struct {
   report_callsite *v;
   size_t n, cap;
@@ -450,9 +464,8 @@ typedef struct {
 
 static report_callsite *callsite_get(site_table *t, pool *mem, const report_mframe *f) {
   char buf[128], key[4096];
-  if (f->function && f->file && f->line > 0) snprintf(key, sizeof key, "%s %s:%d", f->function, f->file, f->line);
-  else if (f->function && f->file) snprintf(key, sizeof key, "%s %s", f->function, f->file);
-  else snprintf(key, sizeof key, "%s", report_frame_label(f, buf, sizeof buf));
+  report_callsite_key(f->function, f->file, f->line, f->decl_line, key, sizeof key);
+  if (!key[0]) snprintf(key, sizeof key, "%s", report_frame_label(f, buf, sizeof buf));
   if ((t->n + 1) * 2 > t->icap) {
     size_t cap = t->icap ? t->icap * 2 : 256;
     size_t *ix = malloc(cap * sizeof *ix);
@@ -512,7 +525,7 @@ static bool top_frame(report_process *p, uint32_t stack, report_mframe *out) {
     return true;
   }
   *out = (report_mframe){ fr[0].function, fr[0].file, fr[0].module, fr[0].line, fr[0].address,
-                          fr[0].module_offset, fr[0].inlined != 0, 0 };
+                          fr[0].module_offset, fr[0].inlined != 0, 0, fr[0].decl_line };
   return true;
 }
 

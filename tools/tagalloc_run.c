@@ -15,6 +15,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
@@ -34,81 +35,126 @@ extern char **environ;
 
 typedef struct {
   const char *json, *html, *folded, *folded_peak, *trace, *unwind, *supp;
-  bool        guard, no_follow, has_error_exitcode;
+  bool        guard, no_follow, has_error_exitcode, quiet;
   int         error_exitcode;
+  char       *skip;              /* --skip patterns, comma-separated (malloc'd) */
   char      **prog_argv;
   int         prog_argc;
 } run_opts;
 
 /* ---- the command line ---------------------------------------------------------- */
 
+static void run_usage(FILE *f) {
+  fputs("usage: tagalloc run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+        "Runs PROGRAM (found on PATH) with libtagalloc-preload.so preloaded and waits for it\n"
+        "and every process it starts; each prints its leak and error report on stderr at exit.\n"
+        "\n"
+        "  --json FILE            one JSON document with every process's findings\n"
+        "  --html FILE            one self-contained HTML page: findings, timeline, flame graphs\n"
+        "  --folded FILE          leaked bytes by stack, folded (frame;frame;frame bytes)\n"
+        "  --folded-peak FILE     live bytes at the peak by stack, folded\n"
+        "                         (FILE - : standard output, for one of these four)\n"
+        "  --trace FILE|DIR       keep the traces: DIR/PID.trace for each process, or the\n"
+        "                         first process's in FILE (the others in FILE.PID)\n"
+        "  --unwind exact|fast    stacks by DWARF unwinding (default) or frame pointers\n"
+        "  --guard                freed blocks' pages made inaccessible (use after free)\n"
+        "  --suppressions FILE    leak:PATTERN and tag:PATTERN lines (LeakSanitizer's format)\n"
+        "  --error-exitcode N     exit with N when any process had a leak or an error\n"
+        "  --no-follow            do not audit the programs PROGRAM executes (exec)\n"
+        "  --skip PATTERN         do not audit an executed program whose path or name matches\n"
+        "                         the glob PATTERN (nor what it starts); may be repeated\n"
+        "  -q, --quiet            no reports on stderr (the outputs above are still written)\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "Exit status: PROGRAM's own (a signal that killed it kills tagalloc the same way),\n"
+        "or N with --error-exitcode; 2 when tagalloc refuses to start PROGRAM.\n"
+        "See tagalloc-run(1) and tagalloc(7) for the TAGALLOC_* variables.\n", f);
+}
+
+enum { OPT_JSON = 256, OPT_HTML, OPT_FOLDED, OPT_FOLDED_PEAK, OPT_TRACE, OPT_UNWIND, OPT_SUPP, OPT_ERREXIT, OPT_GUARD,
+       OPT_NOFOLLOW, OPT_SKIP };
+
+/* 0: run; 1: --help was asked (exit 0); -1: a usage error (said). */
 static int parse(int argc, char **argv, run_opts *o) {
+  static const struct option longs[] = {
+    { "json", required_argument, NULL, OPT_JSON },
+    { "html", required_argument, NULL, OPT_HTML },
+    { "folded", required_argument, NULL, OPT_FOLDED },
+    { "folded-peak", required_argument, NULL, OPT_FOLDED_PEAK },
+    { "trace", required_argument, NULL, OPT_TRACE },
+    { "unwind", required_argument, NULL, OPT_UNWIND },
+    { "suppressions", required_argument, NULL, OPT_SUPP },
+    { "error-exitcode", required_argument, NULL, OPT_ERREXIT },
+    { "guard", no_argument, NULL, OPT_GUARD },
+    { "no-follow", no_argument, NULL, OPT_NOFOLLOW },
+    { "skip", required_argument, NULL, OPT_SKIP },
+    { "quiet", no_argument, NULL, 'q' },
+    { "help", no_argument, NULL, 'h' },
+    { 0, 0, 0, 0 },
+  };
   memset(o, 0, sizeof *o);
-  int i = 0;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--") == 0) {
-      i++;
-      break;
-    }
-    if (a[0] != '-') break;   /* PROGRAM without "--" */
-    const char *eq = strchr(a, '=');
-    size_t len = eq ? (size_t)(eq - a) : strlen(a);
-#define IS(name) (len == sizeof(name) - 1 && strncmp(a, name, len) == 0)
-    if (IS("--guard") || IS("--no-follow")) {
-      if (eq) {
-        cli_error("run: %.*s takes no value", (int)len, a);
+  int c;
+  while ((c = cli_getopt(argc, argv, "+qh", longs, "run")) != -1) {
+    switch (c) {
+    case OPT_JSON: o->json = optarg; break;
+    case OPT_HTML: o->html = optarg; break;
+    case OPT_FOLDED: o->folded = optarg; break;
+    case OPT_FOLDED_PEAK: o->folded_peak = optarg; break;
+    case OPT_TRACE: o->trace = optarg; break;
+    case OPT_UNWIND: o->unwind = optarg; break;
+    case OPT_SUPP: o->supp = optarg; break;
+    case OPT_GUARD: o->guard = true; break;
+    case OPT_NOFOLLOW: o->no_follow = true; break;
+    case 'q': o->quiet = true; break;
+    case 'h':
+      run_usage(stdout);
+      return 1;
+    case OPT_SKIP: {
+      if (!*optarg || strchr(optarg, ',')) {
+        cli_error("run: --skip %s: %s", optarg, *optarg ? "one pattern per --skip (no comma)" : "an empty pattern");
         return -1;
       }
-      if (IS("--guard")) o->guard = true;
-      else o->no_follow = true;
-      continue;
+      size_t old = o->skip ? strlen(o->skip) : 0, n = old + strlen(optarg) + 2;
+      char *s = realloc(o->skip, n);
+      if (!s) {
+        cli_error("out of memory");
+        return -1;
+      }
+      snprintf(s + old, n - old, "%s%s", old ? "," : "", optarg);
+      o->skip = s;
+      break;
     }
-    const char **dst = NULL;
-    const char *value = NULL;
-    if (IS("--json")) dst = &o->json;
-    else if (IS("--html")) dst = &o->html;
-    else if (IS("--folded")) dst = &o->folded;
-    else if (IS("--folded-peak")) dst = &o->folded_peak;
-    else if (IS("--trace")) dst = &o->trace;
-    else if (IS("--unwind")) dst = &o->unwind;
-    else if (IS("--suppressions")) dst = &o->supp;
-    else if (IS("--error-exitcode")) dst = &value;
-    else {
-      cli_error("run: unknown option %s (see tagalloc --help)", a);
-      return -1;
-    }
-    if (eq) {
-      *dst = eq + 1;
-    } else if (i + 1 < argc) {
-      *dst = argv[++i];
-    } else {
-      cli_error("run: %s needs a value", a);
-      return -1;
-    }
-    if (IS("--error-exitcode")) {
+    case OPT_ERREXIT: {
       char *end;
       errno = 0;
-      long n = strtol(value, &end, 10);
-      if (errno || end == value || *end || n < 0 || n > 255) {
-        cli_error("run: --error-exitcode %s: not an exit status (0 to 255)", value);
+      long n = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || n < 0 || n > 255) {
+        cli_error("run: --error-exitcode %s: not an exit status (0 to 255)", optarg);
         return -1;
       }
       o->error_exitcode = (int)n;
       o->has_error_exitcode = true;
+      break;
     }
-#undef IS
+    default:
+      return -1;
+    }
   }
   if (o->unwind && strcmp(o->unwind, "exact") != 0 && strcmp(o->unwind, "fast") != 0) {
     cli_error("run: --unwind %s: expected exact or fast", o->unwind);
     return -1;
   }
-  if (i >= argc) {
+  if (o->trace && strcmp(o->trace, "-") == 0) {
+    cli_error("run: --trace -: a trace is binary; name a file or a directory");
+    return -1;
+  }
+  if (!cli_one_stdout("run", 4, (const char *[]){ o->json, o->html, o->folded, o->folded_peak })) return -1;
+  if (optind >= argc) {
     cli_error("run: no program given (usage: tagalloc run [OPTIONS] -- PROGRAM [ARGS...])");
     return -1;
   }
-  o->prog_argv = argv + i;
-  o->prog_argc = argc - i;
+  o->prog_argv = argv + optind;
+  o->prog_argc = argc - optind;
   return 0;
 }
 
@@ -289,7 +335,7 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
   if (!env) return NULL;
   static const char *ours[] = { "LD_PRELOAD", "TAGALLOC_TRACE", "TAGALLOC_JSON", "TAGALLOC_REPORT",
                                 "TAGALLOC_UNWIND", "TAGALLOC_GUARD", "TAGALLOC_FOLLOW",
-                                "TAGALLOC_SUPPRESSIONS" };
+                                "TAGALLOC_SUPPRESSIONS", "TAGALLOC_SKIP" };
   const char *old_preload = NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
@@ -301,6 +347,7 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
     if (skip && env_is(environ[i], "TAGALLOC_SUPPRESSIONS") && !supp) skip = false;
     if (skip && env_is(environ[i], "TAGALLOC_GUARD") && !o->guard) skip = false;
     if (skip && env_is(environ[i], "TAGALLOC_FOLLOW") && !o->no_follow) skip = false;
+    if (skip && env_is(environ[i], "TAGALLOC_SKIP") && !o->skip) skip = false;
     if (!skip) env[k++] = environ[i];
   }
   /* LD_PRELOAD: ours first, then the others (without ours again) */
@@ -324,10 +371,11 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
   free(pl);
   env[k++] = env_pair("TAGALLOC_TRACE", trace);
   env[k++] = env_pair("TAGALLOC_JSON", json);
-  env[k++] = env_pair("TAGALLOC_REPORT", "1");
+  env[k++] = env_pair("TAGALLOC_REPORT", o->quiet ? "0" : "1");
   if (o->unwind) env[k++] = env_pair("TAGALLOC_UNWIND", o->unwind);
   if (o->guard) env[k++] = env_pair("TAGALLOC_GUARD", "1");
   if (o->no_follow) env[k++] = env_pair("TAGALLOC_FOLLOW", "0");
+  if (o->skip) env[k++] = env_pair("TAGALLOC_SKIP", o->skip);
   if (supp) env[k++] = env_pair("TAGALLOC_SUPPRESSIONS", supp);
   for (size_t i = 0; i < k; i++)
     if (!env[i]) return NULL;
@@ -529,12 +577,14 @@ static void report_from_trace(cli_proc *p, size_t index, const char *dir, const 
   char how[128];
   describe_end(how, sizeof how, r);
   if (m->damaged) cli_warn("%s; the records before it are reported", m->damage);
-  fflush(stdout);
-  fprintf(stderr, "==%" PRIu32 "== tagalloc: process %" PRIu32 "%s%s%s %s without its exit report; "
-          "from its trace:\n", p->pid, p->pid, (pid_t)p->pid == child ? " (" : "",
-          (pid_t)p->pid == child ? o->prog_argv[0] : "", (pid_t)p->pid == child ? ")" : "", how);
-  fflush(stderr);
-  report_text_render(STDERR_FILENO, src);
+  if (!o->quiet) {
+    fflush(stdout);
+    fprintf(stderr, "==%" PRIu32 "== tagalloc: process %" PRIu32 "%s%s%s %s without its exit report; "
+            "from its trace:\n", p->pid, p->pid, (pid_t)p->pid == child ? " (" : "",
+            (pid_t)p->pid == child ? o->prog_argv[0] : "", (pid_t)p->pid == child ? ")" : "", how);
+    fflush(stderr);
+    report_text_render(STDERR_FILENO, src);
+  }
 
   char name[64];
   snprintf(name, sizeof name, "%" PRIu32 ".%zu.gen.json", p->pid, index);
@@ -670,7 +720,12 @@ static char *trace_destination(const run_opts *o, bool to_dir, const cli_proc *p
 
 int cmd_run(int argc, char **argv) {
   run_opts o;
-  if (parse(argc, argv, &o) != 0) return CLI_EXIT_USAGE;
+  int pr = parse(argc, argv, &o);
+  if (pr != 0) {
+    free(o.skip);
+    return pr > 0 ? 0 : CLI_EXIT_USAGE;
+  }
+  cli_warn_unknown_env();
 
   /* The program. */
   const char *name = o.prog_argv[0], *why = NULL;
@@ -865,7 +920,7 @@ int cmd_run(int argc, char **argv) {
 
   /* The joined JSON. */
   if (o.json) {
-    int fd = open(o.json, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = cli_open_output(o.json);
     bool wok = fd >= 0 && cli_json_begin(fd);
     size_t k = 0;
     for (size_t i = 0; wok && i < nprocs; i++) {
@@ -902,6 +957,7 @@ int cmd_run(int argc, char **argv) {
   free(prog);
   free(preload);
   free(supp_abs);
+  free(o.skip);
   for (size_t i = 0; env[i]; i++)
     if (strncmp(env[i], "LD_PRELOAD=", 11) == 0 || strncmp(env[i], "TAGALLOC_", 9) == 0) {
       bool from_environ = false;
