@@ -93,8 +93,14 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libtagalloc.a
 test: all
 	@tests/run-tests.sh $(BUILD)
 	$(MAKE) test-asan
+	$(MAKE) test-cli
 	$(MAKE) test-integration
 	$(if $(PART_TEST),$(MAKE) $(PART_TEST))
+
+# The command line's conventions: --help, - for stdout, --quiet, colour,
+# unknown variables, --skip, the roll-up, diff's callsite keys.
+test-cli: all
+	tests/cli/run.sh $(BUILD)
 
 # Programs run under `tagalloc run`, their numbers checked exactly, and real
 # programs (python3, perl, git, gcc, node, make, sort) under the auditor.
@@ -149,5 +155,5 @@ bench-deps:
 clean:
 	rm -rf build
 
-.PHONY: all test test-asan test-integration asan-tests check-valgrind compare-memcheck demo demo-bugs bench bench-alloc deps bench-deps clean
+.PHONY: all test test-asan test-cli test-integration asan-tests check-valgrind compare-memcheck demo demo-bugs bench bench-alloc deps bench-deps clean
 .SECONDARY:

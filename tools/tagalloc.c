@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -308,6 +309,23 @@ void cli_warn_unknown_env(void) {
     if (hint[0]) cli_warn("TAGALLOC_%.*s is not an option (did you mean %s?); ignored", n, name, hint);
     else cli_warn("TAGALLOC_%.*s is not an option; ignored", n, name);
   }
+}
+
+const char *cli_thousands(char *buf, uint64_t v) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v), k = 0;
+  for (int i = 0; i < n; i++) {
+    if (i && (n - i) % 3 == 0) buf[k++] = ',';
+    buf[k++] = tmp[i];
+  }
+  buf[k] = '\0';
+  return buf;
+}
+
+const char *cli_signed_thousands(char buf[32], int64_t v) {
+  buf[0] = v < 0 ? '-' : '+';
+  cli_thousands(buf + 1, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+  return buf;
 }
 
 bool cli_color(int fd) {

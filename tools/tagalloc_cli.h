@@ -40,6 +40,11 @@ int cli_getopt(int argc, char **argv, const char *shorts, const struct option *l
 /* One warning line for each TAGALLOC_* variable in the environment that
  * names no option, with the closest option when one is near. */
 void cli_warn_unknown_env(void);
+/* v with a comma between each group of three digits (1,234,567) in buf (28
+ * bytes are enough for any v);
+ * the signed one with its sign always (+1,024, -3, +0).  Return buf. */
+const char *cli_thousands(char *buf, uint64_t v);
+const char *cli_signed_thousands(char buf[32], int64_t v);
 /* Colour for fd: a terminal, NO_COLOR unset or empty, TERM not "dumb". */
 bool cli_color(int fd);
 

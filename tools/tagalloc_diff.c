@@ -351,16 +351,19 @@ int cmd_diff(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) {
     const change *x = &c[i];
     if (!(x->d_allocs || x->d_bytes || x->d_leaked || x->d_blocks)) continue;
-    char col[4][64];
-    snprintf(col[0], sizeof col[0], "%+" PRId64 " (%" PRIu64 " -> %" PRIu64 ")", x->d_allocs, x->base.allocs, x->now.allocs);
-    snprintf(col[1], sizeof col[1], "%+" PRId64 " (%" PRIu64 " -> %" PRIu64 ")", x->d_bytes, x->base.bytes, x->now.bytes);
-    snprintf(col[2], sizeof col[2], "%+" PRId64 " (%" PRIu64 " -> %" PRIu64 ")", x->d_leaked, x->base.leaked_bytes,
-             x->now.leaked_bytes);
-    snprintf(col[3], sizeof col[3], "%+" PRId64, x->d_blocks);
+    char col[4][96], d[32], u[32], v[32];
+    snprintf(col[0], sizeof col[0], "%s (%s -> %s)", cli_signed_thousands(d, x->d_allocs),
+             cli_thousands(u, x->base.allocs), cli_thousands(v, x->now.allocs));
+    snprintf(col[1], sizeof col[1], "%s (%s -> %s)", cli_signed_thousands(d, x->d_bytes),
+             cli_thousands(u, x->base.bytes), cli_thousands(v, x->now.bytes));
+    snprintf(col[2], sizeof col[2], "%s (%s -> %s)", cli_signed_thousands(d, x->d_leaked),
+             cli_thousands(u, x->base.leaked_bytes), cli_thousands(v, x->now.leaked_bytes));
+    snprintf(col[3], sizeof col[3], "%s", cli_signed_thousands(d, x->d_blocks));
     printf("%-24s %-24s %-24s %-14s %s\n", col[0], col[1], col[2], col[3], x->key);
   }
-  printf("total: allocs %+" PRId64 ", bytes %+" PRId64 ", leaked bytes %+" PRId64 ", leaked blocks %+" PRId64 "\n",
-         t_allocs, t_bytes, t_leaked, t_blocks);
+  char t1[32], t2[32], t3[32], t4[32];
+  printf("total: allocs %s, bytes %s, leaked bytes %s, leaked blocks %s\n", cli_signed_thousands(t1, t_allocs),
+         cli_signed_thousands(t2, t_bytes), cli_signed_thousands(t3, t_leaked), cli_signed_thousands(t4, t_blocks));
   if (fail_on_increase && increase) printf("tagalloc diff: FAIL: an increase (--fail-on-increase)\n");
   fflush(stdout);
   free(c);

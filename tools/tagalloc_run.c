@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
@@ -716,6 +717,125 @@ static char *trace_destination(const run_opts *o, bool to_dir, const cli_proc *p
   return strdup(buf);
 }
 
+/* ---- the roll-up ---------------------------------------------------------------------- */
+
+typedef struct {
+  long long pid, exit_code, signal;
+  char      name[64];              /* argv[0]'s last component */
+  uint64_t  leaked_bytes, leaked_blocks, reachable_bytes, unclassified_bytes, errors;
+  bool      problems, unclassified;
+  bool      listed;                /* on a line of its own, or counted in the grouped line */
+} rollup_row;
+
+static uint64_t jnum(json_t *o, const char *a, const char *b) {
+  json_t *v = json_object_get(o, a);
+  if (b) v = json_object_get(v, b);
+  return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static bool rollup_read(const cli_proc *p, rollup_row *r) {
+  json_t *o = p->json_text ? json_loadb(p->json_text, p->json_len, 0, NULL) : NULL;
+  if (!o) return false;
+  memset(r, 0, sizeof *r);
+  json_t *v;
+  r->pid = json_is_integer(v = json_object_get(o, "pid")) ? json_integer_value(v) : (long long)p->pid;
+  r->exit_code = json_is_integer(v = json_object_get(o, "exit_code")) ? json_integer_value(v) : -1;
+  r->signal = json_is_integer(v = json_object_get(o, "signal")) ? json_integer_value(v) : 0;
+  const char *a0 = json_string_value(json_array_get(json_object_get(o, "argv"), 0));
+  const char *base = a0 ? strrchr(a0, '/') : NULL;
+  snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : a0 ? a0 : "?");
+  json_t *sum = json_object_get(o, "summary");
+  r->leaked_bytes = jnum(sum, "direct", "bytes") + jnum(sum, "indirect", "bytes") + jnum(sum, "orphan", "bytes");
+  r->leaked_blocks = jnum(sum, "direct", "blocks") + jnum(sum, "indirect", "blocks") + jnum(sum, "orphan", "blocks");
+  r->reachable_bytes = jnum(sum, "reachable", "bytes");
+  r->unclassified = json_object_get(sum, "unclassified") != NULL;
+  r->unclassified_bytes = jnum(sum, "unclassified", "bytes");
+  r->errors = jnum(o, "errors", NULL);
+  r->problems = p->problems;
+  json_decref(o);
+  return true;
+}
+
+#define th cli_thousands
+
+#define ROLLUP_LINES 16   /* process lines at most: the roll-up fits one screen */
+
+/* With several processes, after their reports: one line per process (those
+ * with findings first; beyond ROLLUP_LINES the clean ones by program name),
+ * then the totals. */
+static void rollup(const cli_proc *procs, size_t nprocs, const char *prog) {
+  rollup_row *rows = calloc(nprocs ? nprocs : 1, sizeof *rows);
+  if (!rows) return;
+  size_t n = 0;
+  for (size_t i = 0; i < nprocs; i++)
+    if (rollup_read(&procs[i], &rows[n])) n++;
+  if (n < 2) {
+    free(rows);
+    return;
+  }
+  bool color = cli_color(STDERR_FILENO);
+  const char *bold = color ? "\033[1m" : "", *red = color ? "\033[1;31m" : "", *off = color ? "\033[0m" : "";
+  uint64_t t_leaked = 0, t_blocks = 0, t_errors = 0, t_reach = 0, t_unclass = 0;
+  size_t with = 0;
+  for (size_t i = 0; i < n; i++) {
+    t_leaked += rows[i].leaked_bytes;
+    t_blocks += rows[i].leaked_blocks;
+    t_errors += rows[i].errors;
+    t_reach += rows[i].reachable_bytes;
+    t_unclass += rows[i].unclassified_bytes;
+    with += rows[i].problems;
+  }
+  /* every process when they fit; else those with findings, then the rest grouped */
+  bool all = n <= ROLLUP_LINES;
+  fflush(stdout);
+  fprintf(stderr, "\n%s==tagalloc== %zu processes of %s:%s\n", bold, n, prog, off);
+  fprintf(stderr, "  %8s  %-16s %15s %9s %7s %15s  %s\n", "pid", "program", "leaked bytes", "blocks", "errors",
+          "reachable", "end");
+  size_t shown = 0, hidden_problems = 0;
+  for (size_t i = 0; i < n; i++) {
+    rollup_row *r = &rows[i];
+    if (!all && (!r->problems || shown >= ROLLUP_LINES)) {
+      hidden_problems += r->problems;
+      continue;
+    }
+    char b1[32], b2[32], b3[32], end[40];
+    if (r->signal) snprintf(end, sizeof end, "signal %lld", r->signal);
+    else if (r->exit_code >= 0) snprintf(end, sizeof end, "exit %lld", r->exit_code);
+    else snprintf(end, sizeof end, "exec");
+    if (r->unclassified) snprintf(end + strlen(end), sizeof end - strlen(end), ", no exit scan");
+    fprintf(stderr, "  %s%8lld  %-16.16s %15s %9s %7" PRIu64 " %15s  %s%s\n", r->problems ? red : "", r->pid,
+            r->name, th(b1, r->leaked_bytes), th(b2, r->leaked_blocks), r->errors, th(b3, r->reachable_bytes),
+            end, r->problems ? off : "");
+    r->listed = true;
+    shown++;
+  }
+  if (shown < n) {   /* the others, by program name, in the order they came */
+    fprintf(stderr, "  ... %zu more process(es)", n - shown);
+    if (hidden_problems) fprintf(stderr, " (%zu with leaks or errors)", hidden_problems);
+    else fprintf(stderr, " with no leaks and no errors");
+    const char *sep = ": ";
+    for (size_t i = 0; i < n; i++) {
+      if (rows[i].listed) continue;
+      size_t count = 0;
+      for (size_t j = i; j < n; j++) {
+        if (rows[j].listed || strcmp(rows[j].name, rows[i].name) != 0) continue;
+        count++;
+        rows[j].listed = true;
+      }
+      fprintf(stderr, "%s%s x%zu", sep, rows[i].name, count);
+      sep = ", ";
+    }
+    fprintf(stderr, "\n");
+  }
+  char b1[32], b2[32], b3[32];
+  fprintf(stderr, "%s  total: %s bytes leaked in %s blocks, %" PRIu64 " error(s), %s bytes still reachable",
+          bold, th(b1, t_leaked), th(b2, t_blocks), t_errors, th(b3, t_reach));
+  if (t_unclass) fprintf(stderr, ", %s bytes unclassified (no exit scan)", th(b1, t_unclass));
+  fprintf(stderr, "; %zu of %zu processes with leaks or errors%s\n", with, n, off);
+  fflush(stderr);
+  free(rows);
+}
+
 /* ---- run ---------------------------------------------------------------------------- */
 
 int cmd_run(int argc, char **argv) {
@@ -917,6 +1037,7 @@ int cmd_run(int argc, char **argv) {
     }
     problems |= p->problems;
   }
+  if (!o.quiet) rollup(procs, nprocs, name);
 
   /* The joined JSON. */
   if (o.json) {
