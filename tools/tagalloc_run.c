@@ -284,6 +284,9 @@ static const char *cannot_preload(const char *path, char *buf, size_t len, int d
 
 /* ---- the preload library ------------------------------------------------------ */
 
+/* TAGALLOC_PRELOAD; else beside the tagalloc binary (the build folder), or
+ * in ../lib/tagalloc/ from it (an installed tagalloc: PREFIX/bin and
+ * PREFIX/lib/tagalloc). */
 static char *find_preload(void) {
   const char *env = getenv("TAGALLOC_PRELOAD");
   char cand[PATH_MAX];
@@ -297,7 +300,11 @@ static char *find_preload(void) {
       return NULL;
     }
     self[n] = '\0';
-    snprintf(cand, sizeof cand, "%s/libtagalloc-preload.so", dirname(self));
+    const char *dir = dirname(self);
+    snprintf(cand, sizeof cand, "%s/libtagalloc-preload.so", dir);
+    char installed[PATH_MAX];
+    snprintf(installed, sizeof installed, "%s/../lib/tagalloc/libtagalloc-preload.so", dir);
+    if (access(cand, R_OK) != 0 && access(installed, R_OK) == 0) snprintf(cand, sizeof cand, "%s", installed);
   }
   char *real = realpath(cand, NULL);
   if (!real || access(real, R_OK) != 0) {
