@@ -45,6 +45,7 @@ typedef struct {
   const char *suppressions; /* TAGALLOC_SUPPRESSIONS: the suppressions file (reports/suppress.c) */
   const char *skip;   /* TAGALLOC_SKIP: programs the preload does not follow into (glob, comma-separated) */
   const char *debug_cache; /* TAGALLOC_DEBUG_CACHE: the symbolizer's cache of debug files (reports/symbolize.c) */
+  const char *alloc_wrappers; /* TAGALLOC_ALLOC_WRAPPERS: functions reports pass over (reports/wrappers.c) */
 } ta_options_t;
 
 extern ta_options_t _ta_opt;

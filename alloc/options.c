@@ -70,6 +70,7 @@ static const opt_desc opt_table[] = {
   { "suppressions",  OPT_STRING, NULL,                  0, 0, &_ta_opt.suppressions },   /* reports/suppress.c */
   { "skip",          OPT_STRING, NULL,                  0, 0, &_ta_opt.skip },   /* the preload: exec */
   { "debug_cache",   OPT_STRING, NULL,                  0, 0, &_ta_opt.debug_cache },   /* reports/symbolize.c */
+  { "alloc_wrappers", OPT_STRING, NULL,                 0, 0, &_ta_opt.alloc_wrappers },   /* reports/wrappers.c */
 };
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
 

@@ -29,6 +29,7 @@ enum {
   TR_REF = 7, TR_HOLD = 8, TR_ARENA_RESET = 9, TR_MARK = 10, TR_THREAD_START = 11,
   TR_THREAD_END = 12, TR_TIME = 13, TR_FINDING_EVENT = 14, TR_FINDING = 15, TR_END = 16,
   TR_PACKED = 17, TR_FRAME = 18,
+  TR_COMMAND = 24,           /* 19..23 are kept for the device records */
 };
 
 /* PACKED: a run of one thread's ALLOC and FREE events, varint-encoded (see
@@ -59,5 +60,9 @@ typedef struct {
   /* then kind, slot and detail, each NUL-terminated */
 } tr_finding;
 typedef struct { uint64_t seq, ns; } tr_end;
+/* COMMAND: the process's command line at open (/proc/self/cmdline): argc
+ * NUL-terminated arguments follow; truncated: 1 when the line was longer
+ * than the record may be (the arguments that fit are kept whole). */
+typedef struct { uint32_t argc, truncated; } tr_command;
 
 #endif

@@ -99,6 +99,12 @@ typedef struct {
   uint64_t    peak_bytes;                 /* live at the process's peak */
 } report_callsite;
 
+/* Whether the function is an allocator wrapper (reports/wrappers.c: a
+ * list of globs, TAGALLOC_ALLOC_WRAPPERS, and names ending in malloc,
+ * calloc, realloc, zalloc, strdup, strndup): a report names an allocation
+ * by the first frame of its stack that is not one. */
+bool report_function_is_wrapper(const char *function);
+
 /* The key of a callsite at function, file, line, for a function first
  * declared on decl_line (0: unknown) into key; "" without a function or a
  * file (the caller then uses "module+0xOFF"). */

@@ -73,6 +73,8 @@ expect "report --html -: the page on stdout" "<!DOCTYPE html>" "$(head -c 15 out
 "$ta" report --json - t.trace > out 2> err
 got=$("$py" -c 'import json; d=json.load(open("out")); print(d["processes"][0]["summary"]["direct"]["bytes"])' 2>&1)
 expect "report --json -: the document on stdout" "1234567" "$got"
+got=$("$py" -c 'import json; print(json.load(open("out"))["processes"][0]["argv"])' 2>&1)
+expect "report: the command line from the trace's COMMAND record" "['$held']" "$got"
 
 # ---- colour: on a terminal only, never with NO_COLOR ---------------------------------------
 if command -v script > /dev/null; then
