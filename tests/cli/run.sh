@@ -163,5 +163,14 @@ printf '{"processes":[{"callsites":[{"key":"f \xf0\x9f\x98\x80","allocs":2,"byte
 "$ta" diff pair.json utf8.json > out 2> err; rc=$?
 expect "diff: a surrogate pair is the same callsite as its UTF-8" "0 tagalloc diff: pair.json -> utf8.json: 1 callsite(s), 1 changed" "$rc $(head -1 out)"
 
+# ---- every option of the table is documented ------------------------------------------------
+missing=
+for n in $(grep -o '{ "[a-z_]*", *OPT_' "$root/alloc/options.c" | sed 's/{ "\([a-z_]*\)".*/\1/'); do
+  v=TAGALLOC_$(echo "$n" | tr a-z A-Z)
+  grep -q "| \`$v\` |" "$root/README.md" || missing="$missing README:$v"
+  grep -q "^\.BR\? $v" "$root/man/tagalloc.7" || missing="$missing tagalloc.7:$v"
+done
+expect "every option in README's table and in tagalloc(7)" "" "$missing"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
