@@ -80,7 +80,7 @@ $(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_JEMALLOC)
 # The command-line tool too: without libjemalloc.so and its libstdc++ it
 # starts in a third of the time (their relocations were most of it).
 $(BUILD)/tagalloc: $(CLI_SRC) $(BUILD)/libtagalloc.a $(wildcard tools/*.h)
-	$(CC) $(CFLAGS) $(COMMON) -Itools $(CLI_SRC) -o $@ $(BUILD)/libtagalloc.a $(CLI_LIBS)
+	$(CC) $(CFLAGS) $(COMMON) -Itools $(CLI_SRC) -o $@ $(BUILD)/libtagalloc.a $(CLI_LIBS) -ljansson
 
 $(BUILD)/demo: examples/demo.c $(BUILD)/libtagalloc.a
 	$(CC) $(CFLAGS) $(COMMON) $< -o $@ $(LINKA) $(LIBS)
@@ -93,8 +93,15 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libtagalloc.a
 test: all
 	@tests/run-tests.sh $(BUILD)
 	$(MAKE) test-asan
+	$(MAKE) test-cli
+	$(MAKE) test-install
 	$(MAKE) test-integration
 	$(if $(PART_TEST),$(MAKE) $(PART_TEST))
+
+# The command line's conventions: --help, - for stdout, --quiet, colour,
+# unknown variables, --skip, the roll-up, diff's callsite keys.
+test-cli: all
+	tests/cli/run.sh $(BUILD)
 
 # Programs run under `tagalloc run`, their numbers checked exactly, and real
 # programs (python3, perl, git, gcc, node, make, sort) under the auditor.
@@ -140,6 +147,49 @@ bench-alloc: $(BUILD)/bench-alloc
 
 bench: bench-deps bench-alloc $(PART_BENCH)
 
+# ---- install -------------------------------------------------------------
+# make install PREFIX=/usr/local DESTDIR=: the tool, the preload (in
+# LIBDIR/tagalloc/, where an installed `tagalloc run` looks for it: beside
+# itself, then ../lib/tagalloc/), the libraries, the public headers (in
+# INCLUDEDIR/tagalloc/), a pkg-config file and the man pages.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+INSTALL    ?= install
+TA_VERSION := $(shell sed -n 's/^\#define TA_VERSION "\(.*\)"/\1/p' alloc/tagalloc.h)
+INSTALL_LIBS = libtagalloc.so libtagalloc.a libtagalloc-tensor.a libtagalloc-autograd.a
+INSTALL_HEADERS = alloc/tagalloc.h tensor/tensor.h autograd/autograd.h
+MAN1 = man/tagalloc.1 man/tagalloc-run.1 man/tagalloc-report.1 man/tagalloc-diff.1
+MAN7 = man/tagalloc.7
+
+install: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(INSTALL_LIBS:%=$(BUILD)/%)
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/tagalloc $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(INCLUDEDIR)/tagalloc $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
+	$(INSTALL) -m 755 $(BUILD)/tagalloc $(DESTDIR)$(BINDIR)/tagalloc
+	$(INSTALL) -m 755 $(BUILD)/libtagalloc-preload.so $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-preload.so
+	$(INSTALL) -m 755 $(BUILD)/libtagalloc.so $(DESTDIR)$(LIBDIR)/libtagalloc.so
+	$(INSTALL) -m 644 $(filter %.a,$(INSTALL_LIBS:%=$(BUILD)/%)) $(DESTDIR)$(LIBDIR)/
+	$(INSTALL) -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/tagalloc/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	  -e 's|@VERSION@|$(TA_VERSION)|' tools/tagalloc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/tagalloc.pc
+	$(INSTALL) -m 644 $(MAN1) $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/tagalloc $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-preload.so \
+	  $(INSTALL_LIBS:%=$(DESTDIR)$(LIBDIR)/%) $(DESTDIR)$(LIBDIR)/pkgconfig/tagalloc.pc \
+	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/tagalloc/,$(notdir $(INSTALL_HEADERS))) \
+	  $(MAN1:man/%=$(DESTDIR)$(MANDIR)/man1/%) $(MAN7:man/%=$(DESTDIR)$(MANDIR)/man7/%)
+	-rmdir $(DESTDIR)$(LIBDIR)/tagalloc $(DESTDIR)$(INCLUDEDIR)/tagalloc 2>/dev/null
+
+# Installs into a temporary prefix (and a DESTDIR), runs the installed tool,
+# builds a program with pkg-config, renders each man page, uninstalls.
+test-install: all
+	tests/install/run.sh $(BUILD)
+
 deps:
 	@tools/install-deps.sh
 
@@ -149,5 +199,5 @@ bench-deps:
 clean:
 	rm -rf build
 
-.PHONY: all test test-asan test-integration asan-tests check-valgrind compare-memcheck demo demo-bugs bench bench-alloc deps bench-deps clean
+.PHONY: all test test-asan test-cli test-install install uninstall test-integration asan-tests check-valgrind compare-memcheck demo demo-bugs bench bench-alloc deps bench-deps clean
 .SECONDARY:

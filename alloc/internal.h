@@ -42,7 +42,10 @@ typedef struct {
   long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
   long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
   long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
-  const char *suppressions;  /* TAGALLOC_SUPPRESSIONS: the exit report's suppressions file (reports/) */
+  const char *suppressions; /* TAGALLOC_SUPPRESSIONS: the suppressions file (reports/suppress.c) */
+  const char *skip;   /* TAGALLOC_SKIP: programs the preload does not follow into (glob, comma-separated) */
+  const char *debug_cache; /* TAGALLOC_DEBUG_CACHE: the symbolizer's cache of debug files (reports/symbolize.c) */
+  const char *alloc_wrappers; /* TAGALLOC_ALLOC_WRAPPERS: functions reports pass over (reports/wrappers.c) */
 } ta_options_t;
 
 extern ta_options_t _ta_opt;

@@ -1338,6 +1338,8 @@ void ta_live_since(ta_mark m, ta_tag tag,
   _ta_device_since(seq, tag, &w.blocks, &w.bytes, fn, arg);
 }
 
+static ta_stack_writer_fn *stack_writer;
+
 typedef struct { size_t max, n; } print_state;
 
 static void print_one(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg) {
@@ -1347,6 +1349,10 @@ static void print_one(const void *p, size_t size, ta_tag tag, uint32_t stack, vo
   int len = _ta_snprintf(line, sizeof line, "  live: %zu bytes at %p [tag %s] allocated from:\n",
                          size, p, ta_tag_name(tag));
   _ta_write_all(2, line, (size_t)len);
+  if (stack_writer && stack) {   /* symbolized, as the exit report writes them */
+    stack_writer(2, stack, 0);
+    return;
+  }
   uintptr_t pcs[TA_MAX_DEPTH];
   size_t n = ta_stack_frames(stack, pcs, TA_MAX_DEPTH);
   for (size_t i = 0; i < n; i++) {
@@ -1506,6 +1512,7 @@ __attribute__((constructor(101))) static void ledger_ctor(void) { atexit(ledger_
 
 static ta_reporter_fn *reporter;
 void ta_reporter_set(ta_reporter_fn *fn) { reporter = fn; }
+void ta_stack_writer_set(ta_stack_writer_fn *fn) { stack_writer = fn; }
 
 void ta_report_now(void) {
   if (reporter) reporter(2);

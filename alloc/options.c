@@ -67,7 +67,10 @@ static const opt_desc opt_table[] = {
   { "guard",         OPT_FLAG,   &_ta_opt.guard,        0, 1, NULL },
   { "guard_slots",   OPT_SIZE,   &_ta_opt.guard_slots,  16, 1L << 22, NULL },
   { "guard_sample",  OPT_SIZE,   &_ta_opt.guard_sample, 1, 1L << 30, NULL },
-  { "suppressions",  OPT_STRING, NULL,                  0, 0, &_ta_opt.suppressions },   /* reports/ */
+  { "suppressions",  OPT_STRING, NULL,                  0, 0, &_ta_opt.suppressions },   /* reports/suppress.c */
+  { "skip",          OPT_STRING, NULL,                  0, 0, &_ta_opt.skip },   /* the preload: exec */
+  { "debug_cache",   OPT_STRING, NULL,                  0, 0, &_ta_opt.debug_cache },   /* reports/symbolize.c */
+  { "alloc_wrappers", OPT_STRING, NULL,                 0, 0, &_ta_opt.alloc_wrappers },   /* reports/wrappers.c */
 };
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
 
@@ -141,6 +144,86 @@ static bool parse_one(const opt_desc *d, const char *s) {
   return true;
 }
 
+/* Names read outside the ledger: the command-line tool's. */
+static const char *const other_names[] = { "preload" };
+
+/* The edit distance of a and b (ASCII, case-insensitive), at most 63 bytes
+ * each; larger for longer ones.  No allocation. */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb) {
+  if (na > 63 || nb > 63) return 64;
+  size_t row[64];
+  for (size_t j = 0; j <= nb; j++) row[j] = j;
+  for (size_t i = 1; i <= na; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= nb; j++) {
+      size_t up = row[j];
+      size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      size_t best = diag + cost;
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[nb];
+}
+
+static bool name_is(const char *name, const char *s, size_t n) {
+  return strlen(name) == n && strncasecmp(name, s, n) == 0;
+}
+
+const char *ta_options_unknown(const char *entry, char *hint, size_t hintlen) {
+  if (strncmp(entry, "TAGALLOC_", 9) != 0) return NULL;
+  const char *name = entry + 9, *eq = strchr(name, '=');
+  size_t n = eq ? (size_t)(eq - name) : strlen(name);
+  const char *best = NULL;
+  size_t best_d = 3;   /* "did you mean" up to two edits away */
+  for (size_t i = 0; i < OPT_COUNT + sizeof other_names / sizeof *other_names; i++) {
+    const char *known = i < OPT_COUNT ? opt_table[i].name : other_names[i - OPT_COUNT];
+    if (name_is(known, name, n)) return NULL;
+    size_t d = edit_distance(known, strlen(known), name, n);
+    if (d < best_d) {
+      best_d = d;
+      best = known;
+    }
+  }
+  if (hintlen) {
+    size_t k = 0;
+    if (best) {
+      static const char pre[] = "TAGALLOC_";
+      for (const char *p = pre; *p && k + 1 < hintlen; p++) hint[k++] = *p;
+      for (const char *p = best; *p && k + 1 < hintlen; p++) hint[k++] = (char)toupper((unsigned char)*p);
+    }
+    hint[k] = '\0';
+  }
+  return name;
+}
+
+/* A TAGALLOC_ variable that is no option warns once (a misspelt option is
+ * otherwise silently the default).  Under `tagalloc run` (TAGALLOC_JSON set)
+ * the tool has warned already, once for all processes. */
+static void warn_unknown(void) {
+  extern char **environ;
+  if (getenv("TAGALLOC_JSON")) return;
+  for (size_t i = 0; environ && environ[i]; i++) {
+    char hint[80];
+    const char *name = ta_options_unknown(environ[i], hint, sizeof hint);
+    if (!name) continue;
+    char var[72];
+    size_t n = 0;
+    while (name[n] && name[n] != '=' && n + 1 < sizeof var) {
+      var[n] = name[n];
+      n++;
+    }
+    var[n] = '\0';
+    if (hint[0])
+      _ta_error(TA_EOPTION, "TAGALLOC_%s is not an option (did you mean %s?); ignored", var, hint);
+    else
+      _ta_error(TA_EOPTION, "TAGALLOC_%s is not an option; ignored", var);
+  }
+}
+
 void _ta_options_init(void) {
   static atomic_int done;
   if (atomic_load_explicit(&done, memory_order_acquire)) return;
@@ -158,6 +241,7 @@ void _ta_options_init(void) {
       if (!parse_one(&opt_table[i], s))
         _ta_error(TA_EOPTION, "%s=%s is not a valid value; keeping the default", var, s);
     }
+    warn_unknown();
     atomic_store_explicit(&done, 1, memory_order_release);
   }
   pthread_mutex_unlock(&lock);

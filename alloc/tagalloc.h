@@ -309,6 +309,11 @@ const char *ta_poison_explain(uint64_t v, unsigned width);
 /* The renderer of the exit report (reports/ registers one at load time). */
 typedef void ta_reporter_fn(int fd);
 void ta_reporter_set(ta_reporter_fn *fn);
+/* The writer of one symbolized stack (reports/ registers one at load time;
+ * without it the assertions print bare return addresses).  Writes at most
+ * max_frames frames of stack on fd, returns the lines written. */
+typedef size_t ta_stack_writer_fn(int fd, uint32_t stack, long max_frames);
+void ta_stack_writer_set(ta_stack_writer_fn *fn);
 
 /* ---- stacks -------------------------------------------------------------- */
 
@@ -363,6 +368,10 @@ long ta_option(const char *name);
  * gone at exit), NULL when unset or not a string option
  * ("trace", "json", "suppressions"). */
 const char *ta_option_string(const char *name);
+/* When entry ("TAGALLOC_NAME=value") names no option: NAME (up to the '=');
+ * hint gets "TAGALLOC_X" for the closest option two edits away or less, or
+ * "".  NULL for a known option or a variable not starting TAGALLOC_. */
+const char *ta_options_unknown(const char *entry, char *hint, size_t hintlen);
 
 /* Error codes passed to the error handler. */
 enum {

@@ -503,7 +503,44 @@ void _ta_trace_open(void) {
     sigaction(fatal_signals[i], &sa, &old_actions[fatal_signals[i]]);
 }
 
-/* Opens the trace file ("%p": the pid), writes its header, tags, modules. */
+/* The command line, from /proc/self/cmdline: a COMMAND record.  No
+ * allocation (a stack buffer; a longer line is cut at an argument). */
+static void write_command(void) {
+  char buf[4096];
+  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  size_t len = 0;
+  bool truncated = false;
+  for (;;) {
+    if (len == sizeof buf) {
+      char probe;
+      truncated = read(fd, &probe, 1) > 0;
+      break;
+    }
+    ssize_t n = read(fd, buf + len, sizeof buf - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+  }
+  close(fd);
+  if (truncated || (len && buf[len - 1] != '\0')) {   /* keep whole arguments only */
+    truncated = true;
+    while (len && buf[len - 1] != '\0') len--;
+  }
+  uint32_t argc = 0;
+  for (size_t i = 0; i < len; i++) argc += buf[i] == '\0';
+  if (!argc) return;
+  bool g;
+  tr_command *r = reserve(NULL, TR_COMMAND, sizeof *r + len, &g);
+  if (r) {
+    *r = (tr_command){ argc, truncated };
+    memcpy(r + 1, buf, len);
+  }
+  done(g);
+}
+
+/* Opens the trace file ("%p": the pid), writes its header, command line,
+ * tags, modules. */
 static void open_file(void) {
   const char *path = _ta_opt.trace;
   char full[4096];
@@ -527,6 +564,7 @@ static void open_file(void) {
                         .start_ns = now_ns() };
   raw_write(&fh, sizeof fh);
   _ta_tracing = true;
+  write_command();
   for (uint32_t i = 1; i < TA_MAX_TAGS; i++) {
     const char *name = ta_tag_name(i);
     if (strcmp(name, "?") == 0) break;

@@ -29,6 +29,7 @@ enum {
   TR_REF = 7, TR_HOLD = 8, TR_ARENA_RESET = 9, TR_MARK = 10, TR_THREAD_START = 11,
   TR_THREAD_END = 12, TR_TIME = 13, TR_FINDING_EVENT = 14, TR_FINDING = 15, TR_END = 16,
   TR_PACKED = 17, TR_FRAME = 18, TR_DEVICE_ALLOC = 19, TR_DEVICE_FREE = 20,
+  TR_COMMAND = 24,           /* 21..23 are kept for further device records */
 };
 
 /* PACKED: a run of one thread's ALLOC and FREE events, varint-encoded (see
@@ -69,5 +70,9 @@ typedef struct {
 } tr_device_alloc;
 #define TR_DEVICE_RESERVE 1u
 typedef struct { uint64_t seq, addr; uint32_t stack, thread; uint16_t tag, pad16; int32_t device; } tr_device_free;
+/* COMMAND: the process's command line at open (/proc/self/cmdline): argc
+ * NUL-terminated arguments follow; truncated: 1 when the line was longer
+ * than the record may be (the arguments that fit are kept whole). */
+typedef struct { uint32_t argc, truncated; } tr_command;
 
 #endif

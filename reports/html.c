@@ -305,10 +305,13 @@ static void flame(jbuf *b, report_model *m, strtab *st, report_folded_what what,
 
 /* ---- the document ---------------------------------------------------------------- */
 
+/* [function, file, line, module, address, inlined, module offset, wrapper]
+ * (strings as indexes into "strings"; wrapper: 1 for an allocator wrapper,
+ * which the table's top frame passes over). */
 static void frame_json(jbuf *b, strtab *st, const report_mframe *f) {
-  j_printf(b, "[%ld,%ld,%d,%ld,\"0x%llx\",%d,\"0x%llx\"]", str_id(st, f->function), str_id(st, f->file), f->line,
-           str_id(st, f->module), (unsigned long long)f->address, f->inlined ? 1 : 0,
-           (unsigned long long)f->module_offset);
+  j_printf(b, "[%ld,%ld,%d,%ld,\"0x%llx\",%d,\"0x%llx\",%d]", str_id(st, f->function), str_id(st, f->file),
+           f->line, str_id(st, f->module), (unsigned long long)f->address, f->inlined ? 1 : 0,
+           (unsigned long long)f->module_offset, report_function_is_wrapper(f->function) ? 1 : 0);
 }
 
 static int by_group_rank(const void *a, const void *b) {
@@ -376,7 +379,7 @@ static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
       j_lit(b, first ? "\n{\"name\":" : ",\n{\"name\":");
       first = false;
       j_str(b, tag ? tag : name);
-      j_printf(b, ",\"pid\":%ld,\"total\":%s,\"x\":[", p->pid, col == 0 ? "true" : "false");
+      j_printf(b, ",\"pid\":%ld,\"proc\":%zu,\"total\":%s,\"x\":[", p->pid, pi, col == 0 ? "true" : "false");
       for (size_t i = 0; i < tl->nbuckets; i++)
         j_printf(b, "%s%llu", i ? "," : "", (unsigned long long)rel(m, report_trace_model_ns(tm, tl->seq[i])));
       j_lit(b, "],\"y\":[");
@@ -453,6 +456,9 @@ int report_html_write(int fd, report_model *m) {
     if (p->summary.peak_bytes > peak) peak = p->summary.peak_bytes;
     j_printf(&b, "%s{\"pid\":%ld,\"ppid\":%ld,\"trace\":", i ? "," : "", p->pid, p->ppid);
     j_str(&b, p->trace);
+    j_lit(&b, ",\"program\":");   /* argv[0] without its folders: the legend tells images apart */
+    const char *prog = p->argv && p->argc > 0 ? p->argv[0] : NULL;
+    j_str(&b, prog && strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog);
     j_printf(&b, ",\"clean_exit\":%d,\"exit_code\":%d,\"signal\":%d,\"allocs\":%llu,\"frees\":%llu,"
              "\"peak\":%llu,\"start\":%llu,\"end\":%llu,\"unclassified\":%s,\"findings\":%zu}",
              p->clean_exit, p->exit_code, p->signal, (unsigned long long)p->summary.allocs,

@@ -356,7 +356,7 @@ static report_mstack *symbolize_stack(report_process *p, uint32_t id) {
     for (int j = 0; j < k; j++)
       st->frames[st->nframes++] = (report_mframe){ fr[j].function, fr[j].file, fr[j].module, fr[j].line,
                                                    fr[j].address, fr[j].module_offset, fr[j].inlined != 0,
-                                                   (uint32_t)i };
+                                                   (uint32_t)i, fr[j].decl_line };
   }
   return st;
 }
@@ -450,6 +450,20 @@ static bool add_growth(report_process *p, report_suppressions *supp) {
   return true;
 }
 
+void report_callsite_key(const char *function, const char *file, int line, int decl_line, char *key,
+                         size_t len) {
+  if (!function || !file) {
+    if (len) key[0] = '\0';
+    return;
+  }
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  if (line > 0 && decl_line > 0 && line >= decl_line)
+    snprintf(key, len, "%s %s:+%d", function, base, line - decl_line);
+  else
+    snprintf(key, len, "%s %s", function, base);
+}
+
 typedef struct {
   report_callsite *v;
   size_t n, cap;
@@ -459,9 +473,8 @@ typedef struct {
 
 static report_callsite *callsite_get(site_table *t, pool *mem, const report_mframe *f) {
   char buf[128], key[4096];
-  if (f->function && f->file && f->line > 0) snprintf(key, sizeof key, "%s %s:%d", f->function, f->file, f->line);
-  else if (f->function && f->file) snprintf(key, sizeof key, "%s %s", f->function, f->file);
-  else snprintf(key, sizeof key, "%s", report_frame_label(f, buf, sizeof buf));
+  report_callsite_key(f->function, f->file, f->line, f->decl_line, key, sizeof key);
+  if (!key[0]) snprintf(key, sizeof key, "%s", report_frame_label(f, buf, sizeof buf));
   if ((t->n + 1) * 2 > t->icap) {
     size_t cap = t->icap ? t->icap * 2 : 256;
     size_t *ix = malloc(cap * sizeof *ix);
@@ -507,21 +520,27 @@ static int by_callsite(const void *a, const void *b) {
   return strcmp(x->key, y->key);
 }
 
-/* The innermost frame of a stack, symbolized (the first pc only). */
+/* The innermost frame of a stack that is no allocator wrapper
+ * (report_function_is_wrapper), symbolized; the outermost one when all are. */
 static bool top_frame(report_process *p, uint32_t stack, report_mframe *out) {
-  uintptr_t pcs[1];
-  size_t n = stack ? p->src.stack_frames(p->src.arg, stack, pcs, 1) : 0;
+  uintptr_t pcs[8];
+  size_t n = stack ? p->src.stack_frames(p->src.arg, stack, pcs, 8) : 0;
   memset(out, 0, sizeof *out);
   if (!n) return false;
-  report_frame fr[REPORT_MAX_INLINE];
   report_ctx *ctx = report_source_ctx(&p->src);
-  int k = ctx ? report_symbolize(ctx, pcs[0], fr, REPORT_MAX_INLINE) : 0;
-  if (k <= 0) {
-    out->address = pcs[0];
-    return true;
+  for (size_t i = 0; i < n; i++) {
+    report_frame fr[REPORT_MAX_INLINE];
+    int k = ctx ? report_symbolize(ctx, pcs[i], fr, REPORT_MAX_INLINE) : 0;
+    if (k <= 0) {
+      *out = (report_mframe){ .address = pcs[i] };
+      return true;
+    }
+    for (int j = 0; j < k; j++) {
+      *out = (report_mframe){ fr[j].function, fr[j].file, fr[j].module, fr[j].line, fr[j].address,
+                              fr[j].module_offset, fr[j].inlined != 0, (uint32_t)i, fr[j].decl_line };
+      if (!report_function_is_wrapper(fr[j].function)) return true;
+    }
   }
-  *out = (report_mframe){ fr[0].function, fr[0].file, fr[0].module, fr[0].line, fr[0].address,
-                          fr[0].module_offset, fr[0].inlined != 0, 0 };
   return true;
 }
 
@@ -596,6 +615,16 @@ report_process *report_model_add_offline(report_model *m, report_offline *o, rep
   src->suppressions = supp;
   report_process_info local = { .ppid = (long)tm->ppid, .exit_code = -1, .clean_exit = tm->clean_exit,
                                 .trace = report_offline_path(o) };
+  report_process_info given;
+  if (info && !info->argv && tm->argv) {   /* the command line the trace recorded */
+    given = *info;
+    given.argv = (const char *const *)tm->argv;
+    given.argc = tm->argc;
+    info = &given;
+  } else if (!info) {
+    local.argv = (const char *const *)tm->argv;
+    local.argc = tm->argc;
+  }
   report_process *p = report_process_new(src, info ? info : &local);
   report_process **v = p ? realloc(m->procs, (m->nprocs + 1) * sizeof *v) : NULL;
   if (!v) {

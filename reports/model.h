@@ -40,6 +40,7 @@ typedef struct {
   uint64_t    address, module_offset;
   bool        inlined;
   uint32_t    pc;                         /* index of the return address it came from */
+  int         decl_line;                  /* the function's first line (DW_AT_decl_line); 0: unknown */
 } report_mframe;
 
 typedef struct {
@@ -85,16 +86,31 @@ bool report_group_is_leak(const report_group *g);
 int report_kind_rank(const char *kind);
 
 /* A callsite: the allocation stacks whose innermost frame is the same
- * source line (function file:line, or module+offset without symbols);
- * the key survives address-space randomisation, for diffs. */
+ * source line.  Its key names the line so that it survives address-space
+ * randomisation, a rebuild in another folder and edits elsewhere in the
+ * file, for diffs: "function file.c:+N", N the line's offset from the
+ * function's first line (DW_AT_decl_line) and file.c the file's name
+ * without its folders; "function file.c" without the function's line;
+ * "module+0xOFF" without symbols. */
 typedef struct {
-  const char *key;                        /* "function file:line" or "module+0xOFF" */
+  const char *key;                        /* "function file.c:+N", "function file.c" or "module+0xOFF" */
   const char *function, *file, *module;
   int         line;
   uint64_t    allocs, bytes;              /* allocations and their bytes */
   uint64_t    leaked_bytes, leaked_blocks;/* of the leak.* / ref.leak / gpu.* groups */
   uint64_t    peak_bytes;                 /* live at the process's peak */
 } report_callsite;
+
+/* Whether the function is an allocator wrapper (reports/wrappers.c: a
+ * list of globs, TAGALLOC_ALLOC_WRAPPERS, and names ending in malloc,
+ * calloc, realloc, zalloc, strdup, strndup): a report names an allocation
+ * by the first frame of its stack that is not one. */
+bool report_function_is_wrapper(const char *function);
+
+/* The key of a callsite at function, file, line, for a function first
+ * declared on decl_line (0: unknown) into key; "" without a function or a
+ * file (the caller then uses "module+0xOFF"). */
+void report_callsite_key(const char *function, const char *file, int line, int decl_line, char *key, size_t len);
 
 /* ---- one process ------------------------------------------------------------- */
 

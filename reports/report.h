@@ -52,6 +52,7 @@ typedef struct {
   const char *module;        /* path of the ELF module mapping the address; NULL: none */
   uintptr_t   module_offset; /* address - module's load start (for "module+0xOFF") */
   int         inlined;       /* 1: this frame was inlined into the next one */
+  int         decl_line;     /* the line the function is declared on (DW_AT_decl_line); 0: unknown */
 } report_frame;
 
 /* A symbolizer of the calling process; NULL when libdw cannot be set up.

@@ -1050,6 +1050,8 @@ static size_t lookup(report_ctx *c, uintptr_t addr, report_frame *fr, uintptr_t 
     report_frame *f = &fr[n++];
     memset(f, 0, sizeof *f);
     f->function = intern_function(c, die_function_name(&scopes[i]));
+    int decl = 0;   /* through DW_AT_abstract_origin for an inlined one */
+    f->decl_line = dwarf_decl_line(&scopes[i], &decl) == 0 && decl > 0 ? decl : 0;
     f->file = intern(c, file);
     f->line = line;
     f->column = column;

@@ -26,6 +26,8 @@
 
 typedef struct {
   int    fd;
+  bool   color;          /* ANSI colours: a terminal, and NO_COLOR unset */
+  bool   reset_at_nl;    /* a coloured line: reset at its end */
   size_t len;
   char   buf[8192];
 } wbuf;
@@ -42,6 +44,14 @@ static void w_flush(wbuf *w) {
 }
 
 static void w_put(wbuf *w, const char *s, size_t n) {
+  const char *nl = w->reset_at_nl ? memchr(s, '\n', n) : NULL;
+  if (nl) {   /* the end of a coloured line */
+    w->reset_at_nl = false;
+    w_put(w, s, (size_t)(nl - s));
+    w_put(w, "\033[0m", 4);
+    n -= (size_t)(nl - s);
+    s = nl;
+  }
   while (n) {
     if (w->len == sizeof w->buf) w_flush(w);
     size_t k = sizeof w->buf - w->len;
@@ -74,6 +84,49 @@ static void w_printf(wbuf *w, const char *fmt, ...) {
     w_put(w, "\n", 1);
     return;
   }
+}
+
+/* ---- colours and numbers ------------------------------------------------------ */
+
+/* NO_COLOR (https://no-color.org) and TERM=dumb, read at load: at the exit
+ * report of an audited process __libc_freeres may have cleared environ. */
+static bool no_color;
+__attribute__((constructor)) static void color_init(void) {
+  const char *nc = getenv("NO_COLOR"), *term = getenv("TERM");
+  no_color = (nc && *nc) || (term && strcmp(term, "dumb") == 0);
+}
+
+static bool color_for(int fd) { return !no_color && isatty(fd); }
+
+#define C_ERROR "\033[1;31m"   /* bold red: the report's first line */
+#define C_TITLE "\033[1;34m"   /* bold blue: a finding's first line */
+#define C_GOOD  "\033[1;32m"   /* bold green: nothing found */
+#define C_BOLD  "\033[1m"      /* the summary line */
+
+/* Starts colour code for the rest of the line (up to the next "\n" put). */
+static void w_color(wbuf *w, const char *code) {
+  if (!w->color) return;
+  w_put(w, code, strlen(code));
+  w->reset_at_nl = true;
+}
+
+/* Ends the colour before the line's end. */
+static void w_uncolor(wbuf *w) {
+  if (!w->reset_at_nl) return;
+  w->reset_at_nl = false;
+  w_put(w, "\033[0m", 4);
+}
+
+/* v with a comma between each group of three digits: 1,234,567. */
+static const char *th(char buf[32], unsigned long long v) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%llu", v), o = 0;
+  for (int i = 0; i < n; i++) {
+    if (i && (n - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = tmp[i];
+  }
+  buf[o] = '\0';
+  return buf;
 }
 
 /* ---- shared state --------------------------------------------------------- */
@@ -337,22 +390,27 @@ static void write_finding(render *r, const report_group *f) {
   const char *title = leak_title(f->kind);
 
   if (kind_is(f, "unclassified")) {
-    w_printf(w, "Unclassified: %llu byte(s) in %llu object(s) live at the end, allocated from:",
-             (unsigned long long)f->bytes, (unsigned long long)f->blocks);
+    char b1[32], b2[32];
+    w_color(w, C_TITLE);
+    w_printf(w, "Unclassified: %s byte(s) in %s object(s) live at the end, allocated from:",
+             th(b1, f->bytes), th(b2, f->blocks));
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
   } else if (kind_is(f, "leak.growth")) {
-    w_printf(w, "Growing memory: %.1f byte(s) per iteration over %zu iteration(s), %llu -> %llu byte(s) "
+    char b1[32], b2[32];
+    w_color(w, C_TITLE);
+    w_printf(w, "Growing memory: %.1f byte(s) per iteration over %zu iteration(s), %s -> %s byte(s) "
              "live at the marks, allocated from:",
-             f->slope, f->iterations, (unsigned long long)f->growth_first, (unsigned long long)f->growth_last);
+             f->slope, f->iterations, th(b1, f->growth_first), th(b2, f->growth_last));
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
     return;   /* the detail says the same */
   } else if (title) {
-    w_printf(w, "%s of %llu byte(s) in %llu object(s) allocated from:", title,
-             (unsigned long long)f->bytes, (unsigned long long)f->blocks);
+    char b1[32], b2[32];
+    w_color(w, C_TITLE);
+    w_printf(w, "%s of %s byte(s) in %s object(s) allocated from:", title, th(b1, f->bytes), th(b2, f->blocks));
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
@@ -362,8 +420,13 @@ static void write_finding(render *r, const report_group *f) {
       write_stack(w, p, f->aux_stack, r->max_frames, "    ");
     }
   } else if (kind_is(f, "ref.leak")) {
-    w_printf(w, "ref.leak: %llu object(s)", (unsigned long long)f->blocks);
-    if (f->bytes) w_printf(w, " of %llu byte(s) in all", (unsigned long long)f->bytes);
+    char b1[32];
+    w_color(w, C_TITLE);
+    w_printf(w, "ref.leak: %s object(s)", th(b1, f->blocks));
+    if (f->bytes) {
+      char b2[32];
+      w_printf(w, " of %s byte(s) in all", th(b2, f->bytes));
+    }
     w_printf(w, " with references left at exit, such as 0x%lx, last acquired at:", addr);
     write_tag(r, f);
     w_put(w, "\n", 1);
@@ -372,6 +435,7 @@ static void write_finding(render *r, const report_group *f) {
     write_sites(r, f);
     write_history(r, f, "unmatched acquisitions");
   } else if (kind_is(f, "free.double")) {
+    w_color(w, C_TITLE);
     w_printf(w, "free.double: attempting double-free on 0x%lx", addr);
     write_block(w, f->bytes);
     write_times(w, f);
@@ -382,6 +446,7 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "previously allocated at:");
   } else if (kind_is(f, "free.invalid")) {
+    w_color(w, C_TITLE);
     w_printf(w, "free.invalid: attempting free on address ");
     write_addr(w, f->addr);
     w_printf(w, " which was not allocated by tagalloc");
@@ -393,6 +458,7 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->alloc_stack, "the block around it was allocated at:");
     write_section(r, f, f->free_stack, "freed at:");
   } else if (kind_is(f, "use.after-free")) {
+    w_color(w, C_TITLE);
     w_printf(w, "use.after-free: freed block ");
     write_addr(w, f->addr);
     write_block(w, f->bytes);
@@ -417,6 +483,7 @@ static void write_finding(render *r, const report_group *f) {
       write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
     }
   } else if (kind_is(f, "heap.overflow")) {
+    w_color(w, C_TITLE);
     w_printf(w, "heap.overflow: block ");
     write_addr(w, f->addr);
     write_block(w, f->bytes);
@@ -447,6 +514,7 @@ static void write_finding(render *r, const report_group *f) {
       write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
     }
   } else if (kind_is(f, "arena.after-reset")) {
+    w_color(w, C_TITLE);
     w_printf(w, "arena.after-reset: pointer ");
     write_addr(w, f->addr);
     w_printf(w, " into an arena reset since");
@@ -460,6 +528,7 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->free_stack, "arena reset at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
   } else if (kind_is(f, "ref.underflow")) {
+    w_color(w, C_TITLE);
     w_printf(w, "ref.underflow: refcount of ");
     write_addr(w, f->addr);
     write_block(w, f->bytes);
@@ -475,6 +544,7 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
   } else if (kind_is(f, "hold.stack")) {
+    w_color(w, C_TITLE);
     w_printf(w, "hold.stack: holder 0x%lx keeps a pointer into a stack frame (0x%lx) in slot \"%s\"",
              holder, addr, slot);
     write_times(w, f);
@@ -484,6 +554,7 @@ static void write_finding(render *r, const report_group *f) {
     write_stack(w, p, f->stack ? f->stack : f->aux_stack, r->max_frames, "    ");
     if (f->stack) write_section(r, f, f->aux_stack, "hold declared at:");
   } else if (kind_is(f, "hold.dangling")) {
+    w_color(w, C_TITLE);
     w_printf(w, "hold.dangling: holder 0x%lx keeps in slot \"%s\" a pointer to dead memory ", holder, slot);
     write_addr(w, f->addr);
     write_block(w, f->bytes);
@@ -505,6 +576,7 @@ static void write_finding(render *r, const report_group *f) {
     write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->aux_stack, "purge called at:");
   } else {   /* a kind this emitter does not know yet: every fact we have */
+    w_color(w, C_TITLE);
     w_printf(w, "%s: on 0x%lx", f->kind, addr);
     write_block(w, f->bytes);
     write_times(w, f);
@@ -564,9 +636,10 @@ static bool is_loss_record(const report_group *g) {
 }
 
 void report_text_process(int fd, report_process *p) {
-  wbuf w = { .fd = fd };
+  wbuf w = { .fd = fd, .color = color_for(fd) };
   long pid = p->pid;
   ta_summary s = p->summary;
+  char n1[32], n2[32], n3[32];
   uint64_t live_bytes = p->unclassified_bytes, live_blocks = p->unclassified_blocks;
 
   char note[96];
@@ -583,32 +656,39 @@ void report_text_process(int fd, report_process *p) {
       w_printf(&w, "==%ld== tagalloc: the trace holds no allocation (the process ended before a trace "
                "buffer was written out)\n", pid);
     else if (p->unclassified)
-      w_printf(&w, "==%ld== tagalloc: no errors, nothing live at the end (%llu allocations, %llu frees, "
-               "peak %llu bytes; no exit scan)\n",
-               pid, (unsigned long long)s.allocs, (unsigned long long)s.frees,
-               (unsigned long long)s.peak_bytes);
-    else
-      w_printf(&w, "==%ld== tagalloc: no leaks, no errors (%llu allocations, %llu frees, peak %llu bytes)\n",
-               pid, (unsigned long long)s.allocs, (unsigned long long)s.frees,
-               (unsigned long long)s.peak_bytes);
+      w_printf(&w, "==%ld== tagalloc: no errors, nothing live at the end (%s allocations, %s frees, "
+               "peak %s bytes; no exit scan)\n",
+               pid, th(n1, s.allocs), th(n2, s.frees), th(n3, s.peak_bytes));
+    else {
+      w_printf(&w, "==%ld== tagalloc: ", pid);
+      w_color(&w, C_GOOD);
+      w_printf(&w, "no leaks, no errors");
+      w_uncolor(&w);
+      w_printf(&w, " (%s allocations, %s frees, peak %s bytes)\n", th(n1, s.allocs), th(n2, s.frees),
+               th(n3, s.peak_bytes));
+      /* memory held at exit is no leak, but a program holding a lot should hear of it */
+      if (s.reachable_blocks)
+        w_printf(&w, "==%ld== tagalloc: still reachable at exit: %s bytes in %s blocks (not leaks: "
+                 "pointers to them remain)\n", pid, th(n1, s.reachable_bytes), th(n2, s.reachable_blocks));
+    }
     if (p->suppressed_blocks) write_suppressions_used(&w, p);
     w_flush(&w);
     return;
   }
 
+  w_printf(&w, "=================================================================\n");
+  w_color(&w, C_ERROR);
   if (p->unclassified)
-    w_printf(&w, "=================================================================\n"
-                 "==%ld==WARNING: tagalloc: no exit scan (the process was killed, crashed or ended "
-                 "without exit): the blocks still live are unclassified, not leaks%s%s\n", pid,
+    w_printf(&w, "==%ld==WARNING: tagalloc: no exit scan (the process was killed, crashed or ended "
+                 "without exit): the blocks still live are unclassified, not leaks%s%s", pid,
              note[0] ? "; " : "", note);
   else if (s.errors || p->findings_count > growth || s.direct_blocks || s.indirect_blocks ||
            s.possible_blocks || s.orphan_blocks)
-    w_printf(&w, "=================================================================\n"
-                 "==%ld==ERROR: tagalloc: detected memory problems%s%s\n", pid, note[0] ? "; " : "", note);
+    w_printf(&w, "==%ld==ERROR: tagalloc: detected memory problems%s%s", pid, note[0] ? "; " : "", note);
   else   /* growth alone: still reachable memory, no leak and no error */
-    w_printf(&w, "=================================================================\n"
-                 "==%ld==WARNING: tagalloc: memory that grows from iteration to iteration (no leaks, "
-                 "no errors)%s%s\n", pid, note[0] ? "; " : "", note);
+    w_printf(&w, "==%ld==WARNING: tagalloc: memory that grows from iteration to iteration (no leaks, "
+                 "no errors)%s%s", pid, note[0] ? "; " : "", note);
+  w_put(&w, "\n", 1);
   render r = {
     .w = &w,
     .p = p,
@@ -640,10 +720,10 @@ void report_text_process(int fd, report_process *p) {
       size_t k = order[o];
       const report_kind_total *t = &p->kinds[k];
       if (shown[k].groups <= (uint64_t)r.max_groups) continue;
-      w_printf(&w, "... %llu more group(s) of %s not shown (%llu byte(s), %llu object(s)); "
+      w_printf(&w, "... %s more group(s) of %s not shown (%s byte(s), %s object(s)); "
                "TAGALLOC_REPORT_GROUPS raises the limit\n",
-               (unsigned long long)(t->groups - (uint64_t)r.max_groups), t->kind,
-               (unsigned long long)(t->bytes - shown[k].bytes), (unsigned long long)(t->blocks - shown[k].blocks));
+               th(n1, t->groups - (uint64_t)r.max_groups), t->kind, th(n2, t->bytes - shown[k].bytes),
+               th(n3, t->blocks - shown[k].blocks));
     }
   }
   if (p->suppressed_blocks) {
@@ -653,43 +733,43 @@ void report_text_process(int fd, report_process *p) {
 
   if (p->unclassified) {
     w_printf(&w, "\nLIVE AT THE END (unclassified: no exit scan):\n"
-                 "   %llu bytes in %llu blocks\n",
-             (unsigned long long)live_bytes, (unsigned long long)live_blocks);
+                 "   %s bytes in %s blocks\n", th(n1, live_bytes), th(n2, live_blocks));
     if (p->suppressed_blocks)
-      w_printf(&w, "   suppressed: %llu bytes in %llu blocks\n", (unsigned long long)p->suppressed_bytes,
-               (unsigned long long)p->suppressed_blocks);
-    w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) unclassified in %llu allocation(s); %llu error(s).\n",
-             (unsigned long long)live_bytes, (unsigned long long)live_blocks,
-             (unsigned long long)s.errors);
+      w_printf(&w, "   suppressed: %s bytes in %s blocks\n", th(n1, p->suppressed_bytes),
+               th(n2, p->suppressed_blocks));
+    w_color(&w, C_BOLD);
+    w_printf(&w, "SUMMARY: tagalloc: %s byte(s) unclassified in %s allocation(s); %s error(s).",
+             th(n1, live_bytes), th(n2, live_blocks), th(n3, s.errors));
+    w_put(&w, "\n", 1);
     w_flush(&w);
     return;
   }
 
   unsigned long long leaked_bytes = s.direct_bytes + s.indirect_bytes + s.orphan_bytes;
   unsigned long long leaked_blocks = s.direct_blocks + s.indirect_blocks + s.orphan_blocks;
-  w_printf(&w, "\nLEAK SUMMARY:\n"
-               "   definitely lost: %llu bytes in %llu blocks\n"
-               "   indirectly lost: %llu bytes in %llu blocks\n"
-               "     possibly lost: %llu bytes in %llu blocks\n"
-               "   still reachable: %llu bytes in %llu blocks\n"
-               "          orphaned: %llu bytes in %llu blocks\n",
-           (unsigned long long)s.direct_bytes, (unsigned long long)s.direct_blocks,
-           (unsigned long long)s.indirect_bytes, (unsigned long long)s.indirect_blocks,
-           (unsigned long long)s.possible_bytes, (unsigned long long)s.possible_blocks,
-           (unsigned long long)s.reachable_bytes, (unsigned long long)s.reachable_blocks,
-           (unsigned long long)s.orphan_bytes, (unsigned long long)s.orphan_blocks);
+  static const char *const names[] = { "definitely lost", "indirectly lost", "possibly lost",
+                                       "still reachable", "orphaned" };
+  const uint64_t rows[][2] = { { s.direct_bytes, s.direct_blocks }, { s.indirect_bytes, s.indirect_blocks },
+                               { s.possible_bytes, s.possible_blocks }, { s.reachable_bytes, s.reachable_blocks },
+                               { s.orphan_bytes, s.orphan_blocks } };
+  w_printf(&w, "\nLEAK SUMMARY:\n");
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    w_printf(&w, "%18s: %s bytes in %s blocks\n", names[i], th(n1, rows[i][0]), th(n2, rows[i][1]));
   if (p->suppressed_blocks)
-    w_printf(&w, "        suppressed: %llu bytes in %llu blocks\n", (unsigned long long)p->suppressed_bytes,
-             (unsigned long long)p->suppressed_blocks);
-  if (loss_records)
-    w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s) (%llu of them "
+    w_printf(&w, "        suppressed: %s bytes in %s blocks\n", th(n1, p->suppressed_bytes),
+             th(n2, p->suppressed_blocks));
+  w_color(&w, C_BOLD);
+  if (loss_records) {
+    char n4[32];
+    w_printf(&w, "SUMMARY: tagalloc: %s byte(s) leaked in %s allocation(s); %s error(s) (%s of them "
              "loss records: definitely or possibly lost, orphaned, refcount leaks, one per group, as "
-             "memcheck's ERROR SUMMARY counts them).\n",
-             leaked_bytes, leaked_blocks, (unsigned long long)(s.errors + loss_records),
-             (unsigned long long)loss_records);
-  else
-    w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s).\n",
-             leaked_bytes, leaked_blocks, (unsigned long long)s.errors);
+             "memcheck's ERROR SUMMARY counts them).",
+             th(n1, leaked_bytes), th(n2, leaked_blocks), th(n3, s.errors + loss_records), th(n4, loss_records));
+  } else {
+    w_printf(&w, "SUMMARY: tagalloc: %s byte(s) leaked in %s allocation(s); %s error(s).", th(n1, leaked_bytes),
+             th(n2, leaked_blocks), th(n3, s.errors));
+  }
+  w_put(&w, "\n", 1);
   w_flush(&w);
 }
 
@@ -716,4 +796,5 @@ void report_text_write(int fd) {
 /* The ledger calls this at exit (and from ta_report_now). */
 __attribute__((constructor)) static void report_text_register(void) {
   ta_reporter_set(report_text_write);
+  ta_stack_writer_set(report_text_write_stack);   /* the assertions' stacks */
 }

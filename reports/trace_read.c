@@ -198,6 +198,7 @@ const char *report_trace_type_name(unsigned type) {
     [TR_THREAD_END] = "THREAD_END", [TR_TIME] = "TIME", [TR_FINDING_EVENT] = "FINDING_EVENT",
     [TR_FINDING] = "FINDING", [TR_END] = "END", [TR_PACKED] = "PACKED", [TR_FRAME] = "FRAME",
     [TR_DEVICE_ALLOC] = "DEVICE_ALLOC", [TR_DEVICE_FREE] = "DEVICE_FREE",
+    [TR_COMMAND] = "COMMAND",
   };
   return type < sizeof names / sizeof *names && names[type] ? names[type] : "?";
 }
@@ -226,6 +227,7 @@ static int layout(unsigned type, size_t *fixed) {
   case TR_PACKED:        *fixed = sizeof(tr_packed); return 0;
   case TR_DEVICE_ALLOC:  *fixed = sizeof(tr_device_alloc); return 0;
   case TR_DEVICE_FREE:   *fixed = sizeof(tr_device_free); return 0;
+  case TR_COMMAND:       *fixed = sizeof(tr_command); return 0;   /* argc strings, read below */
   default:               return -1;
   }
 }
@@ -669,6 +671,24 @@ static int on_record(const report_trace_rec *r, void *arg) {
   report_trace_model *m = b->m;
   const void *p = r->payload;
   switch (r->type) {
+  case TR_COMMAND: {   /* the first one is the process's (an image that execs opens a new trace) */
+    tr_command x;
+    memcpy(&x, p, sizeof x);
+    if (m->argv) return 0;
+    const char *s = (const char *)p + sizeof x, *end = (const char *)p + r->payload_size;
+    size_t n = 0;
+    for (const char *q = s; q < end && n < x.argc; q++) n += *q == '\0';
+    if (n == 0) return 0;
+    m->argv = calloc(n + 1, sizeof *m->argv);
+    if (m->argv == NULL) break;
+    for (size_t i = 0; i < n; i++) {   /* each NUL-terminated inside the payload (counted above) */
+      if ((m->argv[i] = dupstr(b, s)) == NULL) break;
+      m->argc = (int)i + 1;
+      s += strlen(s) + 1;
+    }
+    m->argv_truncated = x.truncated != 0 || n < x.argc;
+    return b->oom;
+  }
   case TR_MODULE: {
     tr_module x;
     memcpy(&x, p, sizeof x);
@@ -1415,6 +1435,8 @@ report_trace_model *report_trace_model_load(const char *path, char *err, size_t 
 
 void report_trace_model_free(report_trace_model *m) {
   if (m == NULL) return;
+  for (int i = 0; i < m->argc; i++) free(m->argv[i]);
+  free(m->argv);
   for (size_t i = 0; i < m->ntag_names; i++) free(m->tag_names[i]);
   free(m->tag_names);
   for (size_t i = 0; i < m->nstacks; i++) free((void *)m->stacks[i].frames);

@@ -209,6 +209,9 @@ typedef struct {
   report_trace_stack *stacks;          /* the STACK records (version 1), in file order; stacks
                                           said by FRAME records are in the private index */
   size_t   nstacks;
+  char   **argv;                       /* the COMMAND record's (NULL-terminated; NULL: none) */
+  int      argc;
+  bool     argv_truncated;             /* the command line was longer than the record */
   report_trace_module *modules;        /* in file order (at open, then new ones at exit) */
   size_t   nmodules;
   /* events */

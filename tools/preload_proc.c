@@ -701,9 +701,75 @@ static size_t env_count(char *const *envp) {
 
 #define ENV_EXTRA 72   /* LD_PRELOAD and up to 64 TAGALLOC_* put back, the NULL */
 
-/* The environment for a new image in out (n + ENV_EXTRA slots); ld: room for
- * a new LD_PRELOAD entry.  Returns envp itself when nothing changes. */
-static char *const *exec_env(char *const *envp, char **out, char *ld, size_t ldlen) {
+static bool executable_file(const char *path);
+
+/* s matches the glob pat: '*' any run of bytes ('/' too), '?' one byte,
+ * the rest itself.  No allocation (the preload's exec path). */
+static bool glob_match(const char *pat, size_t plen, const char *s) {
+  const char *star = NULL, *resume = NULL, *p = pat, *end = pat + plen;
+  while (*s) {
+    if (p < end && (*p == '?' || *p == *s)) {
+      p++;
+      s++;
+    } else if (p < end && *p == '*') {
+      star = ++p;
+      resume = s;
+    } else if (star) {
+      p = star;
+      s = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < end && *p == '*') p++;
+  return p == end;
+}
+
+/* TAGALLOC_SKIP (`tagalloc run --skip`): comma-separated globs; a program
+ * matches when one matches the path it is executed by (found on PATH for
+ * execvp and posix_spawnp) or that path's last component. */
+static bool skipped(const char *file, bool search) {
+  const char *list = _ta_opt.skip;
+  if (!list || !*list || !file) return false;
+  char found[PATH_MAX];
+  const char *path = file;
+  if (search && !strchr(file, '/')) {
+    const char *dirs = getenv("PATH");
+    if (!dirs) dirs = "/bin:/usr/bin";
+    for (const char *d = dirs;;) {
+      const char *e = strchr(d, ':');
+      size_t dl = e ? (size_t)(e - d) : strlen(d);
+      if (dl + strlen(file) + 2 <= sizeof found) {
+        memcpy(found, d, dl);
+        found[dl] = '/';
+        memcpy(found + dl + 1, file, strlen(file) + 1);
+        if (executable_file(found)) {
+          path = found;
+          break;
+        }
+      }
+      if (!e) break;
+      d = e + 1;
+    }
+  }
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  for (const char *p = list; *p;) {
+    const char *c = strchr(p, ',');
+    size_t n = c ? (size_t)(c - p) : strlen(p);
+    if (n && (glob_match(p, n, path) || glob_match(p, n, base) || glob_match(p, n, file))) return true;
+    if (!c) break;
+    p = c + 1;
+  }
+  return false;
+}
+
+/* The environment for a new image of file in out (n + ENV_EXTRA slots); ld:
+ * room for a new LD_PRELOAD entry.  Returns envp itself when nothing
+ * changes.  Without TAGALLOC_FOLLOW, or for a program TAGALLOC_SKIP names,
+ * the preload leaves LD_PRELOAD. */
+static char *const *exec_env(const char *file, bool search, char *const *envp, char **out, char *ld,
+                             size_t ldlen) {
   size_t n = 0;
   long ld_at = -1;
   bool changed = false;
@@ -712,7 +778,7 @@ static char *const *exec_env(char *const *envp, char **out, char *ld, size_t ldl
     out[n++] = envp[i];
   }
   bool had = false;
-  if (!_ta_opt.follow) {
+  if (!_ta_opt.follow || skipped(file, search)) {
     if (ld_at >= 0) {
       char *value = out[ld_at] + strlen("LD_PRELOAD=");
       int k = _ta_snprintf(ld, ldlen, "LD_PRELOAD=");
@@ -872,16 +938,16 @@ static void exec_failed(bool reported) {
  * wrapper's address). */
 #define KEEP_FRAME(rc) ({ __asm__ volatile("" : "+r"(rc) : : "memory"); rc; })
 
-#define WITH_ENV(envp, newenv)                                                   \
+#define WITH_ENV(file, search, envp, newenv)                                     \
   size_t n_env_ = env_count(envp);                                               \
   char *slots_[n_env_ + ENV_EXTRA];                                              \
   char ldbuf_[PATH_MAX + 4096];                                                  \
-  char *const *newenv = exec_env(envp, slots_, ldbuf_, sizeof ldbuf_)
+  char *const *newenv = exec_env(file, search, envp, slots_, ldbuf_, sizeof ldbuf_)
 
 static int do_execve(const char *path, char *const argv[], char *const envp[]) {
   resolve_all();
   bool r = before_exec(path, false);
-  WITH_ENV(envp, env);
+  WITH_ENV(path, false, envp, env);
   int rc = real_execve ? real_execve(path, argv, env) : (int)syscall(SYS_execve, path, argv, env);
   exec_failed(r);
   return rc;
@@ -890,7 +956,7 @@ static int do_execve(const char *path, char *const argv[], char *const envp[]) {
 static int do_execvpe(const char *file, char *const argv[], char *const envp[]) {
   resolve_all();
   bool r = before_exec(file, true);
-  WITH_ENV(envp, env);
+  WITH_ENV(file, true, envp, env);
   int rc = real_execvpe ? real_execvpe(file, argv, env) : (errno = ENOSYS, -1);
   exec_failed(r);
   return rc;
@@ -918,7 +984,10 @@ PL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
   char path[64];
   _ta_snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   bool r = before_exec(path, false);
-  WITH_ENV(envp, env);
+  char target[PATH_MAX];
+  ssize_t tl = readlink(path, target, sizeof target - 1);
+  target[tl > 0 ? tl : 0] = '\0';
+  WITH_ENV(tl > 0 ? target : path, false, envp, env);
   int rc = real_fexecve ? real_fexecve(fd, argv, env) : (errno = ENOSYS, -1);
   exec_failed(r);
   return rc;
@@ -932,7 +1001,7 @@ PL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *co
   else if (dirfd == AT_FDCWD) _ta_snprintf(full, sizeof full, "%s", path);
   else _ta_snprintf(full, sizeof full, "/proc/self/fd/%d/%s", dirfd, path);
   bool r = before_exec(full, false);
-  WITH_ENV(envp, env);
+  WITH_ENV(full, false, envp, env);
   int rc = real_execveat ? real_execveat(dirfd, path, argv, env, flags)
                          : (int)syscall(SYS_execveat, dirfd, path, argv, env, flags);
   exec_failed(r);
@@ -978,14 +1047,14 @@ PL_EXPORT int execle(const char *path, const char *arg, ...) {
 PL_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
   resolve_all();
-  WITH_ENV(envp, env);
+  WITH_ENV(path, false, envp, env);
   return real_posix_spawn ? real_posix_spawn(pid, path, fa, attr, argv, env) : ENOSYS;
 }
 
 PL_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
   resolve_all();
-  WITH_ENV(envp, env);
+  WITH_ENV(file, true, envp, env);
   return real_posix_spawnp ? real_posix_spawnp(pid, file, fa, attr, argv, env) : ENOSYS;
 }
 

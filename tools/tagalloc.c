@@ -4,7 +4,11 @@
 #include "tagalloc_cli.h"
 #include "tagalloc.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
@@ -13,6 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+extern char **environ;
 
 /* ---- messages ------------------------------------------------------------------- */
 
@@ -41,6 +47,7 @@ void cli_warn(const char *fmt, ...) {
 /* ---- files -------------------------------------------------------------------- */
 
 bool cli_check_output_file(const char *opt, const char *path) {
+  if (strcmp(path, "-") == 0) return true;   /* standard output */
   if (!*path) {
     cli_error("%s: an empty file name", opt);
     return false;
@@ -100,6 +107,22 @@ bool cli_check_output_dir(const char *opt, const char *path, bool create) {
   return true;
 }
 
+bool cli_one_stdout(const char *cmd, size_t n, const char *const *paths) {
+  size_t dash = 0;
+  for (size_t i = 0; i < n; i++) dash += paths[i] && strcmp(paths[i], "-") == 0;
+  if (dash <= 1) return true;
+  cli_error("%s: only one output can be - (standard output)", cmd);
+  return false;
+}
+
+int cli_open_output(const char *path) {
+  if (strcmp(path, "-") == 0) {
+    fflush(stdout);
+    return fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  }
+  return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
 char *cli_read_file(const char *path, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NULL;
@@ -150,204 +173,38 @@ bool cli_write_all(int fd, const char *buf, size_t len) {
   return true;
 }
 
-/* ---- a JSON object's top level ------------------------------------------------ */
-
-typedef struct {
-  const char *p, *end, *start;
-  bool        bad;
-} jparse;
-
-static void j_ws(jparse *j) {
-  while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static bool j_fail(jparse *j) {
-  j->bad = true;
-  return false;
-}
-
-static bool j_string(jparse *j, const char **s, size_t *n) {
-  if (j->p >= j->end || *j->p != '"') return j_fail(j);
-  const char *a = ++j->p;
-  while (j->p < j->end && *j->p != '"') {
-    unsigned char c = (unsigned char)*j->p;
-    if (c < 0x20) return j_fail(j);
-    if (c == '\\') {
-      j->p++;
-      if (j->p >= j->end) return j_fail(j);
-      if (*j->p == 'u') {
-        for (int i = 0; i < 4; i++) {
-          j->p++;
-          if (j->p >= j->end || !strchr("0123456789abcdefABCDEF", *j->p)) return j_fail(j);
-        }
-      } else if (!strchr("\"\\/bfnrt", *j->p)) {
-        return j_fail(j);
-      }
-    }
-    j->p++;
-  }
-  if (j->p >= j->end) return j_fail(j);
-  if (s) *s = a;
-  if (n) *n = (size_t)(j->p - a);
-  j->p++;
-  return true;
-}
-
-static bool j_number(jparse *j, long long *out) {
-  const char *a = j->p;
-  if (j->p < j->end && *j->p == '-') j->p++;
-  if (j->p >= j->end || *j->p < '0' || *j->p > '9') return j_fail(j);
-  if (*j->p == '0') j->p++;
-  else while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-  bool integral = true;
-  if (j->p < j->end && *j->p == '.') {
-    integral = false;
-    j->p++;
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return j_fail(j);
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-  }
-  if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-    integral = false;
-    j->p++;
-    if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return j_fail(j);
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-  }
-  if (out && integral) {
-    char tmp[32];
-    size_t n = (size_t)(j->p - a);
-    if (n < sizeof tmp) {
-      memcpy(tmp, a, n);
-      tmp[n] = '\0';
-      *out = strtoll(tmp, NULL, 10);
-    }
-  }
-  return true;
-}
-
-static bool j_value(jparse *j, int depth, cli_json_top *top);
-
-static bool j_word(jparse *j, const char *w) {
-  size_t n = strlen(w);
-  if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0) return j_fail(j);
-  j->p += n;
-  return true;
-}
-
-static bool j_object(jparse *j, int depth, cli_json_top *top) {
-  j->p++;   /* '{' */
-  j_ws(j);
-  if (j->p < j->end && *j->p == '}') {
-    j->p++;
-    return true;
-  }
-  for (;;) {
-    const char *k;
-    size_t kn;
-    j_ws(j);
-    if (!j_string(j, &k, &kn)) return false;
-    j_ws(j);
-    if (j->p >= j->end || *j->p != ':') return j_fail(j);
-    j->p++;
-    j_ws(j);
-    long long *want = NULL;
-    if (top && depth == 1) {
-      if (kn == 3 && memcmp(k, "pid", 3) == 0) want = &top->pid;
-      else if (kn == 14 && memcmp(k, "findings_count", 14) == 0) want = &top->findings_count;
-      else if (kn == 6 && memcmp(k, "errors", 6) == 0) want = &top->errors;
-    }
-    if (want && j->p < j->end && (*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))) {
-      if (!j_number(j, want)) return false;
-    } else if (!j_value(j, depth, NULL)) {
-      return false;
-    }
-    j_ws(j);
-    if (j->p < j->end && *j->p == ',') {
-      j->p++;
-      continue;
-    }
-    if (j->p < j->end && *j->p == '}') {
-      j->p++;
-      return true;
-    }
-    return j_fail(j);
-  }
-}
-
-static bool j_value(jparse *j, int depth, cli_json_top *top) {
-  j_ws(j);
-  if (j->p >= j->end || depth > 200) return j_fail(j);
-  switch (*j->p) {
-  case '{':
-    return j_object(j, depth + 1, top);
-  case '[':
-    j->p++;
-    j_ws(j);
-    if (j->p < j->end && *j->p == ']') {
-      j->p++;
-      return true;
-    }
-    for (;;) {
-      if (!j_value(j, depth + 1, NULL)) return false;
-      j_ws(j);
-      if (j->p < j->end && *j->p == ',') {
-        j->p++;
-        continue;
-      }
-      if (j->p < j->end && *j->p == ']') {
-        j->p++;
-        return true;
-      }
-      return j_fail(j);
-    }
-  case '"':
-    return j_string(j, NULL, NULL);
-  case 't':
-    return j_word(j, "true");
-  case 'f':
-    return j_word(j, "false");
-  case 'n':
-    return j_word(j, "null");
-  default:
-    return j_number(j, NULL);
-  }
-}
+/* ---- a JSON object's top level (libjansson) ------------------------------------- */
 
 void cli_json_scan(const char *text, size_t len, cli_json_top *out) {
-  jparse j = { .p = text, .end = text + len, .start = text };
   memset(out, 0, sizeof *out);
   out->pid = out->findings_count = out->errors = -1;
-  j_ws(&j);
-  bool ok = j.p < j.end && *j.p == '{' && j_value(&j, 0, out);
-  if (ok) {
-    j_ws(&j);
-    ok = j.p == j.end;
-    if (!ok) j.bad = true;
+  json_error_t err;
+  json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!doc || !json_is_object(doc)) {
+    out->error_offset = doc ? 0 : (size_t)err.position;
+    json_decref(doc);
+    return;
   }
-  out->valid = ok && !j.bad;
-  out->error_offset = (size_t)(j.p - text);
+  out->valid = true;
+  json_t *v;
+  if (json_is_integer(v = json_object_get(doc, "pid"))) out->pid = json_integer_value(v);
+  if (json_is_integer(v = json_object_get(doc, "findings_count"))) out->findings_count = json_integer_value(v);
+  if (json_is_integer(v = json_object_get(doc, "errors"))) out->errors = json_integer_value(v);
+  json_decref(doc);
 }
 
 bool cli_json_fill(char **text, size_t *len, const char *key, const char *value) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":null", key);
-  /* The first match is the object's own key: inside a JSON string every
-   * quote is escaped, so the pattern cannot start there. */
-  char *at = memmem(*text, *len, pat, strlen(pat));
-  if (!at) return false;
-  size_t klen = strlen(key) + 3, vlen = strlen(value), old = strlen(pat);
-  size_t nlen = *len - old + klen + vlen;
-  char *n = malloc(nlen + 1);
+  json_t *doc = json_loadb(*text, *len, 0, NULL);
+  json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+  json_t *old = doc && json_is_object(doc) ? json_object_get(doc, key) : NULL;
+  bool ok = old && json_is_null(old) && v && json_object_set(doc, key, v) == 0;
+  char *n = ok ? json_dumps(doc, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(v);
+  json_decref(doc);
   if (!n) return false;
-  size_t pre = (size_t)(at - *text);
-  memcpy(n, *text, pre);
-  snprintf(n + pre, klen + 1, "\"%s\":", key);
-  memcpy(n + pre + klen, value, vlen);
-  memcpy(n + pre + klen + vlen, at + old, *len - pre - old);
-  n[nlen] = '\0';
   free(*text);
   *text = n;
-  *len = nlen;
+  *len = strlen(n);
   return true;
 }
 
@@ -417,41 +274,81 @@ bool cli_json_sep(int fd, size_t index) { return index == 0 || cli_write_all(fd,
 
 bool cli_json_end(int fd) { return cli_write_all(fd, "\n]}\n", 4); }
 
+/* ---- options, the environment, the terminal ---------------------------------------- */
+
+int cli_getopt(int argc, char **argv, const char *shorts, const struct option *longs, const char *cmd) {
+  char sh[32];   /* ':' first (after a '+'): a missing value returns ':' */
+  bool in_order = shorts[0] == '+';
+  snprintf(sh, sizeof sh, "%s:%s", in_order ? "+" : "", shorts + in_order);
+  opterr = 0;
+  int c = getopt_long(argc, argv, sh, longs, NULL);
+  if (c != '?' && c != ':') return c;
+  const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+  const char *name = NULL;
+  for (const struct option *o = longs; o->name && optopt; o++)
+    if (o->val == optopt) name = o->name;
+  if (c == ':') {
+    if (name) cli_error("%s: --%s needs a value", cmd, name);
+    else cli_error("%s: -%c needs a value", cmd, optopt);
+  } else if (optopt && name && strncmp(arg, "--", 2) == 0) {
+    cli_error("%s: --%s takes no value", cmd, name);
+  } else if (optopt && optopt < 256 && isprint(optopt)) {
+    cli_error("%s: unknown option -%c (see tagalloc %s --help)", cmd, optopt, cmd);
+  } else {
+    cli_error("%s: unknown or ambiguous option %s (see tagalloc %s --help)", cmd, arg, cmd);
+  }
+  return '?';
+}
+
+void cli_warn_unknown_env(void) {
+  for (char **e = environ; e && *e; e++) {
+    char hint[80];
+    const char *name = ta_options_unknown(*e, hint, sizeof hint);
+    if (!name) continue;
+    int n = (int)strcspn(name, "=");
+    if (hint[0]) cli_warn("TAGALLOC_%.*s is not an option (did you mean %s?); ignored", n, name, hint);
+    else cli_warn("TAGALLOC_%.*s is not an option; ignored", n, name);
+  }
+}
+
+const char *cli_thousands(char *buf, uint64_t v) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v), k = 0;
+  for (int i = 0; i < n; i++) {
+    if (i && (n - i) % 3 == 0) buf[k++] = ',';
+    buf[k++] = tmp[i];
+  }
+  buf[k] = '\0';
+  return buf;
+}
+
+const char *cli_signed_thousands(char buf[32], int64_t v) {
+  buf[0] = v < 0 ? '-' : '+';
+  cli_thousands(buf + 1, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+  return buf;
+}
+
+bool cli_color(int fd) {
+  const char *nc = getenv("NO_COLOR"), *term = getenv("TERM");
+  return isatty(fd) && !(nc && *nc) && !(term && strcmp(term, "dumb") == 0);
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: tagalloc run [OPTIONS] -- PROGRAM [ARGS...]\n"
-          "       tagalloc report TRACE... [--json FILE] [--html FILE] [--folded FILE]\n"
-          "                       [--folded-peak FILE] [--suppressions FILE]\n"
-          "       tagalloc diff BASE NEW [--fail-on-increase]\n"
+          "usage: tagalloc run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+          "       tagalloc report [OPTIONS] TRACE|DIR...\n"
+          "       tagalloc diff [--fail-on-increase] BASE NEW\n"
           "       tagalloc --version | --help\n"
           "\n"
-          "run: runs PROGRAM (found on PATH) with libtagalloc-preload.so preloaded; every\n"
-          "process it starts prints its leak and error report on stderr at exit.\n"
-          "  --json FILE            one JSON document with every process's findings\n"
-          "  --html FILE            one self-contained HTML page: findings, timeline, flame graphs\n"
-          "  --folded FILE          leaked bytes by stack, folded (frame;frame;frame bytes)\n"
-          "  --folded-peak FILE     live bytes at the peak by stack, folded\n"
-          "  --trace FILE|DIR       keep the traces: DIR/PID.trace for each process, or the\n"
-          "                         first process's in FILE (the others in FILE.PID)\n"
-          "  --unwind exact|fast    stacks by DWARF unwinding (default) or frame pointers\n"
-          "  --guard                freed blocks' pages made inaccessible (use after free)\n"
-          "  --suppressions FILE    leak:PATTERN and tag:PATTERN lines (LeakSanitizer's format)\n"
-          "  --error-exitcode N     exit with N when any process had a leak or an error\n"
-          "  --no-follow            do not audit the programs PROGRAM executes (exec)\n"
-          "Exit status: PROGRAM's own (a signal that killed it kills tagalloc the same way),\n"
-          "or N with --error-exitcode; 2 when tagalloc refuses to start PROGRAM.\n"
+          "  run     audits PROGRAM and every process it starts: leaks and misuse, reported\n"
+          "          on stderr by each process at exit; --json, --html, --folded outputs\n"
+          "  report  renders traces (TAGALLOC_TRACE=path, or run --trace) after the run\n"
+          "  diff    per-callsite change in allocations, bytes and leaks from BASE to NEW\n"
           "\n"
-          "report: renders traces (TAGALLOC_TRACE=path, or run --trace) after the run,\n"
-          "symbolized offline; a directory stands for the *.trace files in it.\n"
-          "  --json FILE            the same JSON document as run's\n"
-          "  --suppressions FILE    as for run\n"
-          "  --html, --folded, --folded-peak FILE   as for run\n"
-          "\n"
-          "diff: per-callsite change in allocations, bytes and leaks from BASE to NEW\n"
-          "(each a trace, or a JSON document of run --json or report --json).\n"
-          "  --fail-on-increase     exit 1 when any callsite allocates or leaks more\n");
+          "tagalloc COMMAND --help says more; the manuals are tagalloc(1), tagalloc-run(1),\n"
+          "tagalloc-report(1), tagalloc-diff(1) and tagalloc(7) (the TAGALLOC_* variables).\n");
 }
 
 int main(int argc, char **argv) {
@@ -460,14 +357,21 @@ int main(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
   const char *cmd = argv[1];
-  if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
-  if (strcmp(cmd, "report") == 0) return cmd_report(argc - 2, argv + 2);
-  if (strcmp(cmd, "diff") == 0) return cmd_diff(argc - 2, argv + 2);
+  /* each subcommand gets its name as argv[0], as getopt_long expects */
+  if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
+  if (strcmp(cmd, "report") == 0) return cmd_report(argc - 1, argv + 1);
+  if (strcmp(cmd, "diff") == 0) return cmd_diff(argc - 1, argv + 1);
+  if (strcmp(cmd, "help") == 0 && argc > 2) {   /* tagalloc help run: tagalloc run --help */
+    char *sub[] = { argv[2], "--help", NULL };
+    if (strcmp(argv[2], "run") == 0) return cmd_run(2, sub);
+    if (strcmp(argv[2], "report") == 0) return cmd_report(2, sub);
+    if (strcmp(argv[2], "diff") == 0) return cmd_diff(2, sub);
+  }
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return 0;
   }
-  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
     printf("tagalloc %s\n", TA_VERSION);
     return 0;
   }

@@ -26,6 +26,28 @@ bool cli_check_output_file(const char *opt, const char *path);
  * missing one (one level). */
 bool cli_check_output_dir(const char *opt, const char *path, bool create);
 
+/* At most one of the n paths (NULL: not asked) is "-", standard output;
+ * otherwise "tagalloc: CMD: only one output can be -" and false. */
+bool cli_one_stdout(const char *cmd, size_t n, const char *const *paths);
+/* An output opened for writing, replaced; "-" is standard output (a
+ * duplicate of fd 1, so that closing it closes nothing else).  -1 with errno. */
+int cli_open_output(const char *path);
+
+/* getopt_long with the tool's own messages ("tagalloc: CMD: unknown option
+ * X (see tagalloc CMD --help)", "--NAME needs a value"); '?' after one. */
+struct option;
+int cli_getopt(int argc, char **argv, const char *shorts, const struct option *longs, const char *cmd);
+/* One warning line for each TAGALLOC_* variable in the environment that
+ * names no option, with the closest option when one is near. */
+void cli_warn_unknown_env(void);
+/* v with a comma between each group of three digits (1,234,567) in buf (28
+ * bytes are enough for any v);
+ * the signed one with its sign always (+1,024, -3, +0).  Return buf. */
+const char *cli_thousands(char *buf, uint64_t v);
+const char *cli_signed_thousands(char buf[32], int64_t v);
+/* Colour for fd: a terminal, NO_COLOR unset or empty, TERM not "dumb". */
+bool cli_color(int fd);
+
 /* The whole file in a NUL-terminated malloc'd buffer; NULL with errno. */
 char *cli_read_file(const char *path, size_t *len);
 /* Writes all of buf to fd; false on failure. */

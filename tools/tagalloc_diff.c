@@ -5,14 +5,19 @@
  * or `tagalloc run --json` ("callsites" of each process; a process without
  * them, as run's in-process objects, gives its leaks by the top frame of
  * their allocation stacks, and no allocation counts).  Callsites are keyed
- * by "function file:line" of the innermost frame, so addresses that moved
- * (ASLR, a rebuild) still match.  With --fail-on-increase the exit status
- * is 1 when any callsite allocates more often, more bytes, or leaks more. */
+ * by the innermost frame's function, file name (no folders) and the line's
+ * offset from the function's first line (report_callsite_key), so that
+ * addresses that moved (ASLR, a rebuild), another checkout folder and lines
+ * added elsewhere in the file still match.  JSON is read with libjansson.
+ * With --fail-on-increase the exit status is 1 when any callsite allocates
+ * more often, more bytes, or leaks more. */
 #include "tagalloc_cli.h"
 #include "model.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,202 +86,31 @@ static void sites_free(sites *s) {
   free(s->ix);
 }
 
-/* ---- a small JSON reader: values into a tree -------------------------------------- */
+/* ---- a JSON document (libjansson) --------------------------------------------------- */
 
-typedef enum { JNULL, JBOOL, JNUM, JSTR, JARR, JOBJ } jtype;
-
-typedef struct jval {
-  jtype        type;
-  double       num;
-  char        *str;              /* JSTR: decoded; a member's key for members of JOBJ */
-  struct jval *kids;             /* JARR, JOBJ */
-  size_t       nkids;
-  char        *key;
-} jval;
-
-typedef struct {
-  const char *p, *end, *start;
-  const char *why;
-} jin;
-
-static void jv_free(jval *v) {
-  for (size_t i = 0; i < v->nkids; i++) jv_free(&v->kids[i]);
-  free(v->kids);
-  free(v->str);
-  free(v->key);
+static uint64_t num(const json_t *o, const char *key) {
+  const json_t *v = json_object_get(o, key);
+  if (json_is_integer(v)) return json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
+  return json_is_real(v) && json_real_value(v) > 0 ? (uint64_t)json_real_value(v) : 0;
 }
 
-static void ws(jin *j) {
-  while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r')) j->p++;
-}
-
-static bool fail(jin *j, const char *why) {
-  if (!j->why) j->why = why;
-  return false;
-}
-
-static void put_utf8(char **o, unsigned c) {
-  if (c < 0x80) {
-    *(*o)++ = (char)c;
-  } else if (c < 0x800) {
-    *(*o)++ = (char)(0xC0 | c >> 6);
-    *(*o)++ = (char)(0x80 | (c & 0x3F));
-  } else {
-    *(*o)++ = (char)(0xE0 | c >> 12);
-    *(*o)++ = (char)(0x80 | ((c >> 6) & 0x3F));
-    *(*o)++ = (char)(0x80 | (c & 0x3F));
-  }
-}
-
-static bool jstring(jin *j, char **out) {
-  if (j->p >= j->end || *j->p != '"') return fail(j, "expected a string");
-  const char *a = ++j->p;
-  while (j->p < j->end && *j->p != '"') j->p += *j->p == '\\' ? 2 : 1;
-  if (j->p >= j->end) return fail(j, "a string does not end");
-  char *s = malloc((size_t)(j->p - a) + 1), *o = s;
-  if (!s) return fail(j, "out of memory");
-  for (const char *q = a; q < j->p; q++) {
-    if (*q != '\\') {
-      *o++ = *q;
-      continue;
-    }
-    q++;
-    switch (*q) {
-    case 'n': *o++ = '\n'; break;
-    case 't': *o++ = '\t'; break;
-    case 'r': *o++ = '\r'; break;
-    case 'b': *o++ = '\b'; break;
-    case 'f': *o++ = '\f'; break;
-    case 'u': {
-      unsigned c = 0;
-      for (int k = 0; k < 4; k++) {
-        q++;
-        if (q >= j->p) {
-          free(s);
-          return fail(j, "a bad \\u escape");
-        }
-        char h = *q;
-        c = c * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 0);
-      }
-      put_utf8(&o, c);
-      break;
-    }
-    default: *o++ = *q; break;
-    }
-  }
-  *o = '\0';
-  j->p++;
-  *out = s;
-  return true;
-}
-
-static bool jvalue(jin *j, jval *v, int depth);
-
-static bool jlist(jin *j, jval *v, int depth, char close, bool members) {
-  j->p++;
-  ws(j);
-  if (j->p < j->end && *j->p == close) {
-    j->p++;
-    return true;
-  }
-  size_t cap = 0;
-  for (;;) {
-    if (v->nkids == cap) {
-      cap = cap ? cap * 2 : 8;
-      jval *nk = realloc(v->kids, cap * sizeof *nk);
-      if (!nk) return fail(j, "out of memory");
-      v->kids = nk;
-    }
-    jval *k = &v->kids[v->nkids];
-    memset(k, 0, sizeof *k);
-    ws(j);
-    char *key = NULL;
-    if (members) {
-      if (!jstring(j, &key)) return false;
-      ws(j);
-      if (j->p >= j->end || *j->p != ':') {
-        free(key);
-        return fail(j, "expected ':'");
-      }
-      j->p++;
-    }
-    v->nkids++;
-    k->key = key;
-    if (!jvalue(j, k, depth + 1)) return false;
-    ws(j);
-    if (j->p < j->end && *j->p == ',') {
-      j->p++;
-      continue;
-    }
-    if (j->p < j->end && *j->p == close) {
-      j->p++;
-      return true;
-    }
-    return fail(j, members ? "expected ',' or '}'" : "expected ',' or ']'");
-  }
-}
-
-static bool jvalue(jin *j, jval *v, int depth) {
-  ws(j);
-  if (j->p >= j->end) return fail(j, "the document ends too early");
-  if (depth > 64) return fail(j, "nested too deeply");
-  switch (*j->p) {
-  case '{': v->type = JOBJ; return jlist(j, v, depth, '}', true);
-  case '[': v->type = JARR; return jlist(j, v, depth, ']', false);
-  case '"': v->type = JSTR; return jstring(j, &v->str);
-  case 't':
-  case 'f':
-  case 'n': {
-    const char *w = *j->p == 't' ? "true" : *j->p == 'f' ? "false" : "null";
-    size_t n = strlen(w);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0) return fail(j, "an unknown word");
-    v->type = *w == 'n' ? JNULL : JBOOL;
-    v->num = *w == 't';
-    j->p += n;
-    return true;
-  }
-  default: {
-    char *e;
-    errno = 0;
-    v->num = strtod(j->p, &e);
-    if (e == j->p || e > j->end) return fail(j, "expected a value");
-    v->type = JNUM;
-    j->p = e;
-    return true;
-  }
-  }
-}
-
-static const jval *member(const jval *o, const char *key) {
-  if (!o || o->type != JOBJ) return NULL;
-  for (size_t i = 0; i < o->nkids; i++)
-    if (o->kids[i].key && strcmp(o->kids[i].key, key) == 0) return &o->kids[i];
-  return NULL;
-}
-
-static uint64_t num(const jval *o, const char *key) {
-  const jval *v = member(o, key);
-  return v && v->type == JNUM && v->num > 0 ? (uint64_t)v->num : 0;
-}
-
-static const char *text(const jval *o, const char *key) {
-  const jval *v = member(o, key);
-  return v && v->type == JSTR ? v->str : NULL;
+static const char *text(const json_t *o, const char *key) {
+  return json_string_value(json_object_get(o, key));   /* NULL unless a string */
 }
 
 static bool is_leak_kind(const char *k) {
   return k && report_kind_is_leak(k) && strcmp(k, "unclassified") != 0 && strcmp(k, "leak.growth") != 0;
 }
 
-/* The key of a JSON frame, as model.c makes it. */
-static void frame_key(const jval *f, char *buf, size_t len) {
+/* The key of a JSON frame, as model.c makes a callsite's (a run --json
+ * frame has no function start line: "function file.c"). */
+static void frame_key(const json_t *f, char *buf, size_t len) {
   const char *fn = text(f, "function"), *file = text(f, "file"), *mod = text(f, "module");
-  uint64_t line = num(f, "line");
-  if (fn && file && line) snprintf(buf, len, "%s %s:%" PRIu64, fn, file, line);
-  else if (fn && file) snprintf(buf, len, "%s %s", fn, file);
-  else if (fn) snprintf(buf, len, "%s", fn);
-  else if (mod) {
+  report_callsite_key(fn, file, (int)num(f, "line"), (int)num(f, "function_line"), buf, len);
+  if (buf[0]) return;
+  if (fn) {
+    snprintf(buf, len, "%s", fn);
+  } else if (mod) {
     const char *base = strrchr(mod, '/');
     const char *off = text(f, "module_offset");
     snprintf(buf, len, "%s+%s", base ? base + 1 : mod, off ? off : "0x0");
@@ -287,55 +121,56 @@ static void frame_key(const jval *f, char *buf, size_t len) {
 }
 
 static bool load_json(const char *path, const char *data, size_t len, sites *out) {
-  jin j = { data, data + len, data, NULL };
-  jval root = { 0 };
-  bool ok = jvalue(&j, &root, 0);
-  if (ok) {
-    ws(&j);
-    if (j.p != j.end) ok = fail(&j, "text after the document");
-  }
-  const jval *procs = ok ? member(&root, "processes") : NULL;
-  if (ok && (!procs || procs->type != JARR)) ok = fail(&j, "no \"processes\" list (not a tagalloc JSON report)");
-  if (!ok) {
-    cli_error("diff: %s: not a tagalloc JSON report: %s at byte %zu", path, j.why, (size_t)(j.p - j.start));
-    jv_free(&root);
+  json_error_t err;
+  json_t *root = json_loadb(data, len, 0, &err);
+  if (!root) {
+    cli_error("diff: %s: not a tagalloc JSON report: %s at byte %zu", path, err.text, (size_t)err.position);
     return false;
   }
-  for (size_t i = 0; ok && i < procs->nkids; i++) {
-    const jval *p = &procs->kids[i];
-    const jval *cs = member(p, "callsites");
-    if (cs && cs->type == JARR) {
-      for (size_t k = 0; ok && k < cs->nkids; k++) {
-        const char *key = text(&cs->kids[k], "key");
+  json_t *procs = json_object_get(root, "processes");
+  if (!json_is_array(procs)) {
+    cli_error("diff: %s: not a tagalloc JSON report: no \"processes\" list", path);
+    json_decref(root);
+    return false;
+  }
+  bool ok = true;
+  size_t i, k;
+  json_t *p, *c;
+  json_array_foreach(procs, i, p) {
+    json_t *cs = json_object_get(p, "callsites");
+    if (json_is_array(cs)) {
+      json_array_foreach(cs, k, c) {
+        const char *key = text(c, "key");
         if (!key) continue;
         site *s = site_get(out, key);
-        if (!s) ok = false;
-        else {
-          s->allocs += num(&cs->kids[k], "allocs");
-          s->bytes += num(&cs->kids[k], "bytes");
-          s->leaked_bytes += num(&cs->kids[k], "leaked_bytes");
-          s->leaked_blocks += num(&cs->kids[k], "leaked_blocks");
-          s->has_allocs = true;
+        if (!s) {
+          ok = false;
+          break;
         }
+        s->allocs += num(c, "allocs");
+        s->bytes += num(c, "bytes");
+        s->leaked_bytes += num(c, "leaked_bytes");
+        s->leaked_blocks += num(c, "leaked_blocks");
+        s->has_allocs = true;
       }
       continue;
     }
-    const jval *fs = member(p, "findings");
-    for (size_t k = 0; ok && fs && fs->type == JARR && k < fs->nkids; k++) {
-      const jval *f = &fs->kids[k];
-      if (!is_leak_kind(text(f, "kind"))) continue;
-      const jval *st = member(f, "stack");
+    json_t *fs = json_object_get(p, "findings");
+    json_array_foreach(fs, k, c) {   /* nothing when fs is not an array */
+      if (!is_leak_kind(text(c, "kind"))) continue;
+      json_t *st = json_object_get(c, "stack");
       char key[4096] = "<no stack recorded>";
-      if (st && st->type == JARR && st->nkids) frame_key(&st->kids[0], key, sizeof key);
+      if (json_array_size(st)) frame_key(json_array_get(st, 0), key, sizeof key);
       site *s = site_get(out, key);
-      if (!s) ok = false;
-      else {
-        s->leaked_bytes += num(f, "bytes");
-        s->leaked_blocks += num(f, "blocks");
+      if (!s) {
+        ok = false;
+        break;
       }
+      s->leaked_bytes += num(c, "bytes");
+      s->leaked_blocks += num(c, "blocks");
     }
   }
-  jv_free(&root);
+  json_decref(root);
   if (!ok) cli_error("diff: %s: out of memory", path);
   return ok;
 }
@@ -418,27 +253,48 @@ static int by_change(const void *a, const void *b) {
   return strcmp(x->key, y->key);
 }
 
+static void diff_usage(FILE *f) {
+  fputs("usage: tagalloc diff [--fail-on-increase] BASE NEW\n"
+        "The change, callsite by callsite, in allocations, bytes allocated and bytes and\n"
+        "blocks leaked from BASE to NEW, each a trace or a JSON document of tagalloc report\n"
+        "--json or tagalloc run --json.  A callsite is the innermost frame of an allocation\n"
+        "stack, keyed \"function file.c:+N\" (N: lines from the function's first line), so\n"
+        "that it matches across rebuilds, folders and edits elsewhere in the file.\n"
+        "\n"
+        "  --fail-on-increase     exit 1 when any callsite allocates or leaks more\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "Exit status: 0; 1 with --fail-on-increase and an increase; 2 for a bad command\n"
+        "line or an input that cannot be read.  See tagalloc-diff(1).\n", f);
+}
+
 int cmd_diff(int argc, char **argv) {
-  const char *in[2] = { NULL, NULL };
-  int nin = 0;
   bool fail_on_increase = false;
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--fail-on-increase") == 0) {
+  static const struct option longs[] = {
+    { "fail-on-increase", no_argument, NULL, 'f' },
+    { "help", no_argument, NULL, 'h' },
+    { 0, 0, 0, 0 },
+  };
+  int c0;
+  while ((c0 = cli_getopt(argc, argv, "h", longs, "diff")) != -1) {
+    if (c0 == 'f') {
       fail_on_increase = true;
-    } else if (argv[i][0] == '-' && argv[i][1] == '-' && argv[i][2]) {
-      cli_error("diff: unknown option %s (see tagalloc --help)", argv[i]);
-      return CLI_EXIT_USAGE;
-    } else if (nin < 2) {
-      in[nin++] = argv[i];
+    } else if (c0 == 'h') {
+      diff_usage(stdout);
+      return 0;
     } else {
-      cli_error("diff: more than two inputs (usage: tagalloc diff BASE NEW [--fail-on-increase])");
       return CLI_EXIT_USAGE;
     }
   }
-  if (nin < 2) {
-    cli_error("diff: two inputs needed (usage: tagalloc diff BASE NEW [--fail-on-increase])");
+  const char *in[2] = { NULL, NULL };
+  int nin = argc - optind;
+  if (nin != 2) {
+    cli_error("diff: %s (usage: tagalloc diff [--fail-on-increase] BASE NEW)",
+              nin < 2 ? "two inputs needed" : "more than two inputs");
     return CLI_EXIT_USAGE;
   }
+  in[0] = argv[optind];
+  in[1] = argv[optind + 1];
   sites a = { 0 }, b = { 0 };
   if (!load(in[0], &a) || !load(in[1], &b)) {
     sites_free(&a);
@@ -495,16 +351,19 @@ int cmd_diff(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) {
     const change *x = &c[i];
     if (!(x->d_allocs || x->d_bytes || x->d_leaked || x->d_blocks)) continue;
-    char col[4][64];
-    snprintf(col[0], sizeof col[0], "%+" PRId64 " (%" PRIu64 " -> %" PRIu64 ")", x->d_allocs, x->base.allocs, x->now.allocs);
-    snprintf(col[1], sizeof col[1], "%+" PRId64 " (%" PRIu64 " -> %" PRIu64 ")", x->d_bytes, x->base.bytes, x->now.bytes);
-    snprintf(col[2], sizeof col[2], "%+" PRId64 " (%" PRIu64 " -> %" PRIu64 ")", x->d_leaked, x->base.leaked_bytes,
-             x->now.leaked_bytes);
-    snprintf(col[3], sizeof col[3], "%+" PRId64, x->d_blocks);
+    char col[4][96], d[32], u[32], v[32];
+    snprintf(col[0], sizeof col[0], "%s (%s -> %s)", cli_signed_thousands(d, x->d_allocs),
+             cli_thousands(u, x->base.allocs), cli_thousands(v, x->now.allocs));
+    snprintf(col[1], sizeof col[1], "%s (%s -> %s)", cli_signed_thousands(d, x->d_bytes),
+             cli_thousands(u, x->base.bytes), cli_thousands(v, x->now.bytes));
+    snprintf(col[2], sizeof col[2], "%s (%s -> %s)", cli_signed_thousands(d, x->d_leaked),
+             cli_thousands(u, x->base.leaked_bytes), cli_thousands(v, x->now.leaked_bytes));
+    snprintf(col[3], sizeof col[3], "%s", cli_signed_thousands(d, x->d_blocks));
     printf("%-24s %-24s %-24s %-14s %s\n", col[0], col[1], col[2], col[3], x->key);
   }
-  printf("total: allocs %+" PRId64 ", bytes %+" PRId64 ", leaked bytes %+" PRId64 ", leaked blocks %+" PRId64 "\n",
-         t_allocs, t_bytes, t_leaked, t_blocks);
+  char t1[32], t2[32], t3[32], t4[32];
+  printf("total: allocs %s, bytes %s, leaked bytes %s, leaked blocks %s\n", cli_signed_thousands(t1, t_allocs),
+         cli_signed_thousands(t2, t_bytes), cli_signed_thousands(t3, t_leaked), cli_signed_thousands(t4, t_blocks));
   if (fail_on_increase && increase) printf("tagalloc diff: FAIL: an increase (--fail-on-increase)\n");
   fflush(stdout);
   free(c);

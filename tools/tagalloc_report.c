@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ static bool add_dir(cli_proc **v, size_t *n, size_t *cap, const char *dir) {
 }
 
 bool cli_write_json(const char *path, report_model *m) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = cli_open_output(path);
   bool ok = fd >= 0 && cli_json_begin(fd);
   for (size_t i = 0; ok && i < m->nprocs; i++)
     ok = cli_json_sep(fd, i) && report_json_process(fd, m->procs[i]) == 0;
@@ -69,9 +70,9 @@ bool cli_write_json(const char *path, report_model *m) {
   return ok;
 }
 
-/* One rendering into path. */
+/* One rendering into path ("-": standard output). */
 static bool write_one(const char *opt, const char *path, report_model *m, int what) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = cli_open_output(path);
   bool ok = fd >= 0;
   if (ok) {
     if (what < 0) ok = report_html_write(fd, m) == 0;
@@ -90,59 +91,72 @@ bool cli_write_renderings(report_model *m, const char *html, const char *folded,
   return ok;
 }
 
+static void report_usage(FILE *f) {
+  fputs("usage: tagalloc report [OPTIONS] TRACE|DIR...\n"
+        "Renders traces (TAGALLOC_TRACE=path, or tagalloc run --trace) after the run,\n"
+        "symbolized offline from the modules the trace records; a directory stands for the\n"
+        "*.trace files in it.  Each process's report goes to standard output.\n"
+        "\n"
+        "  --json FILE            one JSON document (as run's), with each process's callsites\n"
+        "  --html FILE            one self-contained HTML page: findings, timeline, flame graphs\n"
+        "  --folded FILE          leaked bytes by stack, folded (frame;frame;frame bytes)\n"
+        "  --folded-peak FILE     live bytes at the peak by stack, folded\n"
+        "                         (FILE - : standard output, for one of these four; the text\n"
+        "                         report is then left out)\n"
+        "  --suppressions FILE    leak:PATTERN and tag:PATTERN lines (LeakSanitizer's format)\n"
+        "  -q, --quiet            no text report (the outputs above are still written)\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "Exit status: 0, or 1 when a trace could not be read or an output not written;\n"
+        "2 for a bad command line.  See tagalloc-report(1).\n", f);
+}
+
 int cmd_report(int argc, char **argv) {
   const char *json = NULL, *html = NULL, *folded = NULL, *folded_peak = NULL, *supp_path = NULL;
   cli_proc *procs = NULL;
   size_t nprocs = 0, cap = 0;
-  bool options_done = false;
+  bool quiet = false;
   int rc = 0;
-
-  const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-  size_t ninputs = 0;
-  if (!inputs) return 1;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    const char **dst = NULL;
-    const char *name = NULL;
-    if (!options_done && strcmp(a, "--") == 0) {
-      options_done = true;
-      continue;
+  enum { OPT_JSON = 256, OPT_HTML, OPT_FOLDED, OPT_FOLDED_PEAK, OPT_SUPP };
+  static const struct option longs[] = {
+    { "json", required_argument, NULL, OPT_JSON },
+    { "html", required_argument, NULL, OPT_HTML },
+    { "folded", required_argument, NULL, OPT_FOLDED },
+    { "folded-peak", required_argument, NULL, OPT_FOLDED_PEAK },
+    { "suppressions", required_argument, NULL, OPT_SUPP },
+    { "quiet", no_argument, NULL, 'q' },
+    { "help", no_argument, NULL, 'h' },
+    { 0, 0, 0, 0 },
+  };
+  int c;
+  while ((c = cli_getopt(argc, argv, "qh", longs, "report")) != -1) {
+    switch (c) {
+    case OPT_JSON: json = optarg; break;
+    case OPT_HTML: html = optarg; break;
+    case OPT_FOLDED: folded = optarg; break;
+    case OPT_FOLDED_PEAK: folded_peak = optarg; break;
+    case OPT_SUPP: supp_path = optarg; break;
+    case 'q': quiet = true; break;
+    case 'h':
+      report_usage(stdout);
+      return 0;
+    default:
+      return CLI_EXIT_USAGE;
     }
-    if (!options_done && a[0] == '-' && a[1] == '-') {
-      const char *eq = strchr(a, '=');
-      size_t len = eq ? (size_t)(eq - a) : strlen(a);
-      if (len == 6 && strncmp(a, "--json", len) == 0) dst = &json, name = "--json";
-      else if (len == 6 && strncmp(a, "--html", len) == 0) dst = &html, name = "--html";
-      else if (len == 14 && strncmp(a, "--suppressions", len) == 0) dst = &supp_path, name = "--suppressions";
-      else if (len == 8 && strncmp(a, "--folded", len) == 0) dst = &folded, name = "--folded";
-      else if (len == 13 && strncmp(a, "--folded-peak", len) == 0) dst = &folded_peak, name = "--folded-peak";
-      else {
-        cli_error("report: unknown option %s (see tagalloc --help)", a);
-        free(inputs);
-        return CLI_EXIT_USAGE;
-      }
-      if (eq) {
-        *dst = eq + 1;
-      } else if (i + 1 < argc) {
-        *dst = argv[++i];
-      } else {
-        cli_error("report: %s needs a file name", name);
-        free(inputs);
-        return CLI_EXIT_USAGE;
-      }
-      continue;
-    }
-    inputs[ninputs++] = a;
   }
+  const char **inputs = (const char **)argv + optind;
+  size_t ninputs = (size_t)(argc - optind);
+  if (!cli_one_stdout("report", 4, (const char *[]){ json, html, folded, folded_peak })) return CLI_EXIT_USAGE;
+  /* an output on standard output: the text report would be mixed into it */
+  const char *outs[] = { json, html, folded, folded_peak };
+  for (size_t i = 0; i < 4; i++) quiet |= outs[i] && strcmp(outs[i], "-") == 0;
   if (ninputs == 0) {
-    cli_error("report: no trace given (usage: tagalloc report TRACE... [--json FILE])");
-    free(inputs);
+    cli_error("report: no trace given (usage: tagalloc report [OPTIONS] TRACE|DIR...)");
     return CLI_EXIT_USAGE;
   }
   if ((json && !cli_check_output_file("--json", json)) || (html && !cli_check_output_file("--html", html)) ||
       (folded && !cli_check_output_file("--folded", folded)) ||
       (folded_peak && !cli_check_output_file("--folded-peak", folded_peak))) {
-    free(inputs);
     return CLI_EXIT_USAGE;
   }
   report_suppressions *supp = NULL;
@@ -151,7 +165,6 @@ int cmd_report(int argc, char **argv) {
     supp = report_suppressions_load(supp_path, err, sizeof err);
     if (!supp) {
       cli_error("--suppressions %s", err);
-      free(inputs);
       return CLI_EXIT_USAGE;
     }
   }
@@ -166,7 +179,6 @@ int cmd_report(int argc, char **argv) {
       break;
     }
   }
-  free(inputs);
 
   report_model *rm = report_model_new();
   if (!rm) {
@@ -195,6 +207,7 @@ int cmd_report(int argc, char **argv) {
       rc = 1;
       continue;
     }
+    if (quiet) continue;
     fflush(stdout);
     printf("%s==%" PRIu32 "== tagalloc: process %" PRIu32 " (parent %" PRIu32 "), trace %s: %s\n",
            shown++ ? "\n" : "", m->pid, m->pid, m->ppid, procs[i].trace,

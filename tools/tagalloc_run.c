@@ -15,7 +15,9 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
@@ -34,81 +36,126 @@ extern char **environ;
 
 typedef struct {
   const char *json, *html, *folded, *folded_peak, *trace, *unwind, *supp;
-  bool        guard, no_follow, has_error_exitcode;
+  bool        guard, no_follow, has_error_exitcode, quiet;
   int         error_exitcode;
+  char       *skip;              /* --skip patterns, comma-separated (malloc'd) */
   char      **prog_argv;
   int         prog_argc;
 } run_opts;
 
 /* ---- the command line ---------------------------------------------------------- */
 
+static void run_usage(FILE *f) {
+  fputs("usage: tagalloc run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+        "Runs PROGRAM (found on PATH) with libtagalloc-preload.so preloaded and waits for it\n"
+        "and every process it starts; each prints its leak and error report on stderr at exit.\n"
+        "\n"
+        "  --json FILE            one JSON document with every process's findings\n"
+        "  --html FILE            one self-contained HTML page: findings, timeline, flame graphs\n"
+        "  --folded FILE          leaked bytes by stack, folded (frame;frame;frame bytes)\n"
+        "  --folded-peak FILE     live bytes at the peak by stack, folded\n"
+        "                         (FILE - : standard output, for one of these four)\n"
+        "  --trace FILE|DIR       keep the traces: DIR/PID.trace for each process, or the\n"
+        "                         first process's in FILE (the others in FILE.PID)\n"
+        "  --unwind exact|fast    stacks by DWARF unwinding (default) or frame pointers\n"
+        "  --guard                freed blocks' pages made inaccessible (use after free)\n"
+        "  --suppressions FILE    leak:PATTERN and tag:PATTERN lines (LeakSanitizer's format)\n"
+        "  --error-exitcode N     exit with N when any process had a leak or an error\n"
+        "  --no-follow            do not audit the programs PROGRAM executes (exec)\n"
+        "  --skip PATTERN         do not audit an executed program whose path or name matches\n"
+        "                         the glob PATTERN (nor what it starts); may be repeated\n"
+        "  -q, --quiet            no reports on stderr (the outputs above are still written)\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "Exit status: PROGRAM's own (a signal that killed it kills tagalloc the same way),\n"
+        "or N with --error-exitcode; 2 when tagalloc refuses to start PROGRAM.\n"
+        "See tagalloc-run(1) and tagalloc(7) for the TAGALLOC_* variables.\n", f);
+}
+
+enum { OPT_JSON = 256, OPT_HTML, OPT_FOLDED, OPT_FOLDED_PEAK, OPT_TRACE, OPT_UNWIND, OPT_SUPP, OPT_ERREXIT, OPT_GUARD,
+       OPT_NOFOLLOW, OPT_SKIP };
+
+/* 0: run; 1: --help was asked (exit 0); -1: a usage error (said). */
 static int parse(int argc, char **argv, run_opts *o) {
+  static const struct option longs[] = {
+    { "json", required_argument, NULL, OPT_JSON },
+    { "html", required_argument, NULL, OPT_HTML },
+    { "folded", required_argument, NULL, OPT_FOLDED },
+    { "folded-peak", required_argument, NULL, OPT_FOLDED_PEAK },
+    { "trace", required_argument, NULL, OPT_TRACE },
+    { "unwind", required_argument, NULL, OPT_UNWIND },
+    { "suppressions", required_argument, NULL, OPT_SUPP },
+    { "error-exitcode", required_argument, NULL, OPT_ERREXIT },
+    { "guard", no_argument, NULL, OPT_GUARD },
+    { "no-follow", no_argument, NULL, OPT_NOFOLLOW },
+    { "skip", required_argument, NULL, OPT_SKIP },
+    { "quiet", no_argument, NULL, 'q' },
+    { "help", no_argument, NULL, 'h' },
+    { 0, 0, 0, 0 },
+  };
   memset(o, 0, sizeof *o);
-  int i = 0;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--") == 0) {
-      i++;
-      break;
-    }
-    if (a[0] != '-') break;   /* PROGRAM without "--" */
-    const char *eq = strchr(a, '=');
-    size_t len = eq ? (size_t)(eq - a) : strlen(a);
-#define IS(name) (len == sizeof(name) - 1 && strncmp(a, name, len) == 0)
-    if (IS("--guard") || IS("--no-follow")) {
-      if (eq) {
-        cli_error("run: %.*s takes no value", (int)len, a);
+  int c;
+  while ((c = cli_getopt(argc, argv, "+qh", longs, "run")) != -1) {
+    switch (c) {
+    case OPT_JSON: o->json = optarg; break;
+    case OPT_HTML: o->html = optarg; break;
+    case OPT_FOLDED: o->folded = optarg; break;
+    case OPT_FOLDED_PEAK: o->folded_peak = optarg; break;
+    case OPT_TRACE: o->trace = optarg; break;
+    case OPT_UNWIND: o->unwind = optarg; break;
+    case OPT_SUPP: o->supp = optarg; break;
+    case OPT_GUARD: o->guard = true; break;
+    case OPT_NOFOLLOW: o->no_follow = true; break;
+    case 'q': o->quiet = true; break;
+    case 'h':
+      run_usage(stdout);
+      return 1;
+    case OPT_SKIP: {
+      if (!*optarg || strchr(optarg, ',')) {
+        cli_error("run: --skip %s: %s", optarg, *optarg ? "one pattern per --skip (no comma)" : "an empty pattern");
         return -1;
       }
-      if (IS("--guard")) o->guard = true;
-      else o->no_follow = true;
-      continue;
+      size_t old = o->skip ? strlen(o->skip) : 0, n = old + strlen(optarg) + 2;
+      char *s = realloc(o->skip, n);
+      if (!s) {
+        cli_error("out of memory");
+        return -1;
+      }
+      snprintf(s + old, n - old, "%s%s", old ? "," : "", optarg);
+      o->skip = s;
+      break;
     }
-    const char **dst = NULL;
-    const char *value = NULL;
-    if (IS("--json")) dst = &o->json;
-    else if (IS("--html")) dst = &o->html;
-    else if (IS("--folded")) dst = &o->folded;
-    else if (IS("--folded-peak")) dst = &o->folded_peak;
-    else if (IS("--trace")) dst = &o->trace;
-    else if (IS("--unwind")) dst = &o->unwind;
-    else if (IS("--suppressions")) dst = &o->supp;
-    else if (IS("--error-exitcode")) dst = &value;
-    else {
-      cli_error("run: unknown option %s (see tagalloc --help)", a);
-      return -1;
-    }
-    if (eq) {
-      *dst = eq + 1;
-    } else if (i + 1 < argc) {
-      *dst = argv[++i];
-    } else {
-      cli_error("run: %s needs a value", a);
-      return -1;
-    }
-    if (IS("--error-exitcode")) {
+    case OPT_ERREXIT: {
       char *end;
       errno = 0;
-      long n = strtol(value, &end, 10);
-      if (errno || end == value || *end || n < 0 || n > 255) {
-        cli_error("run: --error-exitcode %s: not an exit status (0 to 255)", value);
+      long n = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || n < 0 || n > 255) {
+        cli_error("run: --error-exitcode %s: not an exit status (0 to 255)", optarg);
         return -1;
       }
       o->error_exitcode = (int)n;
       o->has_error_exitcode = true;
+      break;
     }
-#undef IS
+    default:
+      return -1;
+    }
   }
   if (o->unwind && strcmp(o->unwind, "exact") != 0 && strcmp(o->unwind, "fast") != 0) {
     cli_error("run: --unwind %s: expected exact or fast", o->unwind);
     return -1;
   }
-  if (i >= argc) {
+  if (o->trace && strcmp(o->trace, "-") == 0) {
+    cli_error("run: --trace -: a trace is binary; name a file or a directory");
+    return -1;
+  }
+  if (!cli_one_stdout("run", 4, (const char *[]){ o->json, o->html, o->folded, o->folded_peak })) return -1;
+  if (optind >= argc) {
     cli_error("run: no program given (usage: tagalloc run [OPTIONS] -- PROGRAM [ARGS...])");
     return -1;
   }
-  o->prog_argv = argv + i;
-  o->prog_argc = argc - i;
+  o->prog_argv = argv + optind;
+  o->prog_argc = argc - optind;
   return 0;
 }
 
@@ -237,6 +284,9 @@ static const char *cannot_preload(const char *path, char *buf, size_t len, int d
 
 /* ---- the preload library ------------------------------------------------------ */
 
+/* TAGALLOC_PRELOAD; else beside the tagalloc binary (the build folder), or
+ * in ../lib/tagalloc/ from it (an installed tagalloc: PREFIX/bin and
+ * PREFIX/lib/tagalloc). */
 static char *find_preload(void) {
   const char *env = getenv("TAGALLOC_PRELOAD");
   char cand[PATH_MAX];
@@ -250,7 +300,11 @@ static char *find_preload(void) {
       return NULL;
     }
     self[n] = '\0';
-    snprintf(cand, sizeof cand, "%s/libtagalloc-preload.so", dirname(self));
+    const char *dir = dirname(self);
+    snprintf(cand, sizeof cand, "%s/libtagalloc-preload.so", dir);
+    char installed[PATH_MAX];
+    snprintf(installed, sizeof installed, "%s/../lib/tagalloc/libtagalloc-preload.so", dir);
+    if (access(cand, R_OK) != 0 && access(installed, R_OK) == 0) snprintf(cand, sizeof cand, "%s", installed);
   }
   char *real = realpath(cand, NULL);
   if (!real || access(real, R_OK) != 0) {
@@ -289,7 +343,7 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
   if (!env) return NULL;
   static const char *ours[] = { "LD_PRELOAD", "TAGALLOC_TRACE", "TAGALLOC_JSON", "TAGALLOC_REPORT",
                                 "TAGALLOC_UNWIND", "TAGALLOC_GUARD", "TAGALLOC_FOLLOW",
-                                "TAGALLOC_SUPPRESSIONS" };
+                                "TAGALLOC_SUPPRESSIONS", "TAGALLOC_SKIP" };
   const char *old_preload = NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
@@ -301,6 +355,7 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
     if (skip && env_is(environ[i], "TAGALLOC_SUPPRESSIONS") && !supp) skip = false;
     if (skip && env_is(environ[i], "TAGALLOC_GUARD") && !o->guard) skip = false;
     if (skip && env_is(environ[i], "TAGALLOC_FOLLOW") && !o->no_follow) skip = false;
+    if (skip && env_is(environ[i], "TAGALLOC_SKIP") && !o->skip) skip = false;
     if (!skip) env[k++] = environ[i];
   }
   /* LD_PRELOAD: ours first, then the others (without ours again) */
@@ -324,10 +379,11 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
   free(pl);
   env[k++] = env_pair("TAGALLOC_TRACE", trace);
   env[k++] = env_pair("TAGALLOC_JSON", json);
-  env[k++] = env_pair("TAGALLOC_REPORT", "1");
+  env[k++] = env_pair("TAGALLOC_REPORT", o->quiet ? "0" : "1");
   if (o->unwind) env[k++] = env_pair("TAGALLOC_UNWIND", o->unwind);
   if (o->guard) env[k++] = env_pair("TAGALLOC_GUARD", "1");
   if (o->no_follow) env[k++] = env_pair("TAGALLOC_FOLLOW", "0");
+  if (o->skip) env[k++] = env_pair("TAGALLOC_SKIP", o->skip);
   if (supp) env[k++] = env_pair("TAGALLOC_SUPPRESSIONS", supp);
   for (size_t i = 0; i < k; i++)
     if (!env[i]) return NULL;
@@ -529,12 +585,14 @@ static void report_from_trace(cli_proc *p, size_t index, const char *dir, const 
   char how[128];
   describe_end(how, sizeof how, r);
   if (m->damaged) cli_warn("%s; the records before it are reported", m->damage);
-  fflush(stdout);
-  fprintf(stderr, "==%" PRIu32 "== tagalloc: process %" PRIu32 "%s%s%s %s without its exit report; "
-          "from its trace:\n", p->pid, p->pid, (pid_t)p->pid == child ? " (" : "",
-          (pid_t)p->pid == child ? o->prog_argv[0] : "", (pid_t)p->pid == child ? ")" : "", how);
-  fflush(stderr);
-  report_text_render(STDERR_FILENO, src);
+  if (!o->quiet) {
+    fflush(stdout);
+    fprintf(stderr, "==%" PRIu32 "== tagalloc: process %" PRIu32 "%s%s%s %s without its exit report; "
+            "from its trace:\n", p->pid, p->pid, (pid_t)p->pid == child ? " (" : "",
+            (pid_t)p->pid == child ? o->prog_argv[0] : "", (pid_t)p->pid == child ? ")" : "", how);
+    fflush(stderr);
+    report_text_render(STDERR_FILENO, src);
+  }
 
   char name[64];
   snprintf(name, sizeof name, "%" PRIu32 ".%zu.gen.json", p->pid, index);
@@ -666,11 +724,135 @@ static char *trace_destination(const run_opts *o, bool to_dir, const cli_proc *p
   return strdup(buf);
 }
 
+/* ---- the roll-up ---------------------------------------------------------------------- */
+
+typedef struct {
+  long long pid, exit_code, signal;
+  char      name[64];              /* argv[0]'s last component */
+  uint64_t  leaked_bytes, leaked_blocks, reachable_bytes, unclassified_bytes, errors;
+  bool      problems, unclassified;
+  bool      listed;                /* on a line of its own, or counted in the grouped line */
+} rollup_row;
+
+static uint64_t jnum(json_t *o, const char *a, const char *b) {
+  json_t *v = json_object_get(o, a);
+  if (b) v = json_object_get(v, b);
+  return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static bool rollup_read(const cli_proc *p, rollup_row *r) {
+  json_t *o = p->json_text ? json_loadb(p->json_text, p->json_len, 0, NULL) : NULL;
+  if (!o) return false;
+  memset(r, 0, sizeof *r);
+  json_t *v;
+  r->pid = json_is_integer(v = json_object_get(o, "pid")) ? json_integer_value(v) : (long long)p->pid;
+  r->exit_code = json_is_integer(v = json_object_get(o, "exit_code")) ? json_integer_value(v) : -1;
+  r->signal = json_is_integer(v = json_object_get(o, "signal")) ? json_integer_value(v) : 0;
+  const char *a0 = json_string_value(json_array_get(json_object_get(o, "argv"), 0));
+  const char *base = a0 ? strrchr(a0, '/') : NULL;
+  snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : a0 ? a0 : "?");
+  json_t *sum = json_object_get(o, "summary");
+  r->leaked_bytes = jnum(sum, "direct", "bytes") + jnum(sum, "indirect", "bytes") + jnum(sum, "orphan", "bytes");
+  r->leaked_blocks = jnum(sum, "direct", "blocks") + jnum(sum, "indirect", "blocks") + jnum(sum, "orphan", "blocks");
+  r->reachable_bytes = jnum(sum, "reachable", "bytes");
+  r->unclassified = json_object_get(sum, "unclassified") != NULL;
+  r->unclassified_bytes = jnum(sum, "unclassified", "bytes");
+  r->errors = jnum(o, "errors", NULL);
+  r->problems = p->problems;
+  json_decref(o);
+  return true;
+}
+
+#define th cli_thousands
+
+#define ROLLUP_LINES 16   /* process lines at most: the roll-up fits one screen */
+
+/* With several processes, after their reports: one line per process (those
+ * with findings first; beyond ROLLUP_LINES the clean ones by program name),
+ * then the totals. */
+static void rollup(const cli_proc *procs, size_t nprocs, const char *prog) {
+  rollup_row *rows = calloc(nprocs ? nprocs : 1, sizeof *rows);
+  if (!rows) return;
+  size_t n = 0;
+  for (size_t i = 0; i < nprocs; i++)
+    if (rollup_read(&procs[i], &rows[n])) n++;
+  if (n < 2) {
+    free(rows);
+    return;
+  }
+  bool color = cli_color(STDERR_FILENO);
+  const char *bold = color ? "\033[1m" : "", *red = color ? "\033[1;31m" : "", *off = color ? "\033[0m" : "";
+  uint64_t t_leaked = 0, t_blocks = 0, t_errors = 0, t_reach = 0, t_unclass = 0;
+  size_t with = 0;
+  for (size_t i = 0; i < n; i++) {
+    t_leaked += rows[i].leaked_bytes;
+    t_blocks += rows[i].leaked_blocks;
+    t_errors += rows[i].errors;
+    t_reach += rows[i].reachable_bytes;
+    t_unclass += rows[i].unclassified_bytes;
+    with += rows[i].problems;
+  }
+  /* every process when they fit; else those with findings, then the rest grouped */
+  bool all = n <= ROLLUP_LINES;
+  fflush(stdout);
+  fprintf(stderr, "\n%s==tagalloc== %zu processes of %s:%s\n", bold, n, prog, off);
+  fprintf(stderr, "  %8s  %-16s %15s %9s %7s %15s  %s\n", "pid", "program", "leaked bytes", "blocks", "errors",
+          "reachable", "end");
+  size_t shown = 0, hidden_problems = 0;
+  for (size_t i = 0; i < n; i++) {
+    rollup_row *r = &rows[i];
+    if (!all && (!r->problems || shown >= ROLLUP_LINES)) {
+      hidden_problems += r->problems;
+      continue;
+    }
+    char b1[32], b2[32], b3[32], end[40];
+    if (r->signal) snprintf(end, sizeof end, "signal %lld", r->signal);
+    else if (r->exit_code >= 0) snprintf(end, sizeof end, "exit %lld", r->exit_code);
+    else snprintf(end, sizeof end, "exec");
+    if (r->unclassified) snprintf(end + strlen(end), sizeof end - strlen(end), ", no exit scan");
+    fprintf(stderr, "  %s%8lld  %-16.16s %15s %9s %7" PRIu64 " %15s  %s%s\n", r->problems ? red : "", r->pid,
+            r->name, th(b1, r->leaked_bytes), th(b2, r->leaked_blocks), r->errors, th(b3, r->reachable_bytes),
+            end, r->problems ? off : "");
+    r->listed = true;
+    shown++;
+  }
+  if (shown < n) {   /* the others, by program name, in the order they came */
+    fprintf(stderr, "  ... %zu more process(es)", n - shown);
+    if (hidden_problems) fprintf(stderr, " (%zu with leaks or errors)", hidden_problems);
+    else fprintf(stderr, " with no leaks and no errors");
+    const char *sep = ": ";
+    for (size_t i = 0; i < n; i++) {
+      if (rows[i].listed) continue;
+      size_t count = 0;
+      for (size_t j = i; j < n; j++) {
+        if (rows[j].listed || strcmp(rows[j].name, rows[i].name) != 0) continue;
+        count++;
+        rows[j].listed = true;
+      }
+      fprintf(stderr, "%s%s x%zu", sep, rows[i].name, count);
+      sep = ", ";
+    }
+    fprintf(stderr, "\n");
+  }
+  char b1[32], b2[32], b3[32];
+  fprintf(stderr, "%s  total: %s bytes leaked in %s blocks, %" PRIu64 " error(s), %s bytes still reachable",
+          bold, th(b1, t_leaked), th(b2, t_blocks), t_errors, th(b3, t_reach));
+  if (t_unclass) fprintf(stderr, ", %s bytes unclassified (no exit scan)", th(b1, t_unclass));
+  fprintf(stderr, "; %zu of %zu processes with leaks or errors%s\n", with, n, off);
+  fflush(stderr);
+  free(rows);
+}
+
 /* ---- run ---------------------------------------------------------------------------- */
 
 int cmd_run(int argc, char **argv) {
   run_opts o;
-  if (parse(argc, argv, &o) != 0) return CLI_EXIT_USAGE;
+  int pr = parse(argc, argv, &o);
+  if (pr != 0) {
+    free(o.skip);
+    return pr > 0 ? 0 : CLI_EXIT_USAGE;
+  }
+  cli_warn_unknown_env();
 
   /* The program. */
   const char *name = o.prog_argv[0], *why = NULL;
@@ -864,10 +1046,11 @@ int cmd_run(int argc, char **argv) {
     }
     problems |= p->problems;
   }
+  if (!o.quiet) rollup(procs, nprocs, name);
 
   /* The joined JSON. */
   if (o.json) {
-    int fd = open(o.json, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = cli_open_output(o.json);
     bool wok = fd >= 0 && cli_json_begin(fd);
     size_t k = 0;
     for (size_t i = 0; wok && i < nprocs; i++) {
@@ -904,6 +1087,7 @@ int cmd_run(int argc, char **argv) {
   free(prog);
   free(preload);
   free(supp_abs);
+  free(o.skip);
   for (size_t i = 0; env[i]; i++)
     if (strncmp(env[i], "LD_PRELOAD=", 11) == 0 || strncmp(env[i], "TAGALLOC_", 9) == 0) {
       bool from_environ = false;

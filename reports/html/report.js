@@ -47,7 +47,7 @@
   document.title = 'tagalloc: ' + cmd;
   var nfind = 0;
   D.kinds.forEach(function (k) { if (k.kind !== 'unclassified') nfind += k.groups; });
-  [['program', D.argv ? D.argv[0] : '(from traces)'], ['processes', count(D.processes.length)],
+  [['program', D.argv ? D.argv[0] : '(no command line recorded)'], ['processes', count(D.processes.length)],
    ['duration', dur(D.duration)], ['allocations', count(D.allocs)], ['frees', count(D.frees)],
    ['peak live', bytes(D.peak)], ['findings', count(nfind)], ['errors', count(D.errors)]].forEach(function (f) {
     var d = el('div');
@@ -74,10 +74,14 @@
     if (mod) return mod.replace(/^.*\//, '') + '+' + f[6];
     return f[4];
   }
+  /* The first frame that is no allocator wrapper (f[7], reports/wrappers.c):
+   * the table names perl's leaks by their callers, not Perl_safesysmalloc. */
   function topFrame(g) {
     var st = g.stack >= 0 ? D.stacks[g.stack] : null;
     if (!st || !st.length) return '<no stack recorded>';
-    var f = st[0], file = str(f[1]);
+    var k = 0;
+    while (k < st.length - 1 && st[k][7]) k++;
+    var f = st[k], file = str(f[1]);
     return frameText(f) + (file ? ' ' + file.replace(/^.*\//, '') + (f[2] ? ':' + f[2] : '') : '');
   }
   var rows = D.findings.map(function (g, i) {
@@ -112,6 +116,7 @@
       var mod = str(f[3]);
       li.appendChild(el('span', 'mod', ' (' + (mod || '<unknown module>') + ')'));
       if (f[5]) li.appendChild(el('span', 'inl', ' (inlined)'));
+      if (f[7]) { li.className = 'wrap'; li.appendChild(el('span', 'inl', ' (allocator wrapper)')); }
       ul.appendChild(li);
     });
     box.appendChild(ul);
@@ -222,7 +227,22 @@
                 '#5d4037', '#455a64', '#f06292', '#00897b'];
   var T = D.timeline, series = T.series, multi = D.processes.length > 1;
   var shown = series.map(function () { return true; });
-  function label(s) { return s.name + (multi ? ' (pid ' + s.pid + ')' : ''); }
+  /* A series' name, with its process when there are several: its program
+   * and pid, and the image's number when one pid ran the same program
+   * twice (exec). */
+  var labels = series.map(function (s) {
+    var p = D.processes[s.proc];
+    return s.name + (multi ? ' (' + (p && p.program ? p.program + ', ' : '') + 'pid ' + s.pid + ')' : '');
+  });
+  var seen = {};
+  labels.forEach(function (l) { seen[l] = (seen[l] || 0) + 1; });
+  function image(s) {   /* 1 for a pid's first process image, 2 after its exec, ... */
+    var n = 0;
+    for (var k = 0; k <= s.proc; k++) if (D.processes[k].pid === s.pid) n++;
+    return n;
+  }
+  labels = labels.map(function (l, i) { return seen[l] > 1 ? l.replace(/\)$/, ', image ' + image(series[i]) + ')') : l; });
+  function label(s) { return labels[series.indexOf(s)]; }
   function drawTimeline() {
     var box = $('timeline');
     while (box.firstChild) box.removeChild(box.firstChild);
@@ -266,9 +286,14 @@
       g.appendChild(pl);
     });
     if (T.peak) {
-      var c = svg('circle', { cx: X(T.peak.x), cy: Y(T.peak.y), r: 4, fill: '#d9534f', 'class': 'peak' });
+      var px = X(T.peak.x), py = Y(T.peak.y);
+      var c = svg('circle', { cx: px, cy: py, r: 4, fill: '#d9534f', 'class': 'peak' });
       g.appendChild(c);
-      var pt = svg('text', { x: Math.min(X(T.peak.x) + 6, W - R - 140), y: Math.max(Y(T.peak.y) + 4, TOP + 10), 'class': 'peak-label' });
+      /* beside the marker, never on it: to its right (left near the right
+       * edge), above it (below near the top) */
+      var right = px < W - R - 220, above = py - 12 > TOP + 12;
+      var pt = svg('text', { x: right ? px + 10 : px - 10, y: above ? py - 10 : py + 20,
+                             'text-anchor': right ? 'start' : 'end', 'class': 'peak-label' });
       pt.textContent = 'peak ' + bytes(T.peak.y) + (multi ? ' (pid ' + T.peak.pid + ')' : '');
       g.appendChild(pt);
     }
@@ -375,7 +400,9 @@
   $('fl-leaked').addEventListener('click', function () { which = 'leaked'; drawFlame(); });
   $('fl-peak').addEventListener('click', function () { which = 'peak'; drawFlame(); });
   $('fl-reset').addEventListener('click', function () { zoom = null; drawFlame(); });
-  if (!D.flame.leaked[1] && D.flame.peak[1]) which = 'peak';
+  /* leaked bytes first only when something leaked; else the bytes at the peak */
+  var leaked = D.kinds.some(function (k) { return k.leak && k.kind !== 'unclassified' && k.bytes > 0; });
+  if (!leaked || !D.flame.leaked[1]) which = 'peak';
   drawFlame();
   window.addEventListener('resize', function () { drawFlame(); });
   document.body.setAttribute('data-ready', '1');

@@ -1,19 +1,26 @@
 // check_report.js - opens a tagalloc HTML report in headless Chromium and
 // checks it (tests/browser/run.sh):
-//   node check_report.js PAGE SCREENSHOT ROWS FUNCTION [--xss]
+//   node check_report.js PAGE SCREENSHOT ROWS FUNCTION [--xss] [--cmd PROGRAM] [--top TEXT]
 // ROWS: the findings rows expected (a number, or "data": as many as the
 // page's embedded findings); FUNCTION: text to filter the table by, which
 // the first remaining row's expanded stack must show.  --xss: nothing the program controlled may have become markup
 // or run (no <img> in the document, no dialog, no data-pwned), and the
-// strings must be on the page as text.  Exits 1 with one line per failure.
+// strings must be on the page as text.  --cmd: the header's program must be
+// PROGRAM; --top: the row filtered by FUNCTION must show TEXT as its top
+// frame (allocator wrappers passed over).  Every page: the peak's label
+// does not overlap its marker, the legend's names are all different, and
+// the flame graph opens on leaked bytes only when something leaked.
+// Exits 1 with one line per failure.
 'use strict';
 const path = require('path');
 const fs = require('fs');
 const os = require('os');
 const { chromium } = require('playwright-core');
 
-const [page_path, shot, rows_arg, fn, flag] = process.argv.slice(2);
-const xss = flag === '--xss';
+const [page_path, shot, rows_arg, fn, ...flags] = process.argv.slice(2);
+const xss = flags.includes('--xss');
+const opt = name => (flags.indexOf(name) >= 0 ? flags[flags.indexOf(name) + 1] : undefined);
+const want_cmd = opt('--cmd'), want_top = opt('--top');
 const failures = [];
 function check(ok, what) {
   if (!ok) failures.push(what);
@@ -47,40 +54,64 @@ function check(ok, what) {
     const data = await page.evaluate(() => JSON.parse(document.getElementById('tagalloc-data').textContent));
     const want = rows_arg === 'data' ? data.findings.length : Number(rows_arg);
     const nrows = await page.locator('#findings tbody tr.row').count();
-    check(nrows === want && want > 0, `findings table has ${want} rows (got ${nrows})`);
+    if (want === 0) {   // nothing found: the table says so
+      check(nrows === 0 && await page.locator('#f-none').isVisible(), `no findings: the table is empty and says so (${nrows} rows)`);
+    } else {
+      check(nrows === want, `findings table has ${want} rows (got ${nrows})`);
 
-    // sort by bytes, then filter by kind, then back
-    await page.click('#findings th[data-key="bytes"]');
-    const first_bytes = await page.locator('#findings tbody tr.row td.num').first().textContent();
-    const max_bytes = Math.max(...data.findings.map(f => f.bytes));
-    check(first_bytes.replace(/,/g, '') === String(max_bytes), `sorted by bytes: first row ${first_bytes}, largest ${max_bytes}`);
-    const kind = data.findings[0].kind;
-    await page.selectOption('#f-kind', kind);
-    const nkind = await page.locator('#findings tbody tr.row').count();
-    check(nkind === data.findings.filter(f => f.kind === kind).length, `filter by kind ${kind}: ${nkind} rows`);
-    await page.selectOption('#f-kind', '');
+      // sort by bytes, then filter by kind, then back
+      await page.click('#findings th[data-key="bytes"]');
+      const first_bytes = await page.locator('#findings tbody tr.row td.num').first().textContent();
+      const max_bytes = Math.max(...data.findings.map(f => f.bytes));
+      check(first_bytes.replace(/,/g, '') === String(max_bytes), `sorted by bytes: first row ${first_bytes}, largest ${max_bytes}`);
+      const kind = data.findings[0].kind;
+      await page.selectOption('#f-kind', kind);
+      const nkind = await page.locator('#findings tbody tr.row').count();
+      check(nkind === data.findings.filter(f => f.kind === kind).length, `filter by kind ${kind}: ${nkind} rows`);
+      await page.selectOption('#f-kind', '');
 
-    // filter by text, then expand the first row: its stack
-    await page.click('#findings th[data-key="kind"]');
-    await page.fill('#f-text', fn);
-    const nfn = await page.locator('#findings tbody tr.row').count();
-    check(nfn > 0 && nfn <= nrows, `filter by text ${fn}: ${nfn} rows`);
-    await page.locator('#findings tbody tr.row').first().click();
-    const frames = await page.locator('#findings tr.more .stack li').count();
-    check(frames > 0, `the expanded row shows stack frames (${frames})`);
-    const stack_text = await page.locator('#findings tr.more').first().textContent();
-    check(stack_text.includes(fn), `the expanded stack names ${fn}`);
-    await page.fill('#f-text', '');
+      // filter by text, then expand the first row: its stack
+      await page.click('#findings th[data-key="kind"]');
+      await page.fill('#f-text', fn);
+      const nfn = await page.locator('#findings tbody tr.row').count();
+      check(nfn > 0 && nfn <= nrows, `filter by text ${fn}: ${nfn} rows`);
+      if (want_top !== undefined) {
+        const top = await page.locator('#findings tbody tr.row td.top').first().textContent();
+        check(top.startsWith(want_top), `the top frame passes over allocator wrappers: "${top}" starts with "${want_top}"`);
+      }
+      await page.locator('#findings tbody tr.row').first().click();
+      const frames = await page.locator('#findings tr.more .stack li').count();
+      check(frames > 0, `the expanded row shows stack frames (${frames})`);
+      const stack_text = await page.locator('#findings tr.more').first().textContent();
+      check(stack_text.includes(fn), `the expanded stack names ${fn}`);
+      await page.fill('#f-text', '');
+    }
 
     // timeline: polylines with points, the peak marked
     const lines = await page.locator('#timeline svg polyline').count();
     const points = await page.locator('#timeline svg polyline').first().getAttribute('points');
     check(lines > 0 && points && points.split(' ').length >= 2, `timeline draws ${lines} series`);
     check(await page.locator('#timeline svg circle.peak').count() === 1, 'timeline marks the peak');
+    const pc = await page.locator('#timeline svg circle.peak').boundingBox();
+    const pl = await page.locator('#timeline svg text.peak-label').boundingBox();
+    const overlap = pc && pl && pc.x < pl.x + pl.width && pl.x < pc.x + pc.width &&
+                    pc.y < pl.y + pl.height && pl.y < pc.y + pc.height;
+    check(pc && pl && !overlap, `the peak label is beside its marker, not on it (${JSON.stringify(pc)} ${JSON.stringify(pl)})`);
+    const legend = await page.locator('#tl-legend label').allTextContents();
+    check(new Set(legend).size === legend.length, `the legend names each series once (${legend.join(' | ')})`);
     const box = await page.locator('#timeline svg').boundingBox();
     await page.mouse.move(box.x + box.width * 0.6, box.y + box.height * 0.5);
     const tip = await page.locator('#tl-tip').textContent();
     check(await page.locator('#tl-tip').isVisible() && /B/.test(tip), 'hovering the timeline shows values');
+
+    // the flame graph opens on leaked bytes only when something leaked
+    const leaked = data.kinds.some(k => k.leak && k.kind !== 'unclassified' && k.bytes > 0);
+    const on = await page.locator(leaked ? '#fl-leaked' : '#fl-peak').getAttribute('class');
+    check(on === 'on', `the flame graph opens on ${leaked ? 'leaked bytes' : 'the bytes live at the peak'}`);
+    if (want_cmd !== undefined) {
+      const facts = await page.locator('#facts div').allTextContents();
+      check(facts.includes('program' + want_cmd), `the header names the program ${want_cmd} (${facts[0]})`);
+    }
 
     // flame graph: nodes, click to zoom
     const nodes = await page.locator('#flame .node').count();

@@ -53,5 +53,21 @@ g++ -g -O1 -fno-omit-frame-pointer "$src" -o "$out/leaky"
 run leaky "$out/leaky.html" "$out/leaky.png" data 'make_leak<std::pair<int, char>' --xss
 no_markup "$out/leaky.html"
 
+# 4. fork and exec: a legend that tells the images apart, a leak through an
+#    allocator wrapper named by its caller, and the same page from the kept
+#    traces, which name the program (their COMMAND records)
+cc -g -O0 "$here/forkexec.c" -o "$out/forkexec"
+rm -rf "$out/forkexec.traces"
+"$build/tagalloc" run -q --trace "$out/forkexec.traces/" --html "$out/forkexec.html" -- "$out/forkexec" \
+  || { echo "FAIL browser forkexec: tagalloc run failed"; failed=$((failed + 1)); }
+run forkexec "$out/forkexec.html" "$out/forkexec.png" 1 make_node --top 'make_node forkexec.c' --cmd "$out/forkexec"
+"$build/tagalloc" report -q "$out/forkexec.traces" --html "$out/forkexec-traces.html"
+run forkexec-traces "$out/forkexec-traces.html" "$out/forkexec-traces.png" 1 make_node --top make_node --cmd "$out/forkexec"
+
+# 5. nothing leaked: the flame graph opens on the bytes live at the peak
+cc -g -O0 "$here/../cli/progs/held.c" -o "$out/held"
+"$build/tagalloc" run -q --html "$out/held.html" -- "$out/held" --no-leak
+run held "$out/held.html" "$out/held.png" 0 main --cmd "$out/held"
+
 [ "$failed" = 0 ] && echo "browser test: all passed (screenshots in $out)" || echo "browser test: $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,176 @@
+#!/bin/bash
+# The command line's conventions (tests/cli): --help and --version, - as
+# standard output, --quiet, colour only on a terminal, the warning for an
+# unknown TAGALLOC_ variable, --skip, the roll-up of a run with several
+# processes, thousands separators and the still-reachable line, symbolized
+# assertion stacks, and `tagalloc diff` keys that survive an added line and
+# another build folder.  Ends with "N passed, N failed".
+#   tests/cli/run.sh BUILD_DIR
+set -u
+[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+ta=$build/tagalloc
+pre=$build/libtagalloc-preload.so
+tmp=$(mktemp -d "$build/cli-test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; shift; for l in "$@"; do printf '    %s\n' "$l"; done; fail=$((fail + 1)); }
+# expect NAME WANT GOT: exact equality
+expect() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "expected: $2" "got:      $3"; fi; }
+# has NAME FILE TEXT: FILE contains the line part TEXT (fixed string)
+has() { if grep -qF -- "$3" "$2"; then ok "$1"; else bad "$1" "no \"$3\" in:" "$(head -c 1500 "$2")"; fi; }
+hasnt() { if ! grep -qF -- "$3" "$2"; then ok "$1"; else bad "$1" "\"$3\" should not be in:" "$(head -c 1500 "$2")"; fi; }
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3)
+
+cc -g -O0 -o "$tmp/held" "$here/progs/held.c" || { echo "FAIL cannot build held.c"; exit 1; }
+held=$tmp/held
+cd "$tmp"
+
+# ---- --version, --help, bad options ------------------------------------------------
+"$ta" --version > out 2> err; rc=$?
+expect "--version: exit 0, version on stdout" "0 tagalloc $(sed -n 's/^#define TA_VERSION "\(.*\)"/\1/p' "$root/alloc/tagalloc.h")" "$rc $(cat out)"
+for c in run report diff; do
+  "$ta" $c --help > out 2> err; rc=$?
+  expect "$c --help: exit 0, usage on stdout, nothing on stderr" "0 usage: tagalloc $c ." "$rc $(head -1 out | cut -d' ' -f1-3) .$(cat err)"
+done
+"$ta" --help > out 2> err; rc=$?
+expect "--help: exit 0" "0 usage: tagalloc run" "$rc $(head -1 out | cut -d' ' -f1-3)"
+"$ta" report --frobnicate x.trace > out 2> err; rc=$?
+expect "report: an unknown option, exit 2" "2 tagalloc: report: unknown or ambiguous option --frobnicate (see tagalloc report --help)" "$rc $(cat err)"
+"$ta" run --json > out 2> err; rc=$?
+expect "run --json without a value, exit 2" "2 tagalloc: run: --json needs a value" "$rc $(cat err)"
+"$ta" diff --fail-on-increase=yes a b > out 2> err; rc=$?
+expect "diff: a flag given a value, exit 2" "2 tagalloc: diff: --fail-on-increase takes no value" "$rc $(cat err)"
+"$ta" run --json - --html - -- "$held" > out 2> err; rc=$?
+expect "run: two outputs on standard output, exit 2" "2 tagalloc: run: only one output can be - (standard output)" "$rc $(cat err)"
+
+# ---- - is standard output; --quiet; the text's numbers ------------------------------------
+"$ta" run -q --json - -- "$held" > out 2> err; rc=$?
+got=$("$py" -c 'import json,sys; d=json.load(open("out")); p=d["processes"][0]; print(len(d["processes"]), p["summary"]["direct"]["bytes"], p["summary"]["reachable"]["bytes"])' 2>&1)
+expect "run --json -: the document on stdout" "1 1234567 3000000" "$got"
+expect "run -q: nothing on stderr, no file named -" "0 . absent" "$rc .$(cat err) $([ -e ./- ] && echo present || echo absent)"
+"$ta" run -- "$held" > out 2> err
+has "text: thousands separators in a finding" err "Direct leak of 1,234,567 byte(s) in 1 object(s) allocated from:"
+has "text: thousands separators in the summary" err "   still reachable: 3,000,000 bytes in 3 blocks"
+hasnt "text: no colour when stderr is no terminal" err $'\033['
+"$ta" run -- "$held" --no-leak > out 2> err
+pid=$(sed -n 's/^==\([0-9]*\)== tagalloc: no leaks, no errors.*/\1/p' err)
+has "text: the still-reachable line when nothing leaked" err "==$pid== tagalloc: still reachable at exit: 3,000,000 bytes in 3 blocks (not leaks: pointers to them remain)"
+
+# report: --folded - is the file's content, --html - the page, -q no text
+"$ta" run -q --trace t.trace -- "$held" > /dev/null 2>&1
+"$ta" report -q t.trace --folded f.folded > out 2> err
+"$ta" report t.trace --folded - > out2 2> err2
+if [ -s f.folded ] && cmp -s f.folded out2 && [ ! -s out ]; then ok "report --folded - writes the folded stacks (and no text) on stdout"
+else bad "report --folded -" "$(head -3 out2)" "$(head -3 out)"; fi
+"$ta" report t.trace --html - > out 2> err
+expect "report --html -: the page on stdout" "<!DOCTYPE html>" "$(head -c 15 out)"
+"$ta" report --json - t.trace > out 2> err
+got=$("$py" -c 'import json; d=json.load(open("out")); print(d["processes"][0]["summary"]["direct"]["bytes"])' 2>&1)
+expect "report --json -: the document on stdout" "1234567" "$got"
+got=$("$py" -c 'import json; print(json.load(open("out"))["processes"][0]["argv"])' 2>&1)
+expect "report: the command line from the trace's COMMAND record" "['$held']" "$got"
+
+# ---- colour: on a terminal only, never with NO_COLOR ---------------------------------------
+if command -v script > /dev/null; then
+  script -qec "'$ta' run -- '$held'" /dev/null > tty.out 2>&1
+  has "colour on a terminal" tty.out $'\033[1;31m=='
+  NO_COLOR=1 script -qec "'$ta' run -- '$held'" /dev/null > tty.out 2>&1
+  hasnt "no colour with NO_COLOR on a terminal" tty.out $'\033['
+else
+  echo "SKIP colour: script(1) is not installed"
+fi
+
+# ---- an unknown TAGALLOC_ variable -----------------------------------------------------------
+TAGALLOC_DEPHT=4 TAGALLOC_SKIP= TAGALLOC_DEBUG_CACHE=off "$ta" run -q -- "$held" --no-leak > out 2> err
+expect "run: one warning for a misspelt variable" \
+  "tagalloc: warning: TAGALLOC_DEPHT is not an option (did you mean TAGALLOC_DEPTH?); ignored" "$(cat err)"
+TAGALLOC_REPROT=1 TAGALLOC_WHATEVER_ELSE=1 TAGALLOC_REPORT=0 LD_PRELOAD=$pre "$held" --no-leak > out 2> err
+expect "the preload without run: one line per unknown variable" \
+  "tagalloc: TAGALLOC_REPROT is not an option (did you mean TAGALLOC_REPORT?); ignored
+tagalloc: TAGALLOC_WHATEVER_ELSE is not an option; ignored" "$(sort err)"
+
+# ---- --skip: an exec'd program matching the glob is not audited --------------------------------
+names() { "$py" -c 'import json,os; print(" ".join(sorted(os.path.basename(p["argv"][0]) for p in json.load(open("'"$1"'"))["processes"] if p.get("argv"))))' 2>&1; }
+"$ta" run -q --json all.json -- /bin/sh -c "ls / > /dev/null; '$held' --no-leak" > /dev/null 2>&1
+expect "without --skip every process is audited" "held ls sh" "$(names all.json)"
+"$ta" run -q --json skip.json --skip 'he?d' -- /bin/sh -c "ls / > /dev/null; '$held' --no-leak" > /dev/null 2>&1
+expect "--skip by name (glob)" "ls sh" "$(names skip.json)"
+"$ta" run -q --json skip2.json --skip '/usr/*/ls' --skip '*/held' -- /bin/sh -c "ls / > /dev/null; '$held' --no-leak" > /dev/null 2>&1
+expect "--skip by path, twice" "sh" "$(names skip2.json)"
+"$ta" run --skip a,b -- /bin/true > out 2> err; rc=$?
+expect "--skip with a comma, exit 2" "2 tagalloc: run: --skip a,b: one pattern per --skip (no comma)" "$rc $(cat err)"
+
+# ---- the roll-up ------------------------------------------------------------------------------
+"$ta" run -- /bin/sh -c "'$held'; '$held' --no-leak; '$held' --no-leak" > out 2> err
+has "roll-up: its header" err "==tagalloc== 4 processes of /bin/sh:"
+has "roll-up: the totals" err "  total: 1,234,567 bytes leaked in 1 blocks, 0 error(s)"
+has "roll-up: the total's end" err "; 1 of 4 processes with leaks or errors"
+got=$(sed -n '/==tagalloc== 4 processes/,$p' err | grep -c ' exit 0$')
+expect "roll-up: one line per process" "4" "$got"
+"$ta" run -- /bin/sh -c "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do '$held' --no-leak; done" > out 2> err
+got=$(sed -n '/==tagalloc== 21 processes/,$p' err)
+expect "roll-up: many clean processes fit on a line" "4" "$(printf '%s\n' "$got" | wc -l)"
+has "roll-up: grouped by program" err "  ... 21 more process(es) with no leaks and no errors: sh x1, held x20"
+"$ta" run -q -- /bin/sh -c "'$held'; '$held'" > out 2> err
+expect "run -q: no roll-up either" "" "$(cat err)"
+"$ta" run -- "$held" > out 2> err
+hasnt "one process: no roll-up" err "==tagalloc=="
+
+# ---- symbolized stacks from the assertion macros -----------------------------------------------
+if cc -g -O0 -D_GNU_SOURCE -I"$root/alloc" -o assert_live "$here/progs/assert_live.c" \
+     -Wl,-u,report_text_write "$build/libtagalloc.a" -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm 2> err; then
+  { ./assert_live > out 2> err; } 2> /dev/null; rc=$?
+  has "TA_ASSERT_NO_LEAKS_SINCE aborts with the failing line" err "assert_live.c:15: tagalloc assertion failed: live blocks since mark"
+  has "TA_ASSERT_NO_LEAKS_SINCE: the stack symbolized" err "in forgotten_block $here/progs/assert_live.c:8 ("
+  expect "TA_ASSERT_NO_LEAKS_SINCE: SIGABRT" "134" "$rc"
+else
+  bad "assert_live.c builds" "$(cat err)"
+fi
+
+# ---- diff: keys that survive an added line and another folder -------------------------------------
+mkdir -p a b/src c
+cp "$here/progs/sites.c" a/sites.c
+sed 's|^static void make_table(int n) {|/* one more comment line */\n&|' "$here/progs/sites.c" > b/src/sites.c
+sed 's|make_table(10);|make_table(11);|' "$here/progs/sites.c" > c/sites.c
+(cd a && cc -g -O0 -o sites sites.c) && (cd b && cc -g -O0 -o sites src/sites.c) && (cd c && cc -g -O0 -o sites sites.c) ||
+  bad "sites.c builds"
+for v in a b c; do "$ta" run -q --trace $v.trace -- ./$v/sites > /dev/null 2>&1; done
+"$ta" report -q a.trace --json a.json
+got=$("$py" -c 'import json; print(sorted(c["key"] for c in json.load(open("a.json"))["processes"][0]["callsites"] if "sites.c" in c["key"]))' 2>&1)
+expect "callsite keys: function, file name, line offset" "['make_buffer sites.c:+1', 'make_table sites.c:+2']" "$got"
+"$ta" diff --fail-on-increase a.trace b.trace > out 2> err; rc=$?
+expect "diff: a comment line and another folder give no change" "0 tagalloc diff: a.trace -> b.trace:" "$rc $(head -1 out | cut -d' ' -f1-5)"
+has "diff: nothing changed" out "callsite(s), 0 changed"
+"$ta" diff --fail-on-increase a.trace c.trace > out 2> err; rc=$?
+expect "diff: one more allocation fails --fail-on-increase" "1" "$rc"
+has "diff: the callsite that grew" out "+1 (10 -> 11)            +64 (640 -> 704)"
+has "diff: its key" out "make_table sites.c:+2"
+"$ta" diff --fail-on-increase a.json b.trace > out 2> err; rc=$?
+expect "diff: a report --json against a trace" "0" "$rc"
+
+# diff reads JSON with libjansson: a bad escape is an error, a surrogate pair a character
+printf '{"processes":[{"callsites":[{"key":"f \\uZZZZ","allocs":1}]}]}' > badesc.json
+"$ta" diff badesc.json badesc.json > out 2> err; rc=$?
+expect "diff: a bad \\u escape is refused" "2 tagalloc: diff: badesc.json: not a tagalloc JSON report:" "$rc $(cut -d' ' -f1-8 err)"
+printf '{"processes":[{"callsites":[{"key":"f \\ud83d\\ude00","allocs":1,"bytes":8}]}]}' > pair.json
+printf '{"processes":[{"callsites":[{"key":"f \xf0\x9f\x98\x80","allocs":2,"bytes":16}]}]}' > utf8.json
+"$ta" diff pair.json utf8.json > out 2> err; rc=$?
+expect "diff: a surrogate pair is the same callsite as its UTF-8" "0 tagalloc diff: pair.json -> utf8.json: 1 callsite(s), 1 changed" "$rc $(head -1 out)"
+
+# ---- every option of the table is documented ------------------------------------------------
+missing=
+for n in $(grep -o '{ "[a-z_]*", *OPT_' "$root/alloc/options.c" | sed 's/{ "\([a-z_]*\)".*/\1/'); do
+  v=TAGALLOC_$(echo "$n" | tr a-z A-Z)
+  grep -q "| \`$v\` |" "$root/README.md" || missing="$missing README:$v"
+  grep -q "^\.BR\? $v" "$root/man/tagalloc.7" || missing="$missing tagalloc.7:$v"
+done
+expect "every option in README's table and in tagalloc(7)" "" "$missing"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
