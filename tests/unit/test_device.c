@@ -215,7 +215,7 @@ static void test_gpu_leak_at_exit(void **state) {
   child_exec("gpu-leak", env, &r);
   assert_true(WIFEXITED(r.status));
   assert_int_equal(WEXITSTATUS(r.status), 0);
-  const char *want = "GPU leak of 8192 byte(s) in 2 object(s) allocated from:   [tag: dev.buffer]\n    #0 0x";
+  const char *want = "GPU leak of 8,192 byte(s) in 2 object(s) allocated from:   [tag: dev.buffer]\n    #0 0x";
   if (!strstr(r.err, want)) child_dump(&r);
   const char *g = strstr(r.err, want);
   assert_non_null(g);
@@ -257,7 +257,7 @@ static void test_atexit_order(void **state) {
   assert_int_equal(WEXITSTATUS(r.status), 0);
   const char *second = strstr(r.err, "atexit: second registered\n");
   const char *first = strstr(r.err, "atexit: first registered\n");
-  const char *report = strstr(r.err, "GPU memory retained by the pool of 2097152 byte(s) in 1 object(s) "
+  const char *report = strstr(r.err, "GPU memory retained by the pool of 2,097,152 byte(s) in 1 object(s) "
                                      "allocated from:   [tag: dev.segment]\n    #0 0x");
   if (!second || !first || !report) child_dump(&r);
   assert_non_null(second);
