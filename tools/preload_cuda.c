@@ -174,6 +174,17 @@ static ta_map mappings;                   /* mapping address -> its handle's slo
 typedef struct { CUmemHandle handle; size_t size; int device; } mapping;
 
 static void at_exit_mappings(void);
+static pthread_mutex_t module_lock;
+
+/* No lock of this file is held across fork (a child may call the driver). */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&module_lock);
+  pthread_mutex_lock(&map_lock);
+}
+static void fork_release(void) {
+  pthread_mutex_unlock(&map_lock);
+  pthread_mutex_unlock(&module_lock);
+}
 
 static void init_once(void) {
   int zero = 0;
@@ -190,6 +201,7 @@ static void init_once(void) {
   tag_va = ta_tag_get("cuda.va");
   tag_map = ta_tag_get("cuda.map");
   ta_atexit(at_exit_mappings);
+  pthread_atfork(fork_prepare, fork_release, fork_release);
   atomic_store(&once_state, 2);
 }
 
@@ -206,7 +218,7 @@ typedef struct {
 #define MAX_MODULES 32
 static module modules[MAX_MODULES];
 static size_t nmodules;
-static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;   /* never held with map_lock */
 
 static bool starts(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
