@@ -170,8 +170,7 @@ static void *real_of(int w) {
 /* ---- state kept beside the ledger: mappings and their handles ------------ */
 
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
-static ta_map mappings;                   /* mapping address -> its handle's slot */
-typedef struct { CUmemHandle handle; size_t size; int device; } mapping;
+static ta_map mappings;                   /* a live mapping's address -> its handle (cuMemMap) */
 
 static void at_exit_mappings(void);
 static pthread_mutex_t module_lock;
