@@ -539,6 +539,10 @@ void report_text_process(int fd, report_process *p) {
   if (p->suppressed_blocks)
     w_printf(&w, "        suppressed: %llu bytes in %llu blocks\n", (unsigned long long)p->suppressed_bytes,
              (unsigned long long)p->suppressed_blocks);
+  for (size_t k = 0; k < p->nkinds; k++)     /* device memory: only when there is some */
+    if (strcmp(p->kinds[k].kind, "gpu.leak") == 0 && p->kinds[k].blocks)
+      w_printf(&w, "       device lost: %llu bytes in %llu blocks (gpu.leak)\n",
+               (unsigned long long)p->kinds[k].bytes, (unsigned long long)p->kinds[k].blocks);
   w_printf(&w, "SUMMARY: tagalloc: %llu byte(s) leaked in %llu allocation(s); %llu error(s).\n",
            leaked_bytes, leaked_blocks, (unsigned long long)s.errors);
   w_flush(&w);
