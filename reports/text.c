@@ -758,6 +758,10 @@ void report_text_process(int fd, report_process *p) {
   if (p->suppressed_blocks)
     w_printf(&w, "        suppressed: %s bytes in %s blocks\n", th(n1, p->suppressed_bytes),
              th(n2, p->suppressed_blocks));
+  for (size_t k = 0; k < p->nkinds; k++)     /* device memory: only when there is some */
+    if (strcmp(p->kinds[k].kind, "gpu.leak") == 0 && p->kinds[k].blocks)
+      w_printf(&w, "       device lost: %s bytes in %s blocks (gpu.leak)\n", th(n1, p->kinds[k].bytes),
+               th(n2, p->kinds[k].blocks));
   w_color(&w, C_BOLD);
   if (loss_records) {
     char n4[32];

@@ -170,10 +170,20 @@ static void *real_of(int w) {
 /* ---- state kept beside the ledger: mappings and their handles ------------ */
 
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
-static ta_map mappings;                   /* mapping address -> its handle's slot */
-typedef struct { CUmemHandle handle; size_t size; int device; } mapping;
+static ta_map mappings;                   /* a live mapping's address -> its handle (cuMemMap) */
 
 static void at_exit_mappings(void);
+static pthread_mutex_t module_lock;
+
+/* No lock of this file is held across fork (a child may call the driver). */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&module_lock);
+  pthread_mutex_lock(&map_lock);
+}
+static void fork_release(void) {
+  pthread_mutex_unlock(&map_lock);
+  pthread_mutex_unlock(&module_lock);
+}
 
 static void init_once(void) {
   int zero = 0;
@@ -190,6 +200,7 @@ static void init_once(void) {
   tag_va = ta_tag_get("cuda.va");
   tag_map = ta_tag_get("cuda.map");
   ta_atexit(at_exit_mappings);
+  pthread_atfork(fork_prepare, fork_release, fork_release);
   atomic_store(&once_state, 2);
 }
 
@@ -206,7 +217,7 @@ typedef struct {
 #define MAX_MODULES 32
 static module modules[MAX_MODULES];
 static size_t nmodules;
-static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;   /* never held with map_lock */
 
 static bool starts(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
@@ -710,21 +721,29 @@ PL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 
 /* ---- cuGetProcAddress -------------------------------------------------------------- */
 
-/* The wrapper to hand out for what the driver found for base (fn), or fn. */
+/* The wrapper to hand out for what the driver found for base (fn), or fn.
+ * The variant is the exported symbol fn is; else the one the version and
+ * flags ask for (the per-thread form when asked and there is one, else the
+ * default form: a function without a _ptsz form is the same in both
+ * modes); none (a v1 form, asked for by a version before 3.2): fn. */
 static void *wrap(const char *base, void *fn, int version, cuuint64_t flags) {
-  int pick = -1, by_flags = -1;
+  int pick = -1, exact = -1, plain = -1;
+  bool ptsz = (flags & CU_PROC_PER_THREAD) != 0;
   for (int w = 0; w < W_N; w++) {
     if (strcmp(fns[w].base, base) != 0) continue;
     if (fn == fns[w].wrapper) return fn;            /* the driver handed out ours */
     if (driver_sym(fns[w].name) == fn) { pick = w; break; }
-    bool ptsz = (flags & CU_PROC_PER_THREAD) != 0;
-    if (fns[w].ptsz == ptsz && (!fns[w].v2 || version >= CU_V2_SINCE)) by_flags = w;
+    if (fns[w].v2 && version < CU_V2_SINCE) continue;
+    if (fns[w].ptsz == ptsz) exact = w;
+    else if (!fns[w].ptsz) plain = w;
   }
-  if (pick < 0) pick = by_flags;
+  if (pick < 0) pick = exact >= 0 ? exact : plain;
   if (pick < 0) return fn;
+  /* The wrapper calls the first function the driver gave for its variant
+   * (or the exported one); another pointer for the same variant is the
+   * same function. */
   void *expected = NULL;
-  if (!atomic_compare_exchange_strong(&fns[pick].real, &expected, fn) && expected != fn)
-    return fn;                                      /* another function of that name: not ours to wrap */
+  atomic_compare_exchange_strong(&fns[pick].real, &expected, fn);
   init_once();
   return fns[pick].wrapper;
 }

@@ -39,6 +39,22 @@ LEAKS = {
 passed = failed = 0
 
 
+def leaked_lines():
+    """function -> the line of workload.c marked LEAKED inside it."""
+    out, fn = {}, None
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "workload.c")) as f:
+        for no, line in enumerate(f, 1):
+            m = re.match(r"NOIPA void (\w+)\(", line)
+            if m:
+                fn = m.group(1)
+            if "/* LEAKED */" in line:
+                out[fn] = no
+    return out
+
+
+LINES = leaked_lines()
+
+
 def result(name, problems):
     global passed, failed
     if problems:
@@ -112,8 +128,9 @@ def check_workload(prog, args=(), teardown=False, extra_leaks=None, extra=(), do
                             f"expected {nbytes} B in 1 [{tag}]")
         if f.get("detail", "") != detail:
             problems.append(f"{fn}: detail {f.get('detail')!r}, expected {detail!r}")
-        if not (top.get("file") or "").endswith("tests/cuda/workload.c"):
-            problems.append(f"{fn}: top frame's file {top.get('file')!r}")
+        if not (top.get("file") or "").endswith("tests/cuda/workload.c") or top.get("line") != LINES[fn]:
+            problems.append(f"{fn}: top frame at {top.get('file')}:{top.get('line')}, "
+                            f"expected workload.c:{LINES[fn]}")
     for fn in want:
         if fn not in seen:
             problems.append(f"no gpu.leak at {fn}")

@@ -9,7 +9,8 @@
  * mmap'd.  It keeps every live allocation, so a free of anything else fails
  * with CUDA_ERROR_INVALID_VALUE, and a context destroyed or a primary
  * context reset frees what its device held.  Built with -Bsymbolic: the
- * addresses it hands out are its own functions, never an interposer's. */
+ * addresses it hands out are its own functions, never an interposer's;
+ * for cuMemAllocManaged, a function no symbol names. */
 #include "standin.h"
 
 #include <pthread.h>
@@ -157,9 +158,15 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
   return r;
 }
 
-CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
+/* cuGetProcAddress hands out this one, not the exported symbol: a driver
+ * may answer with a pointer no dlsym gives. */
+static CUresult managed_impl(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
   (void)flags;
   return dev_alloc(dptr, bytes, K_MANAGED);
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
+  return managed_impl(dptr, bytes, flags);
 }
 
 static CUresult host_alloc(void **pp, size_t bytes) {
@@ -271,7 +278,7 @@ typedef struct { const char *name; void *fn; } entry;
 static const entry entries[] = {
   E(cuInit), E(cuDriverGetVersion), E(cuCtxGetDevice), E(cuCtxCreate_v2), E(cuCtxDestroy_v2),
   E(cuCtxPushCurrent_v2), E(cuCtxPopCurrent_v2), E(cuDevicePrimaryCtxReset_v2), E(cuMemAlloc_v2),
-  E(cuMemAllocPitch_v2), E(cuMemAllocManaged), E(cuMemHostAlloc), E(cuMemAllocHost_v2), E(cuMemFreeHost),
+  E(cuMemAllocPitch_v2), { "cuMemAllocManaged", (void *)managed_impl }, E(cuMemHostAlloc), E(cuMemAllocHost_v2), E(cuMemFreeHost),
   E(cuMemAllocAsync), E(cuMemAllocAsync_ptsz), E(cuMemAllocFromPoolAsync), E(cuMemAllocFromPoolAsync_ptsz),
   E(cuMemFree_v2), E(cuMemFreeAsync), E(cuMemFreeAsync_ptsz), E(cuMemCreate), E(cuMemRelease),
   E(cuMemAddressReserve), E(cuMemAddressFree), E(cuMemMap), E(cuMemUnmap), E(cuGetProcAddress),

@@ -59,8 +59,10 @@ NOIPA int cudaMallocPitch(CUdeviceptr *p, size_t *pitch, size_t width, size_t he
   return fn_(p, pitch, width, height, 4);
 }
 
+/* Asked in per-thread mode, as a runtime built for it asks every function:
+ * the driver has no _ptsz form of it and answers with the one function. */
 NOIPA int cudaMallocManaged(CUdeviceptr *p, size_t n) {
-  DRIVER(CUresult (*)(CUdeviceptr *, size_t, unsigned), "cuMemAllocManaged", 0);
+  DRIVER(CUresult (*)(CUdeviceptr *, size_t, unsigned), "cuMemAllocManaged", 1);
   return fn_(p, n, 1);
 }
 

@@ -10,7 +10,8 @@
  *   leak_map 4 MiB (mapped, its handle released, never unmapped; its
  *   address reservation is left too, which is no leak by itself).
  *
- * Built with -DDIRECT, it calls the driver (a program linked with -lcuda);
+ * The line of each leaked block's allocation says LEAKED (check.py wants
+ * it in the top frame).  Built with -DDIRECT, it calls the driver (a program linked with -lcuda);
  * else the stand-in runtime (rt.h).  argv[1] "reset": the device is reset
  * at the end (cudaDeviceReset / cuDevicePrimaryCtxReset_v2); "ctx" (direct
  * only): also one block on device 1 in a context of its own, destroyed. */
@@ -81,7 +82,7 @@ void *kept_host[4];
 NOIPA void leak_malloc(void) {
   CUdeviceptr a, b;
   check(MALLOC(&a, 2000), "malloc");
-  check(MALLOC(&b, 1000), "malloc");
+  check(MALLOC(&b, 1000), "malloc");   /* LEAKED */
   check(FREE(a), "free");
   kept_device[0] = b;
 }
@@ -90,7 +91,7 @@ NOIPA void leak_pitch(void) {
   CUdeviceptr a, b;
   size_t pa, pb;
   check(PITCH(&a, &pa, 100, 2), "pitch");
-  check(PITCH(&b, &pb, 700, 3), "pitch");
+  check(PITCH(&b, &pb, 700, 3), "pitch");   /* LEAKED */
   check(FREE(a), "free");
   kept_device[1] = b;
 }
@@ -98,14 +99,14 @@ NOIPA void leak_pitch(void) {
 NOIPA void leak_managed(void) {
   CUdeviceptr a, b;
   check(MANAGED(&a, 100), "managed");
-  check(MANAGED(&b, 4000), "managed");
+  check(MANAGED(&b, 4000), "managed");   /* LEAKED */
   check(FREE(a), "free");
 }
 
 NOIPA void leak_hostalloc(void) {
   void *a, *b;
   check(HOSTALLOC(&a, 100), "hostalloc");
-  check(HOSTALLOC(&b, 5000), "hostalloc");
+  check(HOSTALLOC(&b, 5000), "hostalloc");   /* LEAKED */
   memset(b, 1, 5000);
   check(FREEHOST(a), "freehost");
   kept_host[0] = b;
@@ -114,35 +115,35 @@ NOIPA void leak_hostalloc(void) {
 NOIPA void leak_allochost(void) {
   void *a, *b;
   check(ALLOCHOST(&a, 100), "allochost");
-  check(ALLOCHOST(&b, 6000), "allochost");
+  check(ALLOCHOST(&b, 6000), "allochost");   /* LEAKED */
   check(FREEHOST(a), "freehost");
 }
 
 NOIPA void leak_async(void) {
   CUdeviceptr a, b;
   check(ASYNC(&a, 100), "async");
-  check(ASYNC(&b, 7000), "async");
+  check(ASYNC(&b, 7000), "async");   /* LEAKED */
   check(FREEASYNC(a), "freeasync");
 }
 
 NOIPA void leak_async_ptsz(void) {
   CUdeviceptr a, b;
   check(ASYNC_PTSZ(&a, 100), "async_ptsz");
-  check(ASYNC_PTSZ(&b, 8000), "async_ptsz");
+  check(ASYNC_PTSZ(&b, 8000), "async_ptsz");   /* LEAKED */
   check(FREEASYNC_PTSZ(a), "freeasync_ptsz");
 }
 
 NOIPA void leak_pool(void) {
   CUdeviceptr a, b;
   check(POOL(&a, 100), "pool");
-  check(POOL(&b, 9000), "pool");
+  check(POOL(&b, 9000), "pool");   /* LEAKED */
   check(FREE(a), "free");                  /* cudaFree of an async block */
 }
 
 NOIPA void leak_pool_ptsz(void) {
   CUdeviceptr a, b;
   check(POOL_PTSZ(&a, 100), "pool_ptsz");
-  check(POOL_PTSZ(&b, 10000), "pool_ptsz");
+  check(POOL_PTSZ(&b, 10000), "pool_ptsz");   /* LEAKED */
   check(FREEASYNC_PTSZ(a), "freeasync_ptsz");
 }
 
@@ -159,7 +160,7 @@ NOIPA void leak_vmm(void) {
   CUmemAllocationProp p = prop_on(0);
   CUmemGenericAllocationHandle a, b;
   check(VMM(cuMemCreate)(&a, 1 << 20, &p, 0), "create");
-  check(VMM(cuMemCreate)(&b, 2 << 20, &p, 0), "create");
+  check(VMM(cuMemCreate)(&b, 2 << 20, &p, 0), "create");   /* LEAKED */
   check(VMM(cuMemRelease)(a), "release");
 }
 
@@ -178,7 +179,7 @@ NOIPA void leak_map(void) {
 
   check(VMM(cuMemCreate)(&h, 4 << 20, &p, 0), "create");
   check(VMM(cuMemAddressReserve)(&va, 4 << 20, 0, 0, 0), "reserve");
-  check(VMM(cuMemMap)(va, 4 << 20, 0, h, 0), "map");
+  check(VMM(cuMemMap)(va, 4 << 20, 0, h, 0), "map");   /* LEAKED */
   check(VMM(cuMemRelease)(h), "release");
   kept_device[2] = va;
 }
@@ -188,7 +189,7 @@ NOIPA void leak_in_context(void) {
   CUcontext ctx;
   CUdeviceptr a;
   check(cuCtxCreate_v2(&ctx, 0, 1), "ctxcreate");
-  check(cuMemAlloc_v2(&a, 1234), "malloc");
+  check(cuMemAlloc_v2(&a, 1234), "malloc");   /* LEAKED */
   check(cuCtxDestroy_v2(ctx), "ctxdestroy");
 }
 #endif

@@ -9,6 +9,7 @@
 #include "child.h"
 #include "support.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,60 @@ static void test_finding_add(void **state) {
   assert_int_equal(ta_findings_count("gpu.pool-retained"), 0);
 }
 
+/* Threads allocating and freeing device blocks at once: each makes 1000
+ * blocks on its own device and frees the even ones. */
+#define THREADS 4
+#define PER_THREAD 1000
+
+static void *device_churn(void *arg) {
+  int device = (int)(intptr_t)arg;
+  ta_tag B = ta_tag_get("dev.churn");
+  for (uintptr_t i = 1; i <= PER_THREAD; i++) ta_device_alloc(B, device, i << 8, i, 0);
+  for (uintptr_t i = 2; i <= PER_THREAD; i += 2)
+    if (ta_device_free(B, device, i << 8) != 1) return (void *)1;
+  return NULL;
+}
+
+typedef struct { uint64_t blocks, bytes; } dev_sum;
+
+static void sum_churn(int device, uintptr_t addr, size_t size, ta_tag tag, uint32_t stack, unsigned flags,
+                      void *arg) {
+  (void)device, (void)addr, (void)stack, (void)flags;
+  dev_sum *s = arg;
+  if (tag != ta_tag_get("dev.churn")) return;
+  s->blocks++;
+  s->bytes += size;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  ta_tag B = ta_tag_get("dev.churn");
+  ta_mark m = ta_mark_now();
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, device_churn, (void *)(intptr_t)(10 + i)), 0);
+  for (int i = 0; i < THREADS; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    assert_null(r);
+  }
+  ta_counts c = ta_since(m, B);
+  assert_int_equal(c.allocs, THREADS * PER_THREAD);
+  assert_int_equal(c.frees, THREADS * PER_THREAD / 2);
+  assert_int_equal(c.live_blocks, THREADS * PER_THREAD / 2);
+  /* the odd sizes 1, 3, ..., 999 on each device: 500^2 each */
+  assert_int_equal(c.live_bytes, THREADS * 250000);
+  dev_sum s = { 0 };
+  ta_device_each(-1, sum_churn, &s);
+  assert_int_equal(s.blocks, THREADS * PER_THREAD / 2);
+  assert_int_equal(s.bytes, THREADS * 250000);
+  for (int d = 10; d < 10 + THREADS; d++)
+    for (uintptr_t i = 1; i <= PER_THREAD; i += 2) assert_int_equal(ta_device_free(B, d, i << 8), 1);
+  assert_int_equal(ta_since(m, B).live_blocks, 0);
+  assert_int_equal(n_messages, 0);
+  ta_mark_free(m);
+}
+
 /* ---- the children: what only happens at exit ------------------------------- */
 
 NOIPA static void leaky_device_alloc(uintptr_t addr) {
@@ -226,6 +281,8 @@ static void test_gpu_leak_at_exit(void **state) {
   assert_null(strstr(r.err, "dev.segment"));           /* reserved: no gpu.leak by itself */
   assert_null(strstr(r.err, "1048576"));
   assert_null(strstr(strstr(r.err, want) + 1, "GPU leak"));   /* one group */
+  assert_non_null(strstr(r.err, "       device lost: 8192 bytes in 2 blocks (gpu.leak)\n"
+                                "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 0 error(s).\n"));
   child_result_free(&r);
 }
 
@@ -280,6 +337,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_each_may_free, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_bad_free, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_finding_add, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_threads, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_gpu_leak_at_exit, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_atexit_order, messages_setup, messages_teardown),
   };
