@@ -63,7 +63,7 @@ demo-faults: $(BUILD)/train-lenet
 	  test -s $(BUILD)/faults/$$f.html || { echo "demo-faults: no page for $$f"; exit 1; }; \
 	  echo "demo-faults: $(BUILD)/faults/$$f.html"; \
 	done
-	@$(BUILD)/train-lenet --epochs 1 --steps 6 --test 100 --checkpoint $(BUILD)/faults/osl.ck --stop-after 3 >/dev/null
+	@$(BUILD)/train-lenet --epochs 1 --steps 6 --test 100 --checkpoint $(BUILD)/faults/osl.ck --stop-after 3 >/dev/null 2>&1
 	@$(BUILD)/train-lenet --epochs 1 --steps 6 --test 100 --resume $(BUILD)/faults/osl.ck \
 	  --fault optimizer-state-leak --html $(BUILD)/faults/optimizer-state-leak.html \
 	  >/dev/null 2>$(BUILD)/faults/optimizer-state-leak.txt; \
