@@ -43,6 +43,22 @@
  * errors come from tensor/, the others are "autograd: ..." on stderr through
  * the tensor library's error handler conventions: ag_error()).
  *
+ * Misuse: every function checks its variable, tape, layer and optimizer
+ * arguments with the ledger before it reads them.  A variable of a tape
+ * reset since (the tape's arena alternates its memory between generations,
+ * so a variable kept across ag_tape_reset never lands in a live one) is
+ * arena.after-reset at the caller's line, with the variable's allocation
+ * stack and the reset's stack; a freed parameter, layer, optimizer or tape
+ * is use.after-free (free.double when freed again).  The function then
+ * returns its error: NULL for ops and ag_layer_forward, -1 for ag_backward
+ * and the checkpoint functions, 0 for the counts, and does nothing for
+ * ag_tape_reset, ag_optim_step, ag_optim_zero_grad and the frees.
+ *
+ * Holds: a layer declares its parameters (ta_hold "weight", "bias"), a
+ * sequential its children, an optimizer its parameters and state, so a
+ * program that keeps its model to exit gets no finding, and a parameter is
+ * never an orphan when a reset ends the ops' holds on it.
+ *
  * Thread use: a tape belongs to one thread at a time; parameters may be read
  * by several threads' tapes but backward into them from several threads at
  * once is not synchronized.  Ops must not run inside a tensor scope

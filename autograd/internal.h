@@ -72,6 +72,10 @@ extern ta_tag _ag_tag_op, _ag_tag_param, _ag_tag_tape, _ag_tag_layer, _ag_tag_op
 void _ag_tags_init(void);
 static inline __attribute__((always_inline)) bool _ag_live(const char *op, const void *p, ta_tag tag, ta_tag alt,
                                                            unsigned flags) {
+#ifdef TAGALLOC_NO_ARG_CHECKS   /* the benchmark's baseline only (bench/autograd/checks.py) */
+  (void)p, (void)tag, (void)alt, (void)flags;
+  return true;
+#endif
   if (__builtin_expect(ta_check_block(p, tag, alt, TA_CHECK_CALLER | flags, op), 1)) return true;
   _ag_err("%s: an argument that is not live (freed, or made on a tape reset since): see the ledger's finding", op);
   return false;

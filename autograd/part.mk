@@ -49,4 +49,30 @@ PART_BENCH += bench-autograd
 bench-autograd: $(BUILD)/train-lenet $(BUILD)/train-charlm
 	/usr/bin/python3 bench/autograd/run.py --build $(BUILD)
 
-.PHONY: bench-autograd
+# make demo-faults: one page per seeded bug (tensor.h: tensor_fault_set),
+# build/faults/NAME.html, each from 10 steps of train-lenet with --fault NAME
+# (optimizer-state-leak: resumed from a checkpoint of 3 steps).  Each run
+# exits 1: the ledger found the bug.
+FAULTS = reshape-dummy slice-dummy view-underflow tape-stack-inputs arena-early-reset params-in-arena \
+         scope-escape pool-double-release
+demo-faults: $(BUILD)/train-lenet
+	@mkdir -p $(BUILD)/faults
+	@for f in $(FAULTS); do \
+	  $(BUILD)/train-lenet --epochs 1 --steps 10 --test 100 --fault $$f --html $(BUILD)/faults/$$f.html \
+	    >/dev/null 2>$(BUILD)/faults/$$f.txt; \
+	  test -s $(BUILD)/faults/$$f.html || { echo "demo-faults: no page for $$f"; exit 1; }; \
+	  echo "demo-faults: $(BUILD)/faults/$$f.html"; \
+	done
+	@$(BUILD)/train-lenet --epochs 1 --steps 6 --test 100 --checkpoint $(BUILD)/faults/osl.ck --stop-after 3 >/dev/null 2>&1
+	@$(BUILD)/train-lenet --epochs 1 --steps 6 --test 100 --resume $(BUILD)/faults/osl.ck \
+	  --fault optimizer-state-leak --html $(BUILD)/faults/optimizer-state-leak.html \
+	  >/dev/null 2>$(BUILD)/faults/optimizer-state-leak.txt; \
+	test -s $(BUILD)/faults/optimizer-state-leak.html && echo "demo-faults: $(BUILD)/faults/optimizer-state-leak.html"
+
+# make bench-checks: what the argument checks cost on training: train-lenet
+# against itself built with -DTAGALLOC_NO_ARG_CHECKS, in alternating pairs.
+bench-checks: $(BUILD)/train-lenet
+	$(MAKE) BUILD=build/nochecks CFLAGS="-O2 -g -DTAGALLOC_NO_ARG_CHECKS" build/nochecks/train-lenet
+	/usr/bin/python3 bench/autograd/checks.py --build $(BUILD) --nochecks build/nochecks
+
+.PHONY: bench-autograd bench-checks demo-faults

@@ -178,7 +178,7 @@ tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim,
 void tensor_free(tensor *t) {
   if (t == NULL) return;
   /* a header freed already (free.double) or never one: nothing is freed */
-  if (!ta_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER | TA_CHECK_FREE, "tensor_free"))
+  if (!_tensor_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER | TA_CHECK_FREE, "tensor_free"))
     return;
   _tensor_free(t);
 }

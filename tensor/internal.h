@@ -48,10 +48,17 @@ bool _tensor_arg_dtype(const char *op, const char *name, const tensor *t);
  * released once too often (ref.underflow) or a pointer to nothing live is a
  * finding at the caller's line (inlined here, so the check's caller is the
  * public function and the finding starts one frame out) and an error. */
+/* TAGALLOC_NO_ARG_CHECKS builds the library without these checks: only
+ * the baseline of the benchmark of their cost (bench/autograd/checks.py). */
+#ifdef TAGALLOC_NO_ARG_CHECKS
+#define _tensor_check_block(p, tag, alt, flags, what) ((void)(p), 1)
+#else
+#define _tensor_check_block ta_check_block
+#endif
 static inline __attribute__((always_inline)) bool _tensor_live(const char *op, const char *name,
                                                                const tensor *t) {
-  if (!ta_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER, op) ||
-      !ta_check_block(t->storage, _tensor_tag_storage, _tensor_tag_pool, TA_CHECK_CALLER | TA_CHECK_REF, op))
+  if (!_tensor_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER, op) ||
+      !_tensor_check_block(t->storage, _tensor_tag_storage, _tensor_tag_pool, TA_CHECK_CALLER | TA_CHECK_REF, op))
     return _tensor_arg_dead(op, name, t);
   return true;
 }

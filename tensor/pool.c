@@ -245,13 +245,18 @@ tensor *tensor_pool_acquire(tensor_pool *p, tensor_dtype dtype, int ndim, const 
 }
 
 tensor_status tensor_pool_release(tensor_pool *p, tensor *t) {
-  if (t == NULL) return _tensor_arg_null("tensor_pool_release", "t"), TENSOR_EINVAL;
+  if (t == NULL) {
+    _tensor_arg_null("tensor_pool_release", "t");
+    return TENSOR_EINVAL;
+  }
   /* a second release of the same tensor is free.double at the caller */
-  if (!ta_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER | TA_CHECK_FREE,
-                      "tensor_pool_release") ||
-      !ta_check_block(t->storage, _tensor_tag_storage, _tensor_tag_pool, TA_CHECK_CALLER | TA_CHECK_REF,
-                      "tensor_pool_release"))
-    return _tensor_arg_dead("tensor_pool_release", "t", t), TENSOR_EINVAL;
+  if (!_tensor_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER | TA_CHECK_FREE,
+                           "tensor_pool_release") ||
+      !_tensor_check_block(t->storage, _tensor_tag_storage, _tensor_tag_pool, TA_CHECK_CALLER | TA_CHECK_REF,
+                           "tensor_pool_release")) {
+    _tensor_arg_dead("tensor_pool_release", "t", t);
+    return TENSOR_EINVAL;
+  }
   if (p == NULL || t->storage->pool != p) {
     char b[TENSOR_SHAPE_STR];
     return _tensor_err(TENSOR_EINVAL, "tensor_pool_release: %s does not come from this pool", _tensor_desc(t, b));

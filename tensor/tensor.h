@@ -34,7 +34,19 @@
  * "tensor: <message>" on stderr).  An op given a NULL input returns NULL, so
  * a chain of calls fails at the first error, and that error stays the one
  * reported until tensor_error_clear() (a NULL input with no error pending is
- * itself an error, TENSOR_EINVAL). */
+ * itself an error, TENSOR_EINVAL).
+ *
+ * Misuse: every function checks each tensor argument with the ledger before
+ * it reads it (ta_check_block: one probe of the live table per header and
+ * per storage).  A tensor freed already, one whose storage was released
+ * once too often, or a pointer to no live tensor is a finding at the
+ * caller's line (use.after-free, ref.underflow; tensor_free and
+ * tensor_pool_release of a freed tensor: free.double) and an error
+ * (TENSOR_EINVAL), never a read of freed memory: the function returns NULL,
+ * TENSOR_EINVAL, NAN (tensor_item, tensor_get), 0 (tensor_nbytes,
+ * tensor_storage_bytes, tensor_is_contiguous, tensor_same_shape,
+ * tensor_batch_count), -1 (tensor_storage_refs) or NULL
+ * (tensor_storage_block), and tensor_free frees nothing. */
 #ifndef TAGALLOC_TENSOR_H
 #define TAGALLOC_TENSOR_H
 
