@@ -85,7 +85,8 @@ gpu-check:
 # the shared libraries of the programs it runs, in $(BUILD)/gpu-libs.
 # Other parts add their GPU programs to GPU_BUNDLE.
 GPU_BUNDLE += $(CUDA_CMP_TEST) $(if $(NVCC),$(CUDA_LIB) $(CUDA_LOAD_TEST)) \
-              $(if $(filter bench-gpu,$(PART_BENCH)),$(BUILD)/bench-gpu)
+              $(if $(filter bench-gpu,$(PART_BENCH)),$(BUILD)/bench-gpu) \
+              $(filter $(BUILD)/train-lenet,$(AG_TOOLS))
 gpu-bundle: $(GPU_BUNDLE)
 	@gpu/cuda/gpu-check.sh --bundle $(BUILD) $(GPU_BUNDLE)
 
