@@ -25,6 +25,10 @@
 #   train-lenet   build/train-lenet --device cuda, 3 epochs on Fashion-MNIST
 #                 (GPU_CHECK_DATA=DIR, default the Debian package's folder):
 #                 at least 86% test accuracy
+#   gpu-audit     tests/cuda/gpu-audit.sh, where the checkout has it:
+#                 tagalloc run on CUDA programs built with the static and the
+#                 shared runtime, each leaking one block of each kind
+#                 (compute-sanitizer is the oracle)
 #   racecheck, synccheck, initcheck
 #                 test_cuda_compare under compute-sanitizer's other tools
 #   more checks   every executable tests/*/gpu-check-*.sh the checkout has
@@ -104,7 +108,7 @@ run() {
   if [ $rc -eq 0 ]; then
     result PASS "$name" "$((t1 - t0)) s"
   elif [ $rc -eq 77 ]; then
-    result SKIP "$name" "$(grep -m1 '^SKIP:' "$out" | sed 's/^SKIP: *//')"
+    result SKIP "$name" "$(grep -m1 '^SKIP' "$out" | sed 's/^SKIP[^:]*: *//')"
   else
     tail -n 30 "$out"
     [ $rc -eq 124 ] || [ $rc -eq 137 ] && result FAIL "$name" "over the ${LIMIT} s limit" ||
@@ -128,13 +132,17 @@ finish() {
 say "gpu-check at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(date -u '+%F %T') UTC"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   result SKIP card "no nvidia-smi: no NVIDIA driver here"
-  for c in load compare memcheck bench-gpu train-lenet racecheck synccheck initcheck; do result SKIP $c "no GPU"; done
+  for c in load compare memcheck bench-gpu train-lenet gpu-audit racecheck synccheck initcheck; do
+    result SKIP $c "no GPU"
+  done
   finish
 fi
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader >"$WORK/card" 2>&1; then
   cat "$WORK/card"
   result SKIP card "nvidia-smi finds no GPU: $(head -n1 "$WORK/card")"
-  for c in load compare memcheck bench-gpu train-lenet racecheck synccheck initcheck; do result SKIP $c "no GPU"; done
+  for c in load compare memcheck bench-gpu train-lenet gpu-audit racecheck synccheck initcheck; do
+    result SKIP $c "no GPU"
+  done
   finish
 fi
 say "card: $(cat "$WORK/card")"
@@ -259,6 +267,18 @@ awk -v a="\${acc:-0}" 'BEGIN { exit !(a >= 86) }'
 EOS
   chmod +x "$WORK/lenet.sh"
   run train-lenet "$WORK/lenet.sh"
+fi
+
+# ---- tagalloc run on real CUDA programs (tests/cuda/gpu-audit.sh: built here
+# with nvcc against the static and the shared runtime, compute-sanitizer the
+# oracle) -------------------------------------------------------------------------------------------
+if [ -x tests/cuda/gpu-audit.sh ]; then
+  audit_bins=()
+  for f in "$BUILD"/tagalloc "$BUILD"/libtagalloc-*.so; do [ -e "$f" ] && audit_bins+=("$f"); done
+  [ ${#audit_bins[@]} -gt 0 ] && missing_libs "${audit_bins[@]}"
+  run gpu-audit tests/cuda/gpu-audit.sh "$BUILD"
+else
+  result SKIP gpu-audit "this checkout has no tests/cuda/gpu-audit.sh"
 fi
 
 # ---- the other compute-sanitizer tools ------------------------------------------------------------------
