@@ -9,7 +9,8 @@
  *     libcuda.so.1 -> GPU_ENODRIVER and "no usable CUDA driver
  *     (cudaErrorInsufficientDriver ...)"; cuInit failing with
  *     CUDA_ERROR_NO_DEVICE or a count of 0 -> GPU_ENODEVICE; a device ->
- *     GPU_OK, its name, and a round trip through device memory and a kernel.
+ *     GPU_OK, its name, and a round trip through device memory and a kernel,
+ *     from this thread and from a second one.
  *
  *   test_cuda_load [--require-device] [LIB]
  *       LIB: the object (default: $TAGALLOC_GPU_CUDA_LIB, else
