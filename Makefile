@@ -75,7 +75,7 @@ $(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile
 	objcopy $(JEMALLOC_CLASH:%=--localize-symbol=%) $< $@
 
 $(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_JEMALLOC)
-	$(CC) -shared -Wl,-z,nodelete -o $@ $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_LIBS)
+	$(CC) -shared -Wl,-z,nodelete -Wl,-soname,libtagalloc-preload.so -o $@ $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_LIBS)
 
 # The command-line tool too: without libjemalloc.so and its libstdc++ it
 # starts in a third of the time (their relocations were most of it).

@@ -150,13 +150,13 @@ void _ta_device_alloc_at(ta_tag tag, int device, uintptr_t addr, size_t size, un
   }
   pthread_mutex_unlock(&lock);
   if (r == NULL) {
-    _ta_error(TA_ENOMEM, "out of memory for the device table (device %d, %#lx)", device,
+    _ta_error(TA_ENOMEM, "out of memory for the device table (device %d, 0x%lx)", device,
               (unsigned long)addr);
     return;
   }
   count(t, tag, true);
   if (twice)      /* the old record is replaced: the driver reused a live address */
-    _ta_error(TA_EINVAL, "device %d: %#lx allocated again while live (tag %s, first stack %u)",
+    _ta_error(TA_EINVAL, "device %d: 0x%lx allocated again while live (tag %s, first stack %u)",
               device, (unsigned long)addr, ta_tag_name(tag), (unsigned)first);
   if (_ta_tracing) _ta_trace_device_alloc(t, device, addr, size, tag, stack, flags, seq);
 }
@@ -253,7 +253,7 @@ void ta_device_each(int device, void (*fn)(int device, uintptr_t addr, size_t si
                     void *arg) {
   dev_rec *v;
   size_t n = snapshot(device, 0, TA_ANY, &v);
-  if (n > 1) qsort(v, n, sizeof *v, by_seq);   /* v is NULL when nothing is live */
+  if (n > 1) qsort(v, n, sizeof *v, by_seq);
   for (size_t i = 0; i < n; i++)
     fn(v[i].device, v[i].addr, (size_t)v[i].size, v[i].tag, v[i].stack, v[i].flags, arg);
   _ta_meta_free(v);
@@ -265,7 +265,7 @@ void _ta_device_since(uint64_t seq, ta_tag tag, uint64_t *blocks, uint64_t *byte
   if (cap == 0) return;                   /* no device block was ever made */
   dev_rec *v;
   size_t n = snapshot(-1, seq, tag, &v);
-  if (n > 1) qsort(v, n, sizeof *v, by_seq);   /* v is NULL when nothing is live */
+  if (n > 1) qsort(v, n, sizeof *v, by_seq);
   for (size_t i = 0; i < n; i++) {
     *blocks += 1;
     *bytes += v[i].size;
@@ -293,21 +293,26 @@ static int by_group(const void *a, const void *b) {
 size_t _ta_device_leaks(int device, bool forget) {
   dev_rec *v;
   size_t n = snapshot(device, 0, TA_ANY, &v), found = 0;
-  if (n > 1) qsort(v, n, sizeof *v, by_group);   /* v is NULL when nothing is live */
+  if (n > 1) qsort(v, n, sizeof *v, by_group);
   for (size_t i = 0; i < n; i++) {
     if (v[i].flags & TA_DEVICE_RESERVE) continue;
     char detail[96];
-    _ta_snprintf(detail, sizeof detail, "device %d", v[i].device);
+    _ta_snprintf(detail, sizeof detail, "device %d%s", v[i].device, forget ? ", at context teardown" : "");
     ta_finding_add("gpu.leak", v[i].tag, v[i].addr, v[i].size, v[i].stack, 0, detail);
     found++;
   }
-  if (forget) {
-    pthread_mutex_lock(&lock);
+  if (forget) {                 /* the driver freed them: freed here too, with no stack */
+    ta_thread *t = _ta_thread();
     for (size_t i = 0; i < n; i++) {
+      pthread_mutex_lock(&lock);
       dev_rec *r = find(v[i].tag, v[i].device, v[i].addr);
-      if (r && r->live && r->seq == v[i].seq) drop(r);
+      bool mine = r && r->live && r->seq == v[i].seq;
+      if (mine) drop(r);
+      pthread_mutex_unlock(&lock);
+      if (!mine) continue;
+      count(t, v[i].tag, false);
+      if (_ta_tracing) _ta_trace_device_free(t, v[i].device, v[i].addr, v[i].tag, 0, _ta_next_seq(t, false));
     }
-    pthread_mutex_unlock(&lock);
   }
   _ta_meta_free(v);
   return found;

@@ -444,8 +444,9 @@ void   _ta_device_since(uint64_t seq, ta_tag tag, uint64_t *blocks, uint64_t *by
 /* Device allocations and frees of the whole run (kept out of the host summary). */
 void   _ta_device_summary(uint64_t *allocs, uint64_t *frees);
 /* A gpu.leak finding for each live block of device (-1: all) without
- * TA_DEVICE_RESERVE; forget: the device's live records go too (a context
- * torn down).  Returns the blocks reported. */
+ * TA_DEVICE_RESERVE; forget: the device's live blocks, reserved ones too,
+ * are freed (a context torn down: counted and traced as frees with no
+ * stack).  Returns the blocks reported. */
 size_t _ta_device_leaks(int device, bool forget);
 /* The exit work's first step: the ta_atexit functions, newest first, then
  * _ta_device_leaks(-1, false). */

@@ -65,8 +65,9 @@ typedef struct {
   uint32_t stack, thread;
   uint16_t tag, pad16;
   int32_t  device;
-  uint32_t flags, pad32;     /* flags: TA_DEVICE_RESERVE, ... */
+  uint32_t flags, pad32;     /* flags: TR_DEVICE_RESERVE (tagalloc.h's TA_DEVICE_RESERVE) */
 } tr_device_alloc;
+#define TR_DEVICE_RESERVE 1u
 typedef struct { uint64_t seq, addr; uint32_t stack, thread; uint16_t tag, pad16; int32_t device; } tr_device_free;
 
 #endif

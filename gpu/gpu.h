@@ -336,7 +336,7 @@ const gpu_backend *gpu_backend_select(const char *word, char *why, size_t why_le
  *     (num_alloc_retries); if that fails too, num_ooms counts it and
  *     gpu_pool_alloc returns NULL with a one-line message (gpu_pool_error)
  *     naming the request, what is allocated and what is reserved.
- * A pool is for one thread at a time per call (it takes a lock).
+ * Thread-safe: every call takes the pool's lock.
  */
 #define GPU_POOL_ROUND      512u
 #define GPU_POOL_SMALL_SIZE (1u << 20)       /* requests up to this: the small pool */

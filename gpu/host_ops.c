@@ -279,14 +279,14 @@ static void col_range(const gpu_conv2d *p, int j, int *lo, int *hi) {
   if (*lo > *hi) *lo = *hi;
 }
 
-/* col [c*kh*kw, oh*ow] from one image x [c, h, w], zero outside.  Rows are
- * short: plain loops over the valid range, no test per element. */
-static void im2col(const gpu_conv2d *p, const float *x, float *col) {
-  int64_t P = (int64_t)p->oh * p->ow;
+/* col [c*kh*kw, oh*ow] (rows ld floats apart) from one image x [c, h, w],
+ * zero outside.  Rows are short: plain loops over the valid range, no test
+ * per element. */
+static void im2col(const gpu_conv2d *p, const float *x, float *col, int64_t ld) {
   for (int c = 0; c < p->c; c++)
     for (int i = 0; i < p->kh; i++)
       for (int j = 0; j < p->kw; j++) {
-        float *row = col + (((int64_t)c * p->kh + i) * p->kw + j) * P;
+        float *row = col + (((int64_t)c * p->kh + i) * p->kw + j) * ld;
         const float *plane = x + (int64_t)c * p->h * p->w;
         int lo, hi;
         col_range(p, j, &lo, &hi);
@@ -308,13 +308,13 @@ static void im2col(const gpu_conv2d *p, const float *x, float *col) {
       }
 }
 
-/* dx [c, h, w] += col scattered back (dx zeroed by the caller). */
-static void col2im(const gpu_conv2d *p, const float *col, float *dx) {
-  int64_t P = (int64_t)p->oh * p->ow;
+/* dx [c, h, w] += col (rows ld floats apart) scattered back (dx zeroed by
+ * the caller). */
+static void col2im(const gpu_conv2d *p, const float *col, int64_t ld, float *dx) {
   for (int c = 0; c < p->c; c++)
     for (int i = 0; i < p->kh; i++)
       for (int j = 0; j < p->kw; j++) {
-        const float *row = col + (((int64_t)c * p->kh + i) * p->kw + j) * P;
+        const float *row = col + (((int64_t)c * p->kh + i) * p->kw + j) * ld;
         float *plane = dx + (int64_t)c * p->h * p->w;
         int lo, hi;
         col_range(p, j, &lo, &hi);
@@ -331,10 +331,23 @@ static void col2im(const gpu_conv2d *p, const float *col, float *dx) {
       }
 }
 
-/* One image's column matrix. */
+/* Images go through the conv entries in chunks of g: their column matrix
+ * [c*kh*kw, g*oh*ow] and one [o, g*oh*ow] matrix of outputs (or output
+ * gradients), so one sgemm covers the chunk.  g keeps the workspace near
+ * CHUNK_FLOATS (at least one image). */
+#define CHUNK_FLOATS ((int64_t)4 << 20)
+
+static int64_t conv_chunk(const gpu_conv2d *p) {
+  int64_t per = ((int64_t)p->c * p->kh * p->kw + p->o) * p->oh * p->ow;
+  int64_t g = per > 0 ? CHUNK_FLOATS / per : 1;
+  if (g < 1) g = 1;
+  if (g > p->n) g = p->n > 0 ? p->n : 1;
+  return g;
+}
+
 static size_t h_conv2d_workspace(const gpu_conv2d *p) {
   if (p == NULL) return 0;
-  return (size_t)p->c * p->kh * p->kw * p->oh * p->ow * sizeof(float);
+  return (size_t)conv_chunk(p) * ((size_t)p->c * p->kh * p->kw + (size_t)p->o) * p->oh * p->ow * sizeof(float);
 }
 
 static gpu_status conv_check(const char *op, const gpu_conv2d *p, const void *ws) {
@@ -349,25 +362,39 @@ static gpu_status conv_check(const char *op, const gpu_conv2d *p, const void *ws
   return GPU_OK;
 }
 
+/* y [n, o, P] of chunk images from out [o, g*P]; or the reverse (gather). */
+static void chunk_scatter(float *y, const float *out, int64_t g, int64_t o, int64_t P, const float *bias) {
+  for (int64_t k = 0; k < g; k++)
+    for (int64_t c = 0; c < o; c++) {
+      const float *src = out + c * g * P + k * P;
+      float *dst = y + (k * o + c) * P, b = bias ? bias[c] : 0.0f;
+      for (int64_t i = 0; i < P; i++) dst[i] = src[i] + b;
+    }
+}
+
+static void chunk_gather(float *out, const float *dy, int64_t g, int64_t o, int64_t P) {
+  for (int64_t k = 0; k < g; k++)
+    for (int64_t c = 0; c < o; c++) memcpy(out + c * g * P + k * P, dy + (k * o + c) * P, (size_t)P * sizeof(float));
+}
+
 static gpu_status h_conv2d_fwd(const gpu_conv2d *p, float *y, const float *x, const float *w, const float *bias,
                                void *ws, gpu_stream s) {
   (void)s;
   gpu_status st = conv_check("conv2d_fwd", p, ws);
   if (st) return st;
   int64_t CKK = (int64_t)p->c * p->kh * p->kw, P = (int64_t)p->oh * p->ow;
-  int64_t xs = (int64_t)p->c * p->h * p->w, ys = (int64_t)p->o * P;
+  int64_t xs = (int64_t)p->c * p->h * p->w, ys = (int64_t)p->o * P, G = conv_chunk(p);
   DEV_F("conv2d_fwd", y, p->n * ys);
   DEV_F("conv2d_fwd", x, p->n * xs);
   DEV_F("conv2d_fwd", w, p->o * CKK);
   if (bias) DEV_F("conv2d_fwd", bias, p->o);
-  float *col = ws;
-  for (int n = 0; n < p->n; n++) {
-    float *yn = y + n * ys;
-    for (int o = 0; o < p->o; o++)
-      for (int64_t i = 0; i < P; i++) yn[o * P + i] = bias ? bias[o] : 0.0f;
-    im2col(p, x + n * xs, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->o, (int)P, (int)CKK, 1.0f, w, (int)CKK, col, (int)P,
-                1.0f, yn, (int)P);
+  float *col = ws, *out = col + CKK * G * P;
+  for (int64_t n0 = 0; n0 < p->n; n0 += G) {
+    int64_t g = p->n - n0 < G ? p->n - n0 : G;
+    for (int64_t k = 0; k < g; k++) im2col(p, x + (n0 + k) * xs, col + k * P, g * P);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->o, (int)(g * P), (int)CKK, 1.0f, w, (int)CKK, col,
+                (int)(g * P), 0.0f, out, (int)(g * P));
+    chunk_scatter(y + n0 * ys, out, g, p->o, P, bias);
   }
   return GPU_OK;
 }
@@ -378,16 +405,18 @@ static gpu_status h_conv2d_bwd_data(const gpu_conv2d *p, float *dx, const float 
   gpu_status st = conv_check("conv2d_bwd_data", p, ws);
   if (st) return st;
   int64_t CKK = (int64_t)p->c * p->kh * p->kw, P = (int64_t)p->oh * p->ow;
-  int64_t xs = (int64_t)p->c * p->h * p->w, ys = (int64_t)p->o * P;
+  int64_t xs = (int64_t)p->c * p->h * p->w, ys = (int64_t)p->o * P, G = conv_chunk(p);
   DEV_F("conv2d_bwd_data", dx, p->n * xs);
   DEV_F("conv2d_bwd_data", dy, p->n * ys);
   DEV_F("conv2d_bwd_data", w, p->o * CKK);
-  float *col = ws;
+  float *col = ws, *out = col + CKK * G * P;
   memset(dx, 0, (size_t)(p->n * xs) * sizeof(float));
-  for (int n = 0; n < p->n; n++) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CKK, (int)P, p->o, 1.0f, w, (int)CKK, dy + n * ys,
-                (int)P, 0.0f, col, (int)P);
-    col2im(p, col, dx + n * xs);
+  for (int64_t n0 = 0; n0 < p->n; n0 += G) {
+    int64_t g = p->n - n0 < G ? p->n - n0 : G;
+    chunk_gather(out, dy + n0 * ys, g, p->o, P);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CKK, (int)(g * P), p->o, 1.0f, w, (int)CKK, out,
+                (int)(g * P), 0.0f, col, (int)(g * P));
+    for (int64_t k = 0; k < g; k++) col2im(p, col + k * P, g * P, dx + (n0 + k) * xs);
   }
   return GPU_OK;
 }
@@ -398,16 +427,18 @@ static gpu_status h_conv2d_bwd_weight(const gpu_conv2d *p, float *dw, const floa
   gpu_status st = conv_check("conv2d_bwd_weight", p, ws);
   if (st) return st;
   int64_t CKK = (int64_t)p->c * p->kh * p->kw, P = (int64_t)p->oh * p->ow;
-  int64_t xs = (int64_t)p->c * p->h * p->w, ys = (int64_t)p->o * P;
+  int64_t xs = (int64_t)p->c * p->h * p->w, ys = (int64_t)p->o * P, G = conv_chunk(p);
   DEV_F("conv2d_bwd_weight", dw, p->o * CKK);
   DEV_F("conv2d_bwd_weight", dy, p->n * ys);
   DEV_F("conv2d_bwd_weight", x, p->n * xs);
-  float *col = ws;
+  float *col = ws, *out = col + CKK * G * P;
   if (p->n == 0) memset(dw, 0, (size_t)(p->o * CKK) * sizeof(float));
-  for (int n = 0; n < p->n; n++) {
-    im2col(p, x + n * xs, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->o, (int)CKK, (int)P, 1.0f, dy + n * ys, (int)P, col,
-                (int)P, n == 0 ? 0.0f : 1.0f, dw, (int)CKK);
+  for (int64_t n0 = 0; n0 < p->n; n0 += G) {
+    int64_t g = p->n - n0 < G ? p->n - n0 : G;
+    for (int64_t k = 0; k < g; k++) im2col(p, x + (n0 + k) * xs, col + k * P, g * P);
+    chunk_gather(out, dy + n0 * ys, g, p->o, P);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->o, (int)CKK, (int)(g * P), 1.0f, out, (int)(g * P), col,
+                (int)(g * P), n0 == 0 ? 0.0f : 1.0f, dw, (int)CKK);
   }
   return GPU_OK;
 }

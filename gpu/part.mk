@@ -11,6 +11,7 @@ GPU_HDR   = $(wildcard gpu/*.h)
 GPU_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3) -fno-math-errno
 GPU_LIBS  = -lopenblas -ldl
 GPU_LINK  = $(BUILD)/libtagalloc-gpu.a $(LINKA) $(GPU_LIBS)
+GPU_TRAIN = $(BUILD)/train-lenet $(BUILD)/train-charlm   # with --device (below)
 GPU_TESTS = $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/test_*.c))
 
 PART_ALL   += $(BUILD)/libtagalloc-gpu.a $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
@@ -36,7 +37,7 @@ $(BUILD)/tests/gpu/libstandin-cuda.so: tests/gpu/standin_cuda.c gpu/gpu.h
 gpu-tests: $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
 
 # The tests, then the same built with AddressSanitizer and UBSan.
-test-gpu: $(BUILD)/libtagalloc.a gpu-tests $(BUILD)/train-lenet
+test-gpu: $(BUILD)/libtagalloc.a gpu-tests $(GPU_TRAIN)
 	@tests/gpu/run.sh $(BUILD)
 	$(MAKE) BUILD=build/asan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
@@ -60,8 +61,8 @@ bench-gpu: $(BUILD)/bench-gpu
 
 .PHONY: bench-gpu
 
-# train-lenet --device runs on gpu/ (tools/train_lenet_device.h): the header
-# path, and the library before the ledger's, which it needs.
-$(BUILD)/train-lenet: $(BUILD)/libtagalloc-gpu.a
-$(BUILD)/train-lenet: COMMON += -Igpu
-$(BUILD)/train-lenet: LIBS := $(BUILD)/libtagalloc-gpu.a $(LINKA) $(GPU_LIBS) $(LIBS)
+# train-lenet and train-charlm --device run on gpu/ (tools/train_*device.h):
+# the header path, and the library before the ledger's, which it needs.
+$(GPU_TRAIN): $(BUILD)/libtagalloc-gpu.a tools/train_device.h $(wildcard tools/train_*_device.h)
+$(GPU_TRAIN): COMMON += -Igpu
+$(GPU_TRAIN): LIBS := $(BUILD)/libtagalloc-gpu.a $(LINKA) $(GPU_LIBS) $(LIBS)

@@ -358,8 +358,9 @@ static void synchronize_events(gpu_pool *p) {
 }
 
 /* Records an event on each stream b was used on; b is freed when all have
- * completed.  False (nothing queued) when events cannot be made: the caller
- * then synchronizes those streams and frees at once. */
+ * completed.  When an event cannot be made, the streams left are
+ * synchronized instead; false when no event was queued at all (the caller
+ * frees b at once), true when b waits for the events queued. */
 static bool insert_events(gpu_pool *p, block *b) {
   for (int i = 0; i < b->n_uses; i++) {
     if (p->n_pend == p->cap_pend) {
@@ -382,7 +383,7 @@ static bool insert_events(gpu_pool *p, block *b) {
 sync:
   for (int i = 0; i < b->n_uses; i++) p->b->stream_synchronize(b->uses[i]);
   b->n_uses = 0;
-  return false;
+  return b->event_count > 0;
 }
 
 /* ---- blocks ---------------------------------------------------------------------------------- */

@@ -321,6 +321,35 @@ static int by_group_rank(const void *a, const void *b) {
 
 static uint64_t rel(const report_model *m, uint64_t ns) { return ns > m->start_ns ? ns - m->start_ns : 0; }
 
+/* Device memory beside the host's: two series of a process's device
+ * blocks (DEVICE_ALLOC/DEVICE_FREE), allocated and reserved, at most
+ * REPORT_TRACE_BUCKETS points each (the highest of each run of events). */
+static void device_series(jbuf *b, report_model *m, const report_trace_model *tm, long pid) {
+  size_t n = tm->ndevice_points;
+  if (n == 0) return;
+  size_t step = (n + REPORT_TRACE_BUCKETS - 1) / REPORT_TRACE_BUCKETS;
+  for (int reserved = 0; reserved < 2; reserved++) {
+    j_lit(b, ",\n{\"name\":");
+    j_str(b, reserved ? "device: reserved" : "device: allocated");
+    j_printf(b, ",\"pid\":%ld,\"total\":false,\"device\":true,\"x\":[", pid);
+    for (size_t i = 0; i < n; i += step) {
+      size_t last = i + step < n ? i + step - 1 : n - 1;
+      j_printf(b, "%s%llu", i ? "," : "",
+               (unsigned long long)rel(m, report_trace_model_ns(tm, tm->device_points[last].seq)));
+    }
+    j_lit(b, "],\"y\":[");
+    for (size_t i = 0; i < n; i += step) {
+      uint64_t hi = 0;
+      for (size_t k = i; k < i + step && k < n; k++) {
+        uint64_t v = reserved ? tm->device_points[k].reserved : tm->device_points[k].allocated;
+        if (v > hi) hi = v;
+      }
+      j_printf(b, "%s%llu", i ? "," : "", (unsigned long long)hi);
+    }
+    j_lit(b, "]}");
+  }
+}
+
 static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
   j_lit(b, "{\"series\":[");
   bool first = true;
@@ -355,6 +384,7 @@ static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
         j_printf(b, "%s%llu", i ? "," : "", (unsigned long long)tl->values[i * stride + col]);
       j_lit(b, "]}");
     }
+    device_series(b, m, tm, p->pid);
     if (tm->peak_live_bytes > peak) {
       peak = tm->peak_live_bytes;
       peak_x = rel(m, report_trace_model_ns(tm, tm->peak_seq));

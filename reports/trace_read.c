@@ -197,6 +197,7 @@ const char *report_trace_type_name(unsigned type) {
     [TR_ARENA_RESET] = "ARENA_RESET", [TR_MARK] = "MARK", [TR_THREAD_START] = "THREAD_START",
     [TR_THREAD_END] = "THREAD_END", [TR_TIME] = "TIME", [TR_FINDING_EVENT] = "FINDING_EVENT",
     [TR_FINDING] = "FINDING", [TR_END] = "END", [TR_PACKED] = "PACKED", [TR_FRAME] = "FRAME",
+    [TR_DEVICE_ALLOC] = "DEVICE_ALLOC", [TR_DEVICE_FREE] = "DEVICE_FREE",
   };
   return type < sizeof names / sizeof *names && names[type] ? names[type] : "?";
 }
@@ -223,6 +224,8 @@ static int layout(unsigned type, size_t *fixed) {
   case TR_FINDING:       *fixed = sizeof(tr_finding); return 3;
   case TR_END:           *fixed = sizeof(tr_end); return 0;
   case TR_PACKED:        *fixed = sizeof(tr_packed); return 0;
+  case TR_DEVICE_ALLOC:  *fixed = sizeof(tr_device_alloc); return 0;
+  case TR_DEVICE_FREE:   *fixed = sizeof(tr_device_free); return 0;
   default:               return -1;
   }
 }
@@ -574,10 +577,13 @@ typedef struct {
   struct replayer *r;          /* the replay while the file is read */
   uint64_t *known;             /* bitmap of the stack ids below 2^22 that have a STACK or FRAME record */
   size_t nknown;               /* words */
+  struct dev_ev *devs;         /* DEVICE_ALLOC and DEVICE_FREE, replayed after the file */
+  size_t ndevs, capdevs;
 } builder;
 
 typedef struct replayer replayer;
 static void stream_event(builder *b, const ev *e);
+static void device_event(builder *b, const report_trace_rec *r);
 static bool record_event(const report_trace_rec *r, uint64_t order, ev *e);
 
 static void add_anchor(builder *b, uint64_t seq, uint64_t ns) {
@@ -793,6 +799,10 @@ static int on_record(const report_trace_rec *r, void *arg) {
     e->tag = x.tag;
     return b->oom;
   }
+  case TR_DEVICE_ALLOC:
+  case TR_DEVICE_FREE:
+    device_event(b, r);
+    return b->oom;
   case TR_END: {
     tr_end x;
     memcpy(&x, p, sizeof x);
@@ -1273,6 +1283,87 @@ const report_trace_site *report_trace_model_site(const report_trace_model *m, ui
   return map_get(&m->index->sites, stack, &i) ? &m->sites[i] : NULL;
 }
 
+/* ---- device memory ------------------------------------------------------------ */
+
+typedef struct dev_ev {
+  uint64_t seq, order, addr, size;
+  uint32_t stack, flags;
+  int32_t  device;
+  uint16_t tag;
+  bool     is_free;
+} dev_ev;
+
+static void device_event(builder *b, const report_trace_rec *r) {
+  report_trace_model *m = b->m;
+  dev_ev *e = PUSH(b->devs, b->ndevs, b->capdevs);
+  if (e == NULL) {
+    b->oom = true;
+    return;
+  }
+  if (r->type == TR_DEVICE_ALLOC) {
+    tr_device_alloc x;
+    memcpy(&x, r->payload, sizeof x);
+    *e = (dev_ev){ x.seq, b->ndevs, x.addr, x.size, x.stack, x.flags, x.device, x.tag, false };
+    m->device_allocs++;
+  } else {
+    tr_device_free x;
+    memcpy(&x, r->payload, sizeof x);
+    *e = (dev_ev){ .seq = x.seq, .order = b->ndevs, .addr = x.addr, .stack = x.stack, .device = x.device,
+                   .tag = x.tag, .is_free = true };
+    m->device_frees++;
+  }
+  check_stack(b, e->stack);
+}
+
+static int dev_cmp(const void *a, const void *b) {
+  const dev_ev *x = a, *y = b;
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* A device block's key: its address (device addresses fit 48 bits), device
+ * and tag (the ledger's fit 8 bits each). */
+static uint64_t dev_key(const dev_ev *e) {
+  return (e->addr & 0xffffffffffffull) | (uint64_t)((uint32_t)e->device & 0xff) << 48 |
+         (uint64_t)(e->tag & 0xff) << 56;
+}
+
+/* Replays the device events in seq order: the points of the two series. */
+static bool device_replay(builder *b) {
+  report_trace_model *m = b->m;
+  if (b->ndevs == 0) return true;
+  qsort(b->devs, b->ndevs, sizeof *b->devs, dev_cmp);
+  m->device_points = calloc(b->ndevs, sizeof *m->device_points);
+  if (m->device_points == NULL) return false;
+  u64map live = { 0 };
+  bool ok = true;
+  uint64_t alloc = 0, reserved = 0;
+  for (size_t i = 0; ok && i < b->ndevs; i++) {
+    const dev_ev *e = &b->devs[i];
+    uint64_t key = dev_key(e);
+    size_t at;
+    bool found = map_get(&live, key, &at);
+    if (found) {                               /* freed, or allocated again while live */
+      const dev_ev *old = &b->devs[at];
+      *(old->flags & TR_DEVICE_RESERVE ? &reserved : &alloc) -= old->size;
+      map_del(&live, key);
+    }
+    if (!e->is_free) {
+      *(e->flags & TR_DEVICE_RESERVE ? &reserved : &alloc) += e->size;
+      ok = map_put(&live, key, i);
+    } else if (!found) {
+      m->device_unmatched_frees++;
+    }
+    if (alloc > m->device_peak_allocated) m->device_peak_allocated = alloc;
+    if (reserved > m->device_peak_reserved) m->device_peak_reserved = reserved;
+    m->device_points[m->ndevice_points++] = (report_trace_device_point){ e->seq, alloc, reserved };
+  }
+  m->device_allocated = alloc;
+  m->device_reserved = reserved;
+  map_free(&live);
+  return ok;
+}
+
 report_trace_model *report_trace_model_build(const report_trace *t) {
   report_trace_model *m = calloc(1, sizeof *m);
   if (m == NULL) return NULL;
@@ -1303,7 +1394,9 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   memcpy(m->damage, it.message, sizeof m->damage);
   bool ok = !b.oom && (!b.unsorted || replay_sorted(&b, t, it.records));
   ok = replay_end(&r) && ok;
+  ok = ok && device_replay(&b);
   free(b.evs);
+  free(b.devs);
   if (!ok) {
     report_trace_model_free(m);
     return NULL;
@@ -1335,6 +1428,7 @@ void report_trace_model_free(report_trace_model *m) {
   free(m->timeline.tags);
   free(m->timeline.seq);
   free(m->timeline.values);
+  free(m->device_points);
   for (size_t i = 0; i < m->nfinding_events; i++) free((void *)m->finding_events[i].kind);
   free(m->finding_events);
   for (size_t i = 0; i < m->nfindings; i++) {

@@ -187,6 +187,14 @@ typedef struct {
   uint64_t *values;                    /* [bucket * (REPORT_TRACE_TAGS + 1) + column] */
 } report_trace_timeline;
 
+/* Device memory (DEVICE_ALLOC and DEVICE_FREE records) after one event,
+ * replayed in sequence order. */
+typedef struct {
+  uint64_t seq;
+  uint64_t allocated;        /* live device bytes of blocks without TA_DEVICE_RESERVE */
+  uint64_t reserved;         /* live device bytes of blocks with it (segments, reservations) */
+} report_trace_device_point;
+
 typedef struct {
   /* the file */
   uint32_t pid, ppid;
@@ -229,6 +237,13 @@ typedef struct {
   report_trace_anchor *anchors;
   size_t   nanchors;
   report_trace_timeline timeline;
+  /* device memory, apart from the host's (blocks keyed by tag, device, address) */
+  uint64_t device_allocs, device_frees;   /* DEVICE_ALLOC, DEVICE_FREE records */
+  uint64_t device_unmatched_frees;        /* DEVICE_FREE of a key not live in the replay */
+  uint64_t device_allocated, device_reserved;            /* live at the end */
+  uint64_t device_peak_allocated, device_peak_reserved;
+  report_trace_device_point *device_points;              /* one per event, in seq order */
+  size_t   ndevice_points;
   report_trace_index *index;
 } report_trace_model;
 

@@ -34,6 +34,7 @@ typedef struct {
   tc_common c;
   int iters, every, val_batches;
   const char *text;
+  const char *device;   /* --device host|cuda|auto (train_charlm_device.h) */
 } options;
 
 static void usage(FILE *f) {
@@ -42,7 +43,9 @@ static void usage(FILE *f) {
              "                    [--checkpoint FILE [--checkpoint-every N]] [--resume FILE] [--stop-after N]\n"
              "  --iters N: 10000; --steps N: the same, a cap for quick probes; --every N: a point every N (1000)\n"
              "  --val-batches N: held-out batches of the validation loss (50); --lr: 0.001 (Adam), 0.01 (SGD,\n"
-             "  momentum 0.9); --text FILE: instead of " DEFAULT_TEXT "\n" TC_COMMON_USAGE);
+             "  momentum 0.9); --text FILE: instead of " DEFAULT_TEXT "\n"
+             "  --device host|cuda|auto: train on a gpu/ backend (device memory from the caching pool)\n"
+             TC_COMMON_USAGE);
 }
 
 static int own_option(void *ctx, const char *a, const char *v) {
@@ -51,7 +54,10 @@ static int own_option(void *ctx, const char *a, const char *v) {
   else if (!strcmp(a, "--every")) o->every = (int)tc_int(a, v, 1, 100000000);
   else if (!strcmp(a, "--val-batches")) o->val_batches = (int)tc_int(a, v, 1, 10000);
   else if (!strcmp(a, "--text")) o->text = v;
-  else return 0;
+  else if (!strcmp(a, "--device")) {
+    if (strcmp(v, "host") && strcmp(v, "cuda") && strcmp(v, "auto")) tc_die("--device wants host, cuda or auto, got '%s'", v);
+    o->device = v;
+  } else return 0;
   return 1;
 }
 
@@ -62,6 +68,8 @@ static options parse(int argc, char **argv) {
   if (o.c.steps && o.c.steps < o.iters) o.iters = o.c.steps;
   if (!o.c.adam && !o.c.lr_set) o.c.lr = 0.01f;
   tc_common_check(&o.c);
+  if (o.device && (o.c.checkpoint || o.c.resume || o.c.stop_after || o.c.html))
+    tc_die("--device: --checkpoint, --resume, --stop-after and --html are for the CPU run only");
   return o;
 }
 
@@ -215,6 +223,8 @@ static void save(const options *o, ag_layer *net, ag_optim *opt, int64_t iter, a
   free(x);
 }
 
+#include "train_charlm_device.h"
+
 int main(int argc, char **argv) {
   options o = parse(argc, argv);
   tensor_set_threads(o.c.threads);
@@ -305,7 +315,8 @@ int main(int argc, char **argv) {
   int tty = isatty(STDOUT_FILENO);
   int64_t done_here = 0;
   double start = tc_now();
-  for (int64_t it = first; it < o.iters; it++) {
+  if (o.device) charlm_device_main(&o, net, vocab, ids, ntrain, vx, vy, xb, yb, pos, &rng, text.n);   /* instead of: */
+  for (int64_t it = first; it < o.iters && !o.device; it++) {
     tc_tape_check_begin(&tc);
     for (int64_t b = 0; b < B; b++) pos[b] = (int64_t)ag_rng_below(&rng, ntrain - CTX);
     fill(xb, yb, ids, pos, B);

@@ -17,7 +17,7 @@
 #ifndef TRAIN_LENET_DEVICE_H
 #define TRAIN_LENET_DEVICE_H
 
-#include "gpu.h"
+#include "train_device.h"
 
 enum { DP_C1W, DP_C1B, DP_C2W, DP_C2B, DP_F1W, DP_F1B, DP_F2W, DP_F2B, DP_F3W, DP_F3B, DP_N };
 
@@ -42,29 +42,8 @@ typedef struct {
   float *w[DP_N];
 } dev_clones;
 
-static void dev_check(gpu_status st, const char *what, const gpu_backend *b) {
-  if (st != GPU_OK) tc_die("device: %s: %s: %s", what, gpu_status_name(st), b->last_error());
-}
-
-static float *dev_alloc(gpu_pool *p, int64_t n) {
-  float *x = gpu_pool_alloc(p, (size_t)n * sizeof(float), NULL);
-  if (x == NULL) tc_die("device: %s", gpu_pool_error());
-  return x;
-}
-
-/* A parameter-like buffer the model holds in `slot`, with one reference. */
-static float *dev_held(dev_model *d, const char *slot, int64_t n) {
-  float *x = dev_alloc(d->pool, n);
-  ta_ref_init(x, 1);
-  ta_hold(d, slot, x);
-  return x;
-}
-
-static void dev_drop(dev_model *d, const char *slot, float *x) {
-  if (x == NULL) return;
-  ta_unhold(d, slot);
-  if (ta_ref_release(x) == 0) gpu_pool_free(d->pool, x);
-}
+static float *dev_param(dev_model *d, const char *slot, int64_t n) { return dev_held(d, d->pool, slot, n); }
+static void dev_unparam(dev_model *d, const char *slot, float *x) { dev_drop(d, d->pool, slot, x); }
 
 static dev_model *dev_model_new(const gpu_backend *b, gpu_pool *pool, ag_layer *net, int adam) {
   ag_var *params[DP_N + 1];
@@ -79,16 +58,16 @@ static dev_model *dev_model_new(const gpu_backend *b, gpu_pool *pool, ag_layer *
     if (t->numel != dp_numel[i] || !tensor_is_contiguous(t))
       tc_die("device: parameter %s has %lld elements, LeNet-5's has %lld", dp_names[i], (long long)t->numel,
              (long long)dp_numel[i]);
-    d->w[i] = dev_held(d, dp_names[i], dp_numel[i]);
+    d->w[i] = dev_param(d, dp_names[i], dp_numel[i]);
     dev_check(b->memcpy_h2d(d->w[i], tensor_f32(t), (size_t)dp_numel[i] * 4, NULL), "uploading the weights", b);
     snprintf(slot, sizeof slot, "%s.grad", dp_names[i]);
-    d->g[i] = dev_held(d, slot, dp_numel[i]);
+    d->g[i] = dev_param(d, slot, dp_numel[i]);
     snprintf(slot, sizeof slot, "%s.m", dp_names[i]);
-    d->m[i] = dev_held(d, slot, dp_numel[i]);
+    d->m[i] = dev_param(d, slot, dp_numel[i]);
     dev_check(b->fill(d->m[i], 0.0f, dp_numel[i], NULL), "zeroing the optimizer state", b);
     if (adam) {
       snprintf(slot, sizeof slot, "%s.v", dp_names[i]);
-      d->v[i] = dev_held(d, slot, dp_numel[i]);
+      d->v[i] = dev_param(d, slot, dp_numel[i]);
       dev_check(b->fill(d->v[i], 0.0f, dp_numel[i], NULL), "zeroing the optimizer state", b);
     }
   }
@@ -98,13 +77,13 @@ static dev_model *dev_model_new(const gpu_backend *b, gpu_pool *pool, ag_layer *
 static void dev_model_free(dev_model *d) {
   char slot[64];
   for (int i = 0; i < DP_N; i++) {
-    dev_drop(d, dp_names[i], d->w[i]);
+    dev_unparam(d, dp_names[i], d->w[i]);
     snprintf(slot, sizeof slot, "%s.grad", dp_names[i]);
-    dev_drop(d, slot, d->g[i]);
+    dev_unparam(d, slot, d->g[i]);
     snprintf(slot, sizeof slot, "%s.m", dp_names[i]);
-    dev_drop(d, slot, d->m[i]);
+    dev_unparam(d, slot, d->m[i]);
     snprintf(slot, sizeof slot, "%s.v", dp_names[i]);
-    dev_drop(d, slot, d->v[i]);
+    dev_unparam(d, slot, d->v[i]);
   }
   ta_free(d);
 }
@@ -259,10 +238,7 @@ static double dev_evaluate(dev_model *d, const dataset *test) {
 /* The whole run on the device; returns the exit status. */
 static void lenet_device_main(const options *o, ag_layer *net, dataset *train, dataset *test, int32_t *order,
                               ag_rng *rng) {
-  char why[640], note[640];
-  const gpu_backend *B = gpu_backend_select(o->device, why, sizeof why, note, sizeof note);
-  if (note[0]) fprintf(stderr, "%s\n", note);
-  if (B == NULL) tc_die("--device %s: %s", o->device, why);
+  const gpu_backend *B = dev_backend(o->device);
   gpu_pool *P = gpu_pool_new(B, NULL);
   if (P == NULL) tc_die("device: cannot make the pool");
   dev_model *d = dev_model_new(B, P, net, o->c.adam);
@@ -298,18 +274,15 @@ static void lenet_device_main(const options *o, ag_layer *net, dataset *train, d
       }
     }
     double seconds = tc_now() - start, acc = dev_evaluate(d, test);
-    gpu_stats st;
-    gpu_pool_stats(P, &st);
+    char line[256];
+    dev_pool_line(P, line, sizeof line);
     epoch_stats *s = &stats[e - 1];
     *s = (epoch_stats){ .epoch = e, .train_loss = loss_sum / (double)steps, .accuracy = acc,
                         .images_per_s = (double)images / seconds, .seconds = seconds, .rss = tc_rss_bytes() };
     tc_tag_live_now(&s->by_tag);
     s->ledger_live = tc_tag_live_total(&s->by_tag);
-    printf("%sepoch %d: train loss %.4f, test accuracy %.2f%%, %.0f images/s, %.1f s, device: %.1f MiB reserved, "
-           "%lld of %lld requests from the cache, %lld device allocations\n",
-           tty ? "\r" : "", e, s->train_loss, 100 * acc, s->images_per_s, seconds,
-           (double)st.reserved_bytes[GPU_STAT_ALL].current / 1048576.0, (long long)st.num_hits,
-           (long long)st.num_requests, (long long)st.num_device_alloc);
+    printf("%sepoch %d: train loss %.4f, test accuracy %.2f%%, %.0f images/s, %.1f s, %s\n", tty ? "\r" : "", e,
+           s->train_loss, 100 * acc, s->images_per_s, seconds, line);
     fflush(stdout);
     if (o->c.json) write_json(o->c.json, stats, e, o);
   }

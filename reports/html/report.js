@@ -243,6 +243,7 @@
       for (var k = 0; k < s.x.length; k++) pts.push(X(s.x[k]).toFixed(1) + ',' + Y(s.y[k]).toFixed(1));
       var pl = svg('polyline', { points: pts.join(' '), stroke: COLORS[i % COLORS.length] });
       pl.setAttribute('data-series', i);
+      if (s.device) pl.setAttribute('stroke-dasharray', '6 3');   /* device memory: dashed */
       g.appendChild(pl);
     });
     if (T.peak) {

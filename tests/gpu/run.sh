@@ -63,4 +63,34 @@ PY
 else
   echo "SKIP train-lenet --device: $BUILD/train-lenet or $DATA missing"
 fi
+
+TEXT=/usr/share/games/fortunes
+if [ "$ONLY" = --programs-only ]; then
+  :
+elif [ -x "$BUILD/train-charlm" ] && [ -d "$TEXT" ]; then
+  dir=$(mktemp -d)
+  # The character model on the host backend's device memory: the same
+  # windows, weights and Adam as the CPU run; its training and validation
+  # losses at both points agree to 1e-6, and the run leaves no finding.
+  charlm_device_matches_cpu() {
+    local ok=1
+    "$BUILD"/train-charlm --iters 60 --every 30 --val-batches 3 --json "$dir/cpu.json" >"$dir/cpu.out" 2>&1 || ok=0
+    "$BUILD"/train-charlm --iters 60 --every 30 --val-batches 3 --device host --json "$dir/dev.json" \
+      >"$dir/dev.out" 2>&1 || { ok=0; tail -5 "$dir/dev.out"; }
+    grep -q '^train-charlm: on device host (host)$' "$dir/dev.out" || ok=0
+    grep -q 'ledger findings: 0$' "$dir/dev.out" || ok=0
+    python3 - "$dir/cpu.json" "$dir/dev.json" <<'PY' || ok=0
+import json, sys
+c, d = (json.load(open(p))["points"] for p in sys.argv[1:3])
+worst = max(abs(a[k] - b[k]) / a[k] for a, b in zip(c, d) for k in ("train_loss", "val_loss"))
+print("    %d points; worst relative difference of a loss %.1e" % (len(d), worst))
+sys.exit(0 if len(c) == len(d) == 2 and worst < 1e-6 else 1)
+PY
+    [ $ok = 1 ]
+  }
+  check "train-charlm --device host matches the CPU run" charlm_device_matches_cpu
+  rm -rf "$dir"
+else
+  echo "SKIP train-charlm --device: $BUILD/train-charlm or $TEXT missing"
+fi
 finish gpu

@@ -398,6 +398,67 @@ static void test_conv2d(void **state) {
   assert_int_equal(gpu_conv2d_init(&p, 1, 1, 2, 2, 1, 5, 5, 1, 0), GPU_EINVAL);
 }
 
+/* Images big enough that the backend goes through them in several chunks
+ * (its workspace holds 8 of these at a time): the chunk edges are right. */
+static void test_conv2d_chunks(void **state) {
+  (void)state;
+  enum { NI = 10, H = 200, W = 200, O = 4 };
+  gpu_conv2d p;
+  assert_int_equal(gpu_conv2d_init(&p, NI, 1, H, W, O, 3, 3, 1, 1), GPU_OK);
+  size_t ws_bytes = B->conv2d_workspace(&p);
+  assert_true(ws_bytes < (size_t)NI * (9 + O) * H * W * 4);   /* less than all images at once */
+  static float x[NI * H * W], w[O * 9], y[NI * O * H * W], ref[NI * O * H * W], gw[O * 9];
+  fill_rand(x, NI * H * W, 100);
+  fill_rand(w, O * 9, 101);
+  double acc_w[O * 9] = { 0 };
+  for (int n = 0; n < NI; n++)
+    for (int o = 0; o < O; o++)
+      for (int oy = 0; oy < H; oy++)
+        for (int ox = 0; ox < W; ox++) {
+          double acc = 0;
+          for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) {
+              int iy = oy - 1 + i, ix = ox - 1 + j;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              acc += (double)x[(n * H + iy) * W + ix] * w[(o * 3 + i) * 3 + j];
+              acc_w[(o * 3 + i) * 3 + j] += x[(n * H + iy) * W + ix];   /* dL/dw for dy = 1 */
+            }
+          ref[((n * O + o) * H + oy) * W + ox] = (float)acc;
+        }
+  float *dx = up(x, NI * H * W), *dw = up(w, O * 9), *dy = dnew(NI * O * H * W), *dgw = dnew(O * 9);
+  void *ws = dnew((int64_t)ws_bytes / 4);
+  assert_int_equal(B->conv2d_fwd(&p, dy, dx, dw, NULL, ws, NULL), GPU_OK);
+  assert_int_equal(B->memcpy_d2h(y, dy, sizeof y, NULL), GPU_OK);
+  expect_near(y, ref, NI * O * H * W, 1e-5);
+  assert_int_equal(B->fill(dy, 1.0f, NI * O * H * W, NULL), GPU_OK);
+  assert_int_equal(B->conv2d_bwd_weight(&p, dgw, dy, dx, ws, NULL), GPU_OK);
+  for (int i = 0; i < O * 9; i++) gw[i] = (float)acc_w[i];
+  expect_near(down(dgw, O * 9), gw, O * 9, 1e-5);
+  /* dL/dx for dy = 1: each input gets the weights of the windows over it. */
+  float *gx = dnew(NI * H * W);
+  assert_int_equal(B->conv2d_bwd_data(&p, gx, dy, dw, ws, NULL), GPU_OK);
+  assert_int_equal(B->memcpy_d2h(y, gx, (size_t)NI * H * W * 4, NULL), GPU_OK);
+  for (int n = 0; n < NI; n++)
+    for (int iy = 0; iy < H; iy++)
+      for (int ix = 0; ix < W; ix++) {
+        double acc = 0;
+        for (int o = 0; o < O; o++)
+          for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) {
+              int oy = iy + 1 - i, ox = ix + 1 - j;
+              if (oy >= 0 && oy < H && ox >= 0 && ox < W) acc += w[(o * 3 + i) * 3 + j];
+            }
+        ref[(n * H + iy) * W + ix] = (float)acc;
+      }
+  expect_near(y, ref, NI * H * W, 1e-5);
+  dfree(gx);
+  dfree(dx);
+  dfree(dw);
+  dfree(dy);
+  dfree(dgw);
+  dfree(ws);
+}
+
 static void test_pooling(void **state) {
   (void)state;
   gpu_pool2d p;
@@ -604,6 +665,7 @@ int main(void) {
     cmocka_unit_test(test_bias_and_reductions),
     cmocka_unit_test(test_fill_and_copy_strided),
     cmocka_unit_test(test_conv2d),
+    cmocka_unit_test(test_conv2d_chunks),
     cmocka_unit_test(test_pooling),
     cmocka_unit_test(test_softmax_and_cross_entropy),
     cmocka_unit_test(test_embedding),

@@ -108,6 +108,26 @@ static void test_bad_frees(void **state) {
   gpu_pool_free(P, b);
 }
 
+/* Destroying a pool with a buffer still out returns every segment; the
+ * buffer stays on the ledger (gpu.leak at exit, were it not freed here). */
+static void test_destroy_with_a_live_buffer(void **state) {
+  (void)state;
+  ta_tag SEG = ta_tag_get("gpu.segment"), BUF = ta_tag_get("gpu.buffer");
+  gpu_pool *p = gpu_pool_new(gpu_backend_host(), NULL);
+  char *a = gpu_pool_alloc(p, 1000, NULL), *b = gpu_pool_alloc(p, 3 * MiB, NULL);
+  gpu_pool_free(p, b);
+  size_t fr0, fr1;
+  gpu_backend_host()->mem_get_info(&fr0, NULL);
+  gpu_pool_destroy(p);
+  gpu_backend_host()->mem_get_info(&fr1, NULL);
+  assert_int_equal(fr1 - fr0, 2 * MiB + 20 * MiB);
+  assert_int_equal(ta_device_size(SEG, GPU_HOST_DEVICE, (uintptr_t)a), 0);
+  assert_int_equal(ta_device_size(SEG, GPU_HOST_DEVICE, (uintptr_t)b), 0);
+  assert_int_equal(ta_device_size(BUF, GPU_HOST_DEVICE, (uintptr_t)a), 1024);
+  assert_int_equal(ta_device_free(BUF, GPU_HOST_DEVICE, (uintptr_t)a), 1);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 /* purge: the idle cache and released buffers go, a referenced buffer stays. */
 NOIPA static void *referenced_alloc(gpu_pool *p) {
   void *x = gpu_pool_alloc(p, 4096, NULL);
@@ -327,6 +347,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_blocks_on_the_ledger, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_bad_frees, ledger_setup, ledger_teardown),
+    cmocka_unit_test_setup_teardown(test_destroy_with_a_live_buffer, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_purge_refuses_referenced, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_gpu_leak_at_exit, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_pool_retained_at_exit, ledger_setup, ledger_teardown),

@@ -40,12 +40,22 @@ static gpu_status held_sync(gpu_event e) {
   return gpu_backend_host()->event_synchronize(e);
 }
 
+/* event_create fails once `events_left` reaches 0 (-1: never). */
+static int events_left = -1;
+static gpu_status limited_event_create(gpu_event *e) {
+  if (events_left == 0) return GPU_ENOMEM;
+  if (events_left > 0) events_left--;
+  return gpu_backend_host()->event_create(e);
+}
+
 static int pool_setup(void **state) {
   (void)state;
   held_backend = *gpu_backend_host();
   held_backend.event_query = held_query;
   held_backend.event_synchronize = held_sync;
+  held_backend.event_create = limited_event_create;
   held = n_sync_calls = 0;
+  events_left = -1;
   P = gpu_pool_new(&held_backend, NULL);
   return P ? 0 : -1;
 }
@@ -281,6 +291,43 @@ static void test_free_deferred_by_events(void **state) {
   assert_int_equal(held_backend.stream_destroy(s1), GPU_OK);
 }
 
+/* No event can be made: the streams are synchronized and the block is free
+ * at once; one of two made: the block waits for that one. */
+static void test_deferral_without_events(void **state) {
+  (void)state;
+  gpu_stream s1, s2;
+  assert_int_equal(held_backend.stream_create(&s1), GPU_OK);
+  assert_int_equal(held_backend.stream_create(&s2), GPU_OK);
+  char *a = gpu_pool_alloc(P, 1000, NULL), *keep = gpu_pool_alloc(P, 1000, NULL);
+  gpu_pool_record_stream(P, a, s1);
+  gpu_pool_record_stream(P, a, s2);
+  held = 1;
+  events_left = 0;
+  gpu_pool_free(P, a);
+  stats();
+  assert_int_equal(CUR(active, ALL), 1);   /* freed at once */
+  assert_ptr_equal(gpu_pool_alloc(P, 1000, NULL), a);
+  gpu_pool_record_stream(P, a, s1);
+  gpu_pool_record_stream(P, a, s2);
+  events_left = 1;
+  gpu_pool_free(P, a);
+  stats();
+  assert_int_equal(CUR(active, ALL), 2);   /* waits for s1's event */
+  char *b = gpu_pool_alloc(P, 1000, NULL);
+  assert_ptr_not_equal(b, a);
+  held = 0;
+  events_left = -1;
+  gpu_pool_free(P, b);
+  char *c = gpu_pool_alloc(P, 1000, NULL);   /* the event done: a is free again, and merged once */
+  assert_ptr_equal(c, a);
+  stats();
+  assert_int_equal(CUR(active, ALL), 2);
+  gpu_pool_free(P, c);
+  gpu_pool_free(P, keep);
+  assert_int_equal(held_backend.stream_destroy(s1), GPU_OK);
+  assert_int_equal(held_backend.stream_destroy(s2), GPU_OK);
+}
+
 /* ---- out of memory ----------------------------------------------------------------------------- */
 
 static void test_oom_free_cache_and_retry(void **state) {
@@ -468,6 +515,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_max_split_size, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_per_stream_free_blocks, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_free_deferred_by_events, pool_setup, pool_teardown),
+    cmocka_unit_test_setup_teardown(test_deferral_without_events, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_oom_free_cache_and_retry, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_invariants_random, pool_setup, pool_teardown),
     cmocka_unit_test_setup_teardown(test_threads, pool_setup, pool_teardown),
