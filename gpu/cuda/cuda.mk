@@ -99,7 +99,7 @@ gpu-check:
 # Other parts add their GPU programs to GPU_BUNDLE.
 GPU_BUNDLE += $(CUDA_CMP_TEST) $(if $(NVCC),$(CUDA_LIB) $(CUDA_LOAD_TEST)) \
               $(if $(filter bench-gpu,$(PART_BENCH)),$(BUILD)/bench-gpu) \
-              $(filter $(BUILD)/train-lenet,$(AG_TOOLS)) \
+              $(filter $(BUILD)/train-lenet $(BUILD)/train-charlm,$(AG_TOOLS)) \
               $(if $(wildcard tests/cuda/gpu-audit.sh),$(wildcard $(BUILD)/tagalloc $(BUILD)/libtagalloc-*.so))
 gpu-bundle: $(GPU_BUNDLE)
 	@gpu/cuda/gpu-check.sh --bundle $(BUILD) $(GPU_BUNDLE)

@@ -25,6 +25,8 @@
 #   train-lenet   build/train-lenet --device cuda, 3 epochs on Fashion-MNIST
 #                 (GPU_CHECK_DATA=DIR, default the Debian package's folder):
 #                 at least 86% test accuracy
+#   train-charlm  build/train-charlm --device cuda, 500 iterations on README.md:
+#                 it runs, and the ledger finds nothing (its exit status)
 #   gpu-audit     tests/cuda/gpu-audit.sh, where the checkout has it:
 #                 tagalloc run on CUDA programs built with the static and the
 #                 shared runtime, each leaking one block of each kind
@@ -132,7 +134,7 @@ finish() {
 say "gpu-check at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(date -u '+%F %T') UTC"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   result SKIP card "no nvidia-smi: no NVIDIA driver here"
-  for c in load compare memcheck bench-gpu train-lenet gpu-audit racecheck synccheck initcheck; do
+  for c in load compare memcheck bench-gpu train-lenet train-charlm gpu-audit racecheck synccheck initcheck; do
     result SKIP $c "no GPU"
   done
   finish
@@ -140,7 +142,7 @@ fi
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader >"$WORK/card" 2>&1; then
   cat "$WORK/card"
   result SKIP card "nvidia-smi finds no GPU: $(head -n1 "$WORK/card")"
-  for c in load compare memcheck bench-gpu train-lenet gpu-audit racecheck synccheck initcheck; do
+  for c in load compare memcheck bench-gpu train-lenet train-charlm gpu-audit racecheck synccheck initcheck; do
     result SKIP $c "no GPU"
   done
   finish
@@ -267,6 +269,17 @@ awk -v a="\${acc:-0}" 'BEGIN { exit !(a >= 86) }'
 EOS
   chmod +x "$WORK/lenet.sh"
   run train-lenet "$WORK/lenet.sh"
+fi
+
+# ---- the character model on the CUDA backend: 500 iterations on this
+# checkout's README (its embedding, tanh and Adam kernels in a real loop;
+# the program's exit status counts the ledger's findings) ---------------------------------------------
+CHARLM=$BUILD/train-charlm
+if [ ! -x "$CHARLM" ]; then
+  result SKIP train-charlm "no $CHARLM (make gpu-bundle carries it)"
+else
+  missing_libs "$CHARLM"
+  run train-charlm "$CHARLM" --device cuda --iters 500 --every 250 --val-batches 10 --text README.md
 fi
 
 # ---- tagalloc run on real CUDA programs (tests/cuda/gpu-audit.sh: built here
