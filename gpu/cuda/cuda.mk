@@ -47,6 +47,17 @@ $(CUDA_CMP_TEST): tests/gpu/cuda/test_cuda_compare.c $(CUDA_TEST_HDR) $(BUILD)/l
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(COMMON) -Itests/gpu/cuda -Igpu $< -o $@ $(GPU_LINK) $(LIBS)
 
+# The comparison's self-test again, built with AddressSanitizer and UBSan.
+define CUDA_ASAN_SELF_TEST
+	$(MAKE) BUILD=build/asan OPT=-O1 \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" build/asan/tests/gpu/cuda/test_cuda_compare
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  build/asan/tests/gpu/cuda/test_cuda_compare --self-test >build/asan/test_cuda_compare.log 2>&1 || \
+	  { tail -n 40 build/asan/test_cuda_compare.log; exit 1; }
+	@echo "PASS build/asan/tests/gpu/cuda/test_cuda_compare --self-test"
+endef
+
 ifneq ($(NVCC),)
 $(BUILD)/obj/gpu/cuda/%.o: gpu/cuda/%.cu gpu/cuda/kernels.h gpu/cuda/common.cuh gpu/cuda/cuda.mk
 	@mkdir -p $(dir $@)
@@ -67,12 +78,14 @@ $(CUDA_LOAD_TEST): tests/gpu/cuda/test_cuda_load.c $(CUDA_TEST_HDR)
 
 test-gpu-cuda: $(CUDA_LIB) $(CUDA_LOAD_TEST) $(CUDA_CMP_TEST)
 	@tests/gpu/cuda/run.sh $(BUILD) cuda
+	$(CUDA_ASAN_SELF_TEST)
 else
 ifeq ($(MAKELEVEL),0)
 $(info no nvcc (/usr/local/cuda/bin/nvcc, or on PATH): the CUDA backend, $(CUDA_LIB), is not built)
 endif
 test-gpu-cuda: $(CUDA_CMP_TEST)
 	@tests/gpu/cuda/run.sh $(BUILD) nocuda
+	$(CUDA_ASAN_SELF_TEST)
 endif
 
 # The GPU checks (gpu/cuda/gpu-check.sh): on a machine with a GPU, from a
@@ -85,7 +98,9 @@ gpu-check:
 # the shared libraries of the programs it runs, in $(BUILD)/gpu-libs.
 # Other parts add their GPU programs to GPU_BUNDLE.
 GPU_BUNDLE += $(CUDA_CMP_TEST) $(if $(NVCC),$(CUDA_LIB) $(CUDA_LOAD_TEST)) \
-              $(if $(filter bench-gpu,$(PART_BENCH)),$(BUILD)/bench-gpu)
+              $(if $(filter bench-gpu,$(PART_BENCH)),$(BUILD)/bench-gpu) \
+              $(filter $(BUILD)/train-lenet $(BUILD)/train-charlm,$(AG_TOOLS)) \
+              $(if $(wildcard tests/cuda/gpu-audit.sh),$(wildcard $(BUILD)/tagalloc $(BUILD)/libtagalloc-*.so))
 gpu-bundle: $(GPU_BUNDLE)
 	@gpu/cuda/gpu-check.sh --bundle $(BUILD) $(GPU_BUNDLE)
 

@@ -17,12 +17,22 @@
 #                 opens device 0, and a round trip through it works
 #   compare       test_cuda_compare: every kernel of the CUDA backend against
 #                 the host backend, value by value (tolerances in its header)
-#   memcheck, racecheck, synccheck, initcheck
-#                 test_cuda_compare under compute-sanitizer's four tools
-#                 (memcheck with --leak-check full)
+#   memcheck      test_cuda_compare under compute-sanitizer memcheck
+#                 (--leak-check full)
 #   bench-gpu     build/bench-gpu (make bench-gpu's program) with TAGALLOC_GPU=cuda,
 #                 where this checkout has it; its output also in
 #                 $OUT/gpu-check-bench.txt
+#   train-lenet   build/train-lenet --device cuda, 3 epochs on Fashion-MNIST
+#                 (GPU_CHECK_DATA=DIR, default the Debian package's folder):
+#                 at least 86% test accuracy
+#   train-charlm  build/train-charlm --device cuda, 500 iterations on README.md:
+#                 it runs, and the ledger finds nothing (its exit status)
+#   gpu-audit     tests/cuda/gpu-audit.sh, where the checkout has it:
+#                 tagalloc run on CUDA programs built with the static and the
+#                 shared runtime, each leaking one block of each kind
+#                 (compute-sanitizer is the oracle)
+#   racecheck, synccheck, initcheck
+#                 test_cuda_compare under compute-sanitizer's other tools
 #   more checks   every executable tests/*/gpu-check-*.sh the checkout has
 #                 (other parts' checks that need a GPU), given BUILD
 # The summary (one line per check) goes to stdout and, when OUT is set, to
@@ -100,7 +110,7 @@ run() {
   if [ $rc -eq 0 ]; then
     result PASS "$name" "$((t1 - t0)) s"
   elif [ $rc -eq 77 ]; then
-    result SKIP "$name" "$(grep -m1 '^SKIP:' "$out" | sed 's/^SKIP: *//')"
+    result SKIP "$name" "$(grep -m1 '^SKIP' "$out" | sed 's/^SKIP[^:]*: *//')"
   else
     tail -n 30 "$out"
     [ $rc -eq 124 ] || [ $rc -eq 137 ] && result FAIL "$name" "over the ${LIMIT} s limit" ||
@@ -124,13 +134,17 @@ finish() {
 say "gpu-check at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(date -u '+%F %T') UTC"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   result SKIP card "no nvidia-smi: no NVIDIA driver here"
-  for c in load compare memcheck racecheck synccheck initcheck bench-gpu; do result SKIP $c "no GPU"; done
+  for c in load compare memcheck bench-gpu train-lenet train-charlm gpu-audit racecheck synccheck initcheck; do
+    result SKIP $c "no GPU"
+  done
   finish
 fi
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader >"$WORK/card" 2>&1; then
   cat "$WORK/card"
   result SKIP card "nvidia-smi finds no GPU: $(head -n1 "$WORK/card")"
-  for c in load compare memcheck racecheck synccheck initcheck bench-gpu; do result SKIP $c "no GPU"; done
+  for c in load compare memcheck bench-gpu train-lenet train-charlm gpu-audit racecheck synccheck initcheck; do
+    result SKIP $c "no GPU"
+  done
   finish
 fi
 say "card: $(cat "$WORK/card")"
@@ -202,20 +216,23 @@ else
   result FAIL compare "no $COMPARE"
 fi
 
-# ---- the same under compute-sanitizer -------------------------------------------------------
+# ---- the comparison under compute-sanitizer: memcheck first, the other
+# tools after the benchmark and the training run (they are the slowest)
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer \
   /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n1)
-if [ -z "$SAN" ]; then
-  for t in memcheck racecheck synccheck initcheck; do result SKIP "$t" "no compute-sanitizer on PATH or in /usr/local/cuda/bin"; done
-elif [ ! -x "$COMPARE" ]; then
-  for t in memcheck racecheck synccheck initcheck; do result SKIP "$t" "no $COMPARE to run"; done
-else
-  say "compute-sanitizer: $SAN ($("$SAN" --version 2>/dev/null | tail -n1))"
-  run memcheck "$SAN" --tool memcheck --leak-check full --error-exitcode 99 "$COMPARE"
-  run racecheck "$SAN" --tool racecheck --error-exitcode 99 "$COMPARE"
-  run synccheck "$SAN" --tool synccheck --error-exitcode 99 "$COMPARE"
-  run initcheck "$SAN" --tool initcheck --error-exitcode 99 "$COMPARE"
-fi
+sanitize() {   # sanitize TOOL [OPTIONS...]
+  local tool=$1
+  shift
+  if [ -z "$SAN" ]; then
+    result SKIP "$tool" "no compute-sanitizer on PATH or in /usr/local/cuda/bin"
+  elif [ ! -x "$COMPARE" ]; then
+    result SKIP "$tool" "no $COMPARE to run"
+  else
+    run "$tool" "$SAN" --tool "$tool" "$@" --error-exitcode 99 "$COMPARE"
+  fi
+}
+[ -n "$SAN" ] && say "compute-sanitizer: $SAN ($("$SAN" --version 2>/dev/null | tail -n1))"
+sanitize memcheck --leak-check full
 
 # ---- the benchmark: bench-gpu's program on the CUDA backend ------------------------------------------
 # (built here if missing and buildable; its output kept whole in $OUT)
@@ -232,6 +249,55 @@ else
     [ -n "${OUT:-}" ] && [ -d "${OUT}" ] && [ -f "$WORK/bench-gpu.out" ] && cp "$WORK/bench-gpu.out" "$OUT/gpu-check-bench.txt"
   fi
 fi
+
+# ---- LeNet-5 trained on the CUDA backend: 3 epochs, at least 86% -----------------------------------
+LENET=$BUILD/train-lenet
+DATA=${GPU_CHECK_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -x "$LENET" ]; then
+  result SKIP train-lenet "no $LENET (make gpu-bundle carries it)"
+elif [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+  result SKIP train-lenet "no Fashion-MNIST in $DATA (GPU_CHECK_DATA=DIR names a folder of its IDX files)"
+else
+  missing_libs "$LENET"
+  cat >"$WORK/lenet.sh" <<EOS
+#!/bin/bash
+set -o pipefail
+"$LENET" --device cuda --epochs 3 --data "$DATA" 2>&1 | tee "$WORK/lenet.txt" || exit
+acc=\$(grep -o 'epoch 3: .*test accuracy [0-9.]*%' "$WORK/lenet.txt" | grep -o '[0-9.]*%\$' | tr -d %)
+echo "train-lenet: test accuracy after 3 epochs \${acc:-?}% (want >= 86%)"
+awk -v a="\${acc:-0}" 'BEGIN { exit !(a >= 86) }'
+EOS
+  chmod +x "$WORK/lenet.sh"
+  run train-lenet "$WORK/lenet.sh"
+fi
+
+# ---- the character model on the CUDA backend: 500 iterations on this
+# checkout's README (its embedding, tanh and Adam kernels in a real loop;
+# the program's exit status counts the ledger's findings) ---------------------------------------------
+CHARLM=$BUILD/train-charlm
+if [ ! -x "$CHARLM" ]; then
+  result SKIP train-charlm "no $CHARLM (make gpu-bundle carries it)"
+else
+  missing_libs "$CHARLM"
+  run train-charlm "$CHARLM" --device cuda --iters 500 --every 250 --val-batches 10 --text README.md
+fi
+
+# ---- tagalloc run on real CUDA programs (tests/cuda/gpu-audit.sh: built here
+# with nvcc against the static and the shared runtime, compute-sanitizer the
+# oracle) -------------------------------------------------------------------------------------------
+if [ -x tests/cuda/gpu-audit.sh ]; then
+  audit_bins=()
+  for f in "$BUILD"/tagalloc "$BUILD"/libtagalloc-*.so; do [ -e "$f" ] && audit_bins+=("$f"); done
+  [ ${#audit_bins[@]} -gt 0 ] && missing_libs "${audit_bins[@]}"
+  run gpu-audit tests/cuda/gpu-audit.sh "$BUILD"
+else
+  result SKIP gpu-audit "this checkout has no tests/cuda/gpu-audit.sh"
+fi
+
+# ---- the other compute-sanitizer tools ------------------------------------------------------------------
+sanitize racecheck
+sanitize synccheck
+sanitize initcheck
 
 # ---- other parts' GPU checks ------------------------------------------------------------------------
 for s in tests/*/gpu-check-*.sh; do

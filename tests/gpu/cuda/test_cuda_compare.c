@@ -227,7 +227,12 @@ static void test_fill_copy(void) {
   pair bc = output(20);
   ON_BOTH(b->copy_strided(F(bc), F(x), 2, bshape, bstride, NULL));
   compare("copy_strided broadcast", bc, EXACT);
-  release(&y), release(&yi), release(&x), release(&t), release(&bc);
+  /* six dimensions, permuted, one broadcast: [2,3,1,4,2,3] read from x */
+  int64_t s6[6] = { 2, 3, 4, 2, 3, 5 }, st6[6] = { 1, 2 * 4 * 3, 0, 2, 2 * 4, 2 * 4 * 3 * 3 };
+  pair c6 = output(2 * 3 * 4 * 2 * 3 * 5);
+  ON_BOTH(b->copy_strided(F(c6), F(x), 6, s6, st6, NULL));
+  compare("copy_strided 6 dimensions", c6, EXACT);
+  release(&y), release(&yi), release(&x), release(&t), release(&bc), release(&c6);
   test_end("fill_copy");
 }
 
