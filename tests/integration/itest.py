@@ -647,6 +647,8 @@ def check_valgrind(exp, logs, problems):
                 problems.append(f"{label} memcheck reports {f['kind']} at {_stack_str(f['stack'])}")
                 want_err.add(f["kind"])
         for kind, opts, where in sec.findings:
+            if kind == "leak.growth":
+                continue                      # from the trace's marks: memcheck has no such kind
             o = dict(opts)
             for k in list(o):
                 if k.startswith("vg-"):
@@ -898,6 +900,28 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
                     res.problems.append(f"exec_parent direct: {d}, expected 111 bytes in 1 block")
             return res
         tasks.append(("exec_parent", nofollow))
+    if "growth" in by:
+        def growth_report():
+            # A trace whose only finding is leak.growth: `tagalloc report`
+            # says so in its header, above a summary of 0 errors.
+            e = by["growth"]
+            res = Result("growth", "tagalloc report")
+            t0 = time.time()
+            tf = os.path.join(tmp, "growth.trace")
+            r = run([tagalloc, "run", "--trace", tf, "--"] + program_cmd(e, dirs["exact"]), RUN_TIMEOUT)
+            if r.status != 0:
+                res.problems.append(f"run: status {status_text(r.status)}" + _stderr_tail(r))
+            r = run([tagalloc, "report", tf], RUN_TIMEOUT)
+            out = r.stdout.decode(errors="replace")
+            want = "==WARNING: tagalloc: memory that grows from iteration to iteration (no leaks, no errors)\n"
+            if r.status != 0 or want not in out or "detected memory problems" in out \
+                    or "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 0 error(s).\n" not in out \
+                    or "Growing memory: 64.0 byte(s) per iteration over 9 iteration(s)" not in out:
+                res.problems.append(f"report: status {status_text(r.status)}, expected the header {want!r}, "
+                                    f"the growth and a summary of 0; got:\n{out[:600]}")
+            res.secs = time.time() - t0
+            return res
+        tasks.append(("growth", growth_report))
     if "direct_leaks" in by:
         def suppressions():
             # --suppressions end to end: each process reads the file at
