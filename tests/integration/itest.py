@@ -865,6 +865,14 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
                                     + _stderr_tail(r))
             if r.stdout != bare_run(e, dirs, cache).stdout:
                 res.problems.append("stdout differs from the bare run")
+            # the summary agrees with the exit status: errors (loss records
+            # counted as memcheck's ERROR SUMMARY does) exactly when it is N
+            errs = [int(m) for m in re.findall(rb"SUMMARY: tagalloc: .*?; (\d+) error\(s\)", r.stderr)]
+            if b"no leaks, no errors" in r.stderr:
+                errs.append(0)
+            if not errs or (sum(errs) > 0) != (want == 42):
+                res.problems.append(f"the SUMMARY lines say {errs} error(s), the status is {status_text(r.status)}"
+                                    + _stderr_tail(r))
             return res
         return t
 
@@ -872,6 +880,8 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
         tasks.append(("direct_leaks", errexit("direct_leaks", 42)))
     if "clean" in by:
         tasks.append(("clean", errexit("clean", 0)))
+    if "interior" in by:      # possibly lost counts, as in memcheck's ERROR SUMMARY
+        tasks.append(("interior", errexit("interior", 42)))
     if "exec_parent" in by:
         def nofollow():
             e = by["exec_parent"]
