@@ -687,7 +687,7 @@ static void quarantine_evict(ta_thread *t) {
   unsigned char value = 0;
   int64_t at = poison_changed(&b, &value);
   pad_damage d;
-  bool over = pad_owned(b.addr) && pad_changed(b.addr, b.size, &d);
+  bool over = !(b.flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(b.addr) && pad_changed(b.addr, b.size, &d);
   t->qbytes -= q_charge(b.addr, b.size);
   raw_free(t, b.addr);
   if (at >= 0) report_write_after_free(&b, at, value);
@@ -854,7 +854,8 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   freed.state = TA_FREED;
   freed.free_stack = stack;
   pad_damage d;
-  if (TA_UNLIKELY(pad_owned(a) && pad_changed(a, size, &d))) {
+  /* only the blocks block_new padded: no flag but REF and HOLD */
+  if (TA_UNLIKELY(!(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a) && pad_changed(a, size, &d))) {
     report_overflow(&freed, &d, PAD_AT_FREE);
     pad_fill(a, size);                           /* reported once: later checks see new writes only */
   }
@@ -1093,7 +1094,8 @@ static void q_check_ring(const ta_thread *t, q_check *c) {
     e->b = t->q[(t->qhead + k) & (t->qcap - 1)];
     e->at = poison_changed(&e->b, &e->value);
     if (e->at >= 0) c->n++;
-    if (c->nover < 16 && pad_owned(e->b.addr) && pad_changed(e->b.addr, e->b.size, &c->d[c->nover]))
+    if (c->nover < 16 && !(e->b.flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(e->b.addr) &&
+        pad_changed(e->b.addr, e->b.size, &c->d[c->nover]))
       c->over[c->nover++] = e->b;
   }
 }
@@ -1102,7 +1104,9 @@ static void q_check_ring(const ta_thread *t, q_check *c) {
  * block is freed while it is read); reported after, without the locks. */
 static void pad_check_live(const ta_block *b, void *arg) {
   q_check *c = arg;
-  if (c->nover >= 16 || (b->flags & TA_F_ARENA) || !pad_owned(b->addr)) return;
+  /* only the blocks block_new padded (arena blocks, or any other kind a
+   * flag marks, have no pad, and may not even be host memory) */
+  if (c->nover >= 16 || (b->flags & ~(TA_F_REF | TA_F_HOLD)) || !pad_owned(b->addr)) return;
   if (pad_changed(b->addr, b->size, &c->d[c->nover])) c->over[c->nover++] = *b;
 }
 
