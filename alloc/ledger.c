@@ -385,14 +385,34 @@ static inline void raw_free(ta_thread *t, uintptr_t a) {
 /* ---- the pad past a block's end (the overflow check) ------------------------- */
 
 #define TA_PAD_MAX 16
+#define PAD_WORD (0x0101010101010101ull * TA_PAD_BYTE)
+
+/* jemalloc's size class of a request of n bytes (x86-64: 16-byte quantum,
+ * four classes per doubling above 128 bytes), computed inline: nallocx
+ * cost as much as the rest of the pad (a call and jemalloc's thread
+ * state).  _ta_init checks the formula against nallocx; where they differ
+ * (another jemalloc configuration), nallocx is asked. */
+static bool pad_use_nallocx;
+
+static inline size_t class_of(size_t n) {
+  if (n <= 8) return 8;
+  if (n <= 128) return (n + 15) & ~(size_t)15;
+  size_t delta = (size_t)1 << (63 - __builtin_clzll((unsigned long long)(n - 1)) - 2);
+  return (n + delta - 1) & ~(delta - 1);
+}
+
+static void pad_check_classes(void) {
+  for (size_t n = 1; n <= 70000 && !pad_use_nallocx; n += n < 4096 ? 1 : 7)
+    pad_use_nallocx = class_of(n) != nallocx(n, 0);
+}
 
 /* Bytes of pad past a block of `size` bytes: the slack of its size class,
- * at most TA_PAD_MAX.  nallocx gives the class of an unaligned request; an
- * aligned one's class is at least as big, so the pad is always inside the
- * block's usable size. */
+ * at most TA_PAD_MAX.  The class of an unaligned request; an aligned one's
+ * is at least as big, so the pad is always inside the block's usable size. */
 static inline size_t pad_len(uint64_t size) {
-  size_t usable = nallocx(size ? size : 1, 0);
-  size_t slack = usable > size ? usable - size : 0;
+  size_t n = size ? (size_t)size : 1;
+  size_t usable = TA_UNLIKELY(pad_use_nallocx) ? nallocx(n, 0) : class_of(n);
+  size_t slack = usable > size ? usable - (size_t)size : 0;
   return slack < TA_PAD_MAX ? slack : TA_PAD_MAX;
 }
 
@@ -400,20 +420,48 @@ static inline bool pad_owned(uintptr_t a) {
   return !(TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(a));   /* guard.c checks its own slack */
 }
 
+/* Two overlapping word stores (or loads) cover any n in [8, 16]; no call. */
 static inline void pad_fill(uintptr_t a, uint64_t size) {
-  memset((void *)(a + size), TA_PAD_BYTE, pad_len(size));
+  size_t n = pad_len(size);
+  unsigned char *p = (unsigned char *)(a + size);
+  uint64_t w = PAD_WORD;
+  uint32_t h = (uint32_t)PAD_WORD;
+  if (n >= 8) {
+    memcpy(p, &w, 8);
+    memcpy(p + n - 8, &w, 8);
+  } else if (n >= 4) {
+    memcpy(p, &h, 4);
+    memcpy(p + n - 4, &h, 4);
+  } else {
+    for (size_t i = 0; i < n; i++) p[i] = TA_PAD_BYTE;
+  }
+}
+
+static inline bool pad_intact(const unsigned char *p, size_t n) {
+  if (n >= 8) {
+    uint64_t x, y;
+    memcpy(&x, p, 8);
+    memcpy(&y, p + n - 8, 8);
+    return x == PAD_WORD && y == PAD_WORD;
+  }
+  if (n >= 4) {
+    uint32_t x, y;
+    memcpy(&x, p, 4);
+    memcpy(&y, p + n - 4, 4);
+    return x == (uint32_t)PAD_WORD && y == (uint32_t)PAD_WORD;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != TA_PAD_BYTE) return false;
+  return true;
 }
 
 typedef struct { size_t first, last, count; unsigned char value; } pad_damage;
 
 /* Whether the pad of the block at a (size bytes) was written; d says where. */
-static bool pad_changed(uintptr_t a, uint64_t size, pad_damage *d) {
+static inline bool pad_changed(uintptr_t a, uint64_t size, pad_damage *d) {
   size_t n = pad_len(size);
   const unsigned char *p = (const unsigned char *)(a + size);
-  static const unsigned char pad[TA_PAD_MAX] = {
-    TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE,
-    TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE, TA_PAD_BYTE };
-  if (TA_LIKELY(memcmp(p, pad, n) == 0)) return false;
+  if (TA_LIKELY(pad_intact(p, n))) return false;
   d->count = 0;
   for (size_t i = 0; i < n; i++) {
     if (p[i] == TA_PAD_BYTE) continue;
@@ -639,7 +687,7 @@ static void quarantine_evict(ta_thread *t) {
   unsigned char value = 0;
   int64_t at = poison_changed(&b, &value);
   pad_damage d;
-  bool over = pad_owned(b.addr) && pad_changed(b.addr, b.size, &d);
+  bool over = !(b.flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(b.addr) && pad_changed(b.addr, b.size, &d);
   t->qbytes -= q_charge(b.addr, b.size);
   raw_free(t, b.addr);
   if (at >= 0) report_write_after_free(&b, at, value);
@@ -806,7 +854,8 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack) {
   freed.state = TA_FREED;
   freed.free_stack = stack;
   pad_damage d;
-  if (TA_UNLIKELY(pad_owned(a) && pad_changed(a, size, &d))) {
+  /* only the blocks block_new padded: no flag but REF and HOLD */
+  if (TA_UNLIKELY(!(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a) && pad_changed(a, size, &d))) {
     report_overflow(&freed, &d, PAD_AT_FREE);
     pad_fill(a, size);                           /* reported once: later checks see new writes only */
   }
@@ -1045,7 +1094,8 @@ static void q_check_ring(const ta_thread *t, q_check *c) {
     e->b = t->q[(t->qhead + k) & (t->qcap - 1)];
     e->at = poison_changed(&e->b, &e->value);
     if (e->at >= 0) c->n++;
-    if (c->nover < 16 && pad_owned(e->b.addr) && pad_changed(e->b.addr, e->b.size, &c->d[c->nover]))
+    if (c->nover < 16 && !(e->b.flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(e->b.addr) &&
+        pad_changed(e->b.addr, e->b.size, &c->d[c->nover]))
       c->over[c->nover++] = e->b;
   }
 }
@@ -1054,7 +1104,9 @@ static void q_check_ring(const ta_thread *t, q_check *c) {
  * block is freed while it is read); reported after, without the locks. */
 static void pad_check_live(const ta_block *b, void *arg) {
   q_check *c = arg;
-  if (c->nover >= 16 || (b->flags & TA_F_ARENA) || !pad_owned(b->addr)) return;
+  /* only the blocks block_new padded (arena blocks, or any other kind a
+   * flag marks, have no pad, and may not even be host memory) */
+  if (c->nover >= 16 || (b->flags & ~(TA_F_REF | TA_F_HOLD)) || !pad_owned(b->addr)) return;
   if (pad_changed(b->addr, b->size, &c->d[c->nover])) c->over[c->nover++] = *b;
 }
 
@@ -1497,6 +1549,7 @@ void _ta_init(void) {
     _ta_options_init();
     seq_clock_init();
     _ta_guard_init();                    /* guard mode: its regions and fault handler */
+    pad_check_classes();                 /* the overflow pad: the size classes as jemalloc makes them */
     atomic_store(&_ta_ready, 1);         /* what follows may call the ledger */
     init_tags();
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -23,9 +23,12 @@
  * Finding kinds (stable names): leak.direct, leak.indirect, leak.possible,
  * leak.orphan, ref.underflow, ref.leak, hold.stack, hold.dangling,
  * free.double, free.invalid, use.after-free, arena.after-reset, gpu.leak,
- * gpu.pool-retained (device memory, see below); in guard mode
- * (TAGALLOC_GUARD=1) also heap.overflow: a read or write past the end (or
- * before the start) of a live block, caught at its guard page or at its free.
+ * gpu.pool-retained, gpu.purge-referenced (device memory, see below),
+ * heap.overflow: bytes written past a block's end, found in the guard bytes
+ * of its size class's slack when it is freed, leaves the quarantine or at
+ * exit (a block whose size is a size class has none); in guard mode
+ * (TAGALLOC_GUARD=1) any read or write past the end (or before the start) of
+ * a live block, at its guard page.
  */
 #ifndef TAGALLOC_H
 #define TAGALLOC_H

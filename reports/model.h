@@ -193,6 +193,13 @@ bool report_site_grows(const report_trace_site *s, size_t nmarks);
 void report_text_process(int fd, report_process *p);
 /* source_json.c: the object of report_source_json. */
 int  report_json_process(int fd, report_process *p);
+/* The finding objects of p's groups of one kind, comma-separated (malloc'd,
+ * *len bytes, not NUL-terminated); NULL when there are none. */
+char *report_json_groups(report_process *p, const char *kind, size_t *len);
+/* text.c: p's leak.growth groups alone, under a line that says they come
+ * from the trace (tagalloc run adds them after a process's own exit
+ * report, which has no marks to compare).  Returns the groups written. */
+size_t report_text_growth(int fd, report_process *p);
 
 /* html.c: the self-contained page.  0, or -1 when a write failed. */
 int  report_html_write(int fd, report_model *m);

@@ -206,6 +206,22 @@ int report_json_process(int fd, report_process *p) {
   return rc;
 }
 
+char *report_json_groups(report_process *p, const char *kind, size_t *len) {
+  jbuf b = { 0 };
+  size_t k = 0;
+  for (size_t i = 0; i < p->ngroups; i++) {
+    if (strcmp(p->groups[i].kind, kind) != 0) continue;
+    if (k++) j_put(&b, ",", 1);
+    j_finding(&b, p, &p->groups[i]);
+  }
+  if (b.oom || k == 0) {
+    free(b.s);
+    return NULL;
+  }
+  *len = b.len;
+  return b.s;
+}
+
 int report_source_json(int fd, const report_source *src, const report_process_info *info) {
   report_process *p = report_process_new(src, info);
   if (!p) return -1;

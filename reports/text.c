@@ -777,6 +777,24 @@ void report_text_process(int fd, report_process *p) {
   w_flush(&w);
 }
 
+size_t report_text_growth(int fd, report_process *p) {
+  wbuf w = { .fd = fd };
+  render r = { .w = &w, .p = p, .max_frames = option_or("report_frames", DEFAULT_FRAMES),
+               .max_groups = option_or("report_groups", DEFAULT_GROUPS) };
+  size_t n = 0;
+  for (size_t i = 0; i < p->ngroups; i++) {
+    const report_group *g = &p->groups[i];
+    if (!kind_is(g, "leak.growth") || (long)n >= r.max_groups) continue;
+    if (n++ == 0)
+      w_printf(&w, "==%ld== tagalloc: from its trace: memory that grows from iteration to iteration "
+                   "(leak.growth: still reachable, a warning, not an error)\n", p->pid);
+    w_put(&w, "\n", 1);
+    write_finding(&r, g);
+  }
+  w_flush(&w);
+  return n;
+}
+
 void report_text_render(int fd, const report_source *src) { report_text_render_info(fd, src, NULL); }
 
 void report_text_render_info(int fd, const report_source *src, const report_process_info *info) {

@@ -625,6 +625,51 @@ static void report_from_trace(cli_proc *p, size_t index, const char *dir, const 
   report_offline_free(off);
 }
 
+static int count_marks(const report_trace_rec *r, void *arg) {
+  if (r->type != TR_MARK) return 0;
+  return ++*(size_t *)arg >= 3;   /* three are enough for leak.growth */
+}
+
+/* leak.growth needs the marks of a trace: for a process that wrote its own
+ * report, the growth groups its trace shows are printed after the reports,
+ * and put in its JSON object's findings.  Only a trace with 3 marks or
+ * more is read whole (the others: one pass that stops at the third mark). */
+static void growth_from_trace(cli_proc *p, report_suppressions *supp) {
+  char err[600];
+  report_trace *t = report_trace_open(p->trace, err, sizeof err);
+  size_t marks = 0;
+  if (t) report_trace_each(t, count_marks, &marks, NULL);
+  report_trace_close(t);
+  report_offline *off = marks >= 3 ? report_offline_open(p->trace, err, sizeof err) : NULL;
+  report_model *rm = off ? report_model_new() : NULL;
+  report_process *rp = NULL;
+  if (rm) rp = report_model_add_offline(rm, off, supp, NULL);   /* the model owns off now */
+  else report_offline_free(off);
+  size_t len = 0;
+  char *objs = rp ? report_json_groups(rp, "leak.growth", &len) : NULL;
+  char *at = objs && p->json_text ? strstr(p->json_text, "\"findings\":[") : NULL;
+  if (at) {
+    fflush(stderr);
+    report_text_growth(STDERR_FILENO, rp);
+    at += strlen("\"findings\":[");
+    bool empty = *at == ']';
+    size_t pre = (size_t)(at - p->json_text), nlen = p->json_len + len + (empty ? 0 : 1);
+    char *n = malloc(nlen + 1);
+    if (n) {
+      memcpy(n, p->json_text, pre);
+      memcpy(n + pre, objs, len);
+      if (!empty) n[pre + len] = ',';
+      memcpy(n + pre + len + (empty ? 0 : 1), at, p->json_len - pre);
+      n[nlen] = '\0';
+      free(p->json_text);
+      p->json_text = n;
+      p->json_len = nlen;
+    }
+  }
+  free(objs);
+  report_model_free(rm);
+}
+
 /* The report model of the run's traces, rendered as --html, --folded and
  * --folded-peak ask. */
 static void render_model(const run_opts *o, cli_proc *procs, size_t nprocs, char **kept, const reaped_list *rl,
@@ -1026,6 +1071,7 @@ int cmd_run(int argc, char **argv) {
     if (!p->json_text && p->trace) {
       report_from_trace(p, i, dir, &rl, child, &o, supp, kept ? kept[i] : NULL);
     } else if (p->json_text) {
+      if (p->trace) growth_from_trace(p, supp);
       /* What the process could not know: where its trace is kept, and how
        * it ended when we reaped it (the last image of its pid only). */
       if (kept && kept[i]) {

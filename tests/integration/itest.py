@@ -657,6 +657,8 @@ def check_valgrind(exp, logs, problems):
                 problems.append(f"{label} memcheck reports {f['kind']} at {_stack_str(f['stack'])}")
                 want_err.add(f["kind"])
         for kind, opts, where in sec.findings:
+            if kind == "leak.growth":
+                continue                      # from the trace's marks: memcheck has no such kind
             o = dict(opts)
             for k in list(o):
                 if k.startswith("vg-"):
@@ -883,6 +885,14 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
                                     + _stderr_tail(r))
             if r.stdout != bare_run(e, dirs, cache).stdout:
                 res.problems.append("stdout differs from the bare run")
+            # the summary agrees with the exit status: errors (loss records
+            # counted as memcheck's ERROR SUMMARY does) exactly when it is N
+            errs = [int(m) for m in re.findall(rb"SUMMARY: tagalloc: .*?; (\d+) error\(s\)", r.stderr)]
+            if b"no leaks, no errors" in r.stderr:
+                errs.append(0)
+            if not errs or (sum(errs) > 0) != (want == 42):
+                res.problems.append(f"the SUMMARY lines say {errs} error(s), the status is {status_text(r.status)}"
+                                    + _stderr_tail(r))
             return res
         return t
 
@@ -890,6 +900,8 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
         tasks.append(("direct_leaks", errexit("direct_leaks", 42)))
     if "clean" in by:
         tasks.append(("clean", errexit("clean", 0)))
+    if "interior" in by:      # possibly lost counts, as in memcheck's ERROR SUMMARY
+        tasks.append(("interior", errexit("interior", 42)))
     if "exec_parent" in by:
         def nofollow():
             e = by["exec_parent"]
@@ -918,6 +930,28 @@ def cli_tasks(exps, tagalloc, dirs, cache, tmp):
                     res.problems.append(f"exec_parent direct: {d}, expected 111 bytes in 1 block")
             return res
         tasks.append(("exec_parent", nofollow))
+    if "growth" in by:
+        def growth_report():
+            # A trace whose only finding is leak.growth: `tagalloc report`
+            # says so in its header, above a summary of 0 errors.
+            e = by["growth"]
+            res = Result("growth", "tagalloc report")
+            t0 = time.time()
+            tf = os.path.join(tmp, "growth.trace")
+            r = run([tagalloc, "run", "--trace", tf, "--"] + program_cmd(e, dirs["exact"]), RUN_TIMEOUT)
+            if r.status != 0:
+                res.problems.append(f"run: status {status_text(r.status)}" + _stderr_tail(r))
+            r = run([tagalloc, "report", tf], RUN_TIMEOUT)
+            out = r.stdout.decode(errors="replace")
+            want = "==WARNING: tagalloc: memory that grows from iteration to iteration (no leaks, no errors)\n"
+            if r.status != 0 or want not in out or "detected memory problems" in out \
+                    or "SUMMARY: tagalloc: 0 byte(s) leaked in 0 allocation(s); 0 error(s).\n" not in out \
+                    or "Growing memory: 64.0 byte(s) per iteration over 9 iteration(s)" not in out:
+                res.problems.append(f"report: status {status_text(r.status)}, expected the header {want!r}, "
+                                    f"the growth and a summary of 0; got:\n{out[:600]}")
+            res.secs = time.time() - t0
+            return res
+        tasks.append(("growth", growth_report))
     if "direct_leaks" in by:
         def suppressions():
             # --suppressions end to end: each process reads the file at

@@ -266,6 +266,46 @@ static void test_underflow_extra_release_flat(void **state) {
   assert_int_equal(a.sites[4].extra, 0);
 }
 
+/* Values read from freed memory are explained as the poison (0xDF). */
+static void test_poison_explain(void **state) {
+  (void)state;
+  const char *poison = " (the freed-memory poison: read from a freed block)";
+  assert_string_equal(ta_poison_explain(0xdfdfdfdfdfdfdfdfull, 8), poison);
+  assert_string_equal(ta_poison_explain((uint64_t)-2314885530818453537ll, 0), poison);   /* a count */
+  assert_string_equal(ta_poison_explain(0xdfdfdfdfull, 4), poison);                      /* an int */
+  assert_string_equal(ta_poison_explain((uint64_t)(int64_t)(int32_t)0xdfdfdfdf, 0), poison);
+  assert_string_equal(ta_poison_explain(0xdeadeadeadeadeadull, 8), "");
+  assert_string_equal(ta_poison_explain(0xdedededededededeull, 8),
+                      " (the guard bytes past a block's end: read past the end)");
+  assert_string_equal(ta_poison_explain(0x1234dfdfdfdfull, 4), "");   /* wider than 4 bytes */
+  assert_string_equal(ta_poison_explain(0, 8), "");
+  assert_string_equal(ta_poison_explain(0xdfdfdfdfdfdfdf00ull, 8), "");
+}
+
+/* A pointer read from a freed block, released: the report explains it. */
+NOIPA static void release_poisoned(void) {
+  ta_ref_release((void *)(uintptr_t)0xdfdfdfdfdfdfdfdfull);
+  KEEP();
+}
+
+static int child_poisoned_release(void) {
+  release_poisoned();
+  return 0;
+}
+
+static void test_poisoned_pointer_in_report(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_REPORT=1", NULL };
+  child_exec("poisoned-release", env, &r);
+  assert_true(WIFEXITED(r.status));
+  const char *want = "ref.underflow: refcount of 0xdfdfdfdfdfdfdfdf (the freed-memory poison: read from a "
+                     "freed block) released below zero or after free at:";
+  if (!strstr(r.err, want)) child_dump(&r);
+  assert_non_null(strstr(r.err, want));
+  child_result_free(&r);
+}
+
 /* ref.leak is an exit finding: a scan during the run does not make one. */
 static void test_no_ref_leak_before_exit(void **state) {
   (void)state;
@@ -359,6 +399,7 @@ static void test_ref_leak_at_exit(void **state) {
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) {
     if (strcmp(argv[2], "ref-leak") == 0) return child_ref_leak();
+    if (strcmp(argv[2], "poisoned-release") == 0) return child_poisoned_release();
     return 2;
   }
   setenv("TAGALLOC_REPORT", "0", 1);
@@ -372,6 +413,8 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_ref_leak_at_exit, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_underflow_extra_release, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_underflow_extra_release_flat, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_poison_explain, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_poisoned_pointer_in_report, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
