@@ -821,6 +821,9 @@ def main(argv):
                         e, tagalloc, dirs, "o2fast", ["--unwind", "fast"],
                         bare_run(e, dirs, cache, "o2"), tmp, "-O2 fast")))
         tasks += cli_tasks(exps, tagalloc, dirs, cache, tmp)
+        if not a.names or "term_wait" in a.names:
+            from signals import signal_tasks
+            tasks += signal_tasks(Result, tagalloc, os.path.join(dirs["exact"], "term_wait"), tmp)
     # the bare runs first (the checks compare with them), then the checks
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as ex:
         list(ex.map(lambda e: bare_run(e, dirs, cache), exps))
