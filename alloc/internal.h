@@ -160,6 +160,11 @@ struct ta_thread {
  * which reads _ta_self first, and would recurse. */
 extern __thread ta_thread *_ta_self __attribute__((tls_model("initial-exec")));
 ta_thread *_ta_thread_slow(void);     /* creates the calling thread's state */
+/* The preload's guard raised (thread.c) when this ledger is another one, a
+ * copy linked into the program: around work of the ledger's own that
+ * allocates (libdw, the symbolizer).  NULL: nothing was raised. */
+ta_thread *_ta_host_enter(void);
+void       _ta_host_leave(ta_thread *host);
 static inline ta_thread *_ta_thread(void) {   /* the calling thread's, created on first use */
   ta_thread *t = _ta_self;
   return TA_LIKELY(t != NULL) ? t : _ta_thread_slow();

@@ -1568,7 +1568,13 @@ void ta_reporter_set(ta_reporter_fn *fn) { reporter = fn; }
 void ta_stack_writer_set(ta_stack_writer_fn *fn) { stack_writer = fn; }
 
 void ta_report_now(void) {
-  if (reporter) reporter(2);
+  if (!reporter) return;
+  ta_thread *t = _ta_thread();          /* the symbolizer's allocations are the ledger's */
+  t->guard++;
+  ta_thread *host = _ta_host_enter();
+  reporter(2);
+  _ta_host_leave(host);
+  t->guard--;
 }
 
 static atomic_int exit_done;
@@ -1585,6 +1591,7 @@ void _ta_exit_now(bool again) {
   if (_ta_exit_before) _ta_exit_before();   /* the preload: the runtime's blocks go */
   ta_thread *t = _ta_thread();
   t->guard++;
+  ta_thread *host = _ta_host_enter();     /* a copy of the ledger under the preload */
   _ta_quarantine_check_all();
   _ta_hold_exit();
   if (_ta_opt.scan_at_exit) {
@@ -1605,6 +1612,7 @@ void _ta_exit_now(bool again) {
   _ta_trace_close();
   if (_ta_opt.report && reporter) reporter(2);
   if (_ta_exit_hook) _ta_exit_hook();       /* the preload's per-process JSON */
+  _ta_host_leave(host);
   t->guard--;
 }
 

@@ -285,11 +285,25 @@ typedef struct { intptr_t off; size_t size; } tls_hole;
 #define MAX_TLS_HOLES 4
 static tls_hole tls_holes[MAX_TLS_HOLES];
 static int ntls_holes;
+/* The lowest module TLS block in the static TLS, from the thread pointer
+ * (0: none seen): below it lies the surplus no module uses, and for the
+ * main thread maybe not its TLS at all (the size _dl_get_tls_static_info
+ * gives can reach below ld.so's allocation, into a mapping of the scan's). */
+static intptr_t tls_lowest;
+
+static void tls_note(struct dl_phdr_info *info) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    if (info->dlpi_phdr[i].p_type != PT_TLS || info->dlpi_tls_data == NULL) continue;
+    intptr_t off = (intptr_t)info->dlpi_tls_data - (intptr_t)pthread_self();
+    if (off < 0 && (size_t)-off <= tls_static_size && off < tls_lowest) tls_lowest = off;
+  }
+}
 
 static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   mvec *roots = arg;
   const char *name = info->dlpi_name ? info->dlpi_name : "";
+  tls_note(info);
   /* The ledger's own library and its allocator hold bookkeeping, not roots;
    * linked statically into the program, the ledger keeps no block address
    * in its globals. */
@@ -429,16 +443,42 @@ static void scan_root(marker *m, uintptr_t lo, uintptr_t hi) {
   for (uintptr_t end; next_piece(m->maps, &lo, hi, &end); lo = end) scan_range(m, lo, end, true);
 }
 
-/* A thread's static TLS and its struct pthread, less the holes. */
+/* The ledger's own mappings (its tables, trace buffers, the crash stack;
+ * copied before the world stops: their set has a lock) and the scan's own
+ * arrays: never roots.  A stack's mapping may have been merged with one of
+ * them by the kernel. */
+#define MAX_OWN 80
+static uintptr_t own_lo[MAX_OWN], own_hi[MAX_OWN];
+static size_t nown;
+
+static void own_add(const void *p, size_t size) {
+  if (p == NULL || size == 0 || nown == MAX_OWN) return;
+  own_lo[nown] = (uintptr_t)p;
+  own_hi[nown++] = (uintptr_t)p + size;
+}
+
+/* scan_root over [lo, hi) less the ledger's own mappings. */
+static void scan_root_not_own(marker *m, uintptr_t lo, uintptr_t hi) {
+  while (lo < hi) {
+    uintptr_t cut_lo = hi, cut_hi = hi;   /* the lowest own range that ends above lo */
+    for (size_t i = 0; i < nown; i++)
+      if (own_hi[i] > lo && own_lo[i] < cut_lo) { cut_lo = own_lo[i]; cut_hi = own_hi[i]; }
+    if (cut_lo > lo) scan_root(m, lo, cut_lo < hi ? cut_lo : hi);
+    lo = cut_hi;
+  }
+}
+
+/* A thread's static TLS (its modules' blocks) and its struct pthread, less
+ * the holes. */
 static void scan_tls(marker *m, uintptr_t tp) {
-  uintptr_t lo = tp - tls_static_size, hi = tp + pthread_size;
+  uintptr_t lo = tls_lowest ? tp + (uintptr_t)tls_lowest : tp - tls_static_size, hi = tp + pthread_size;
   while (lo < hi) {
     uintptr_t hl = hi, hh = hi;         /* the lowest hole that ends above lo */
     for (int i = 0; i < ntls_holes; i++) {
       uintptr_t l = tp + (uintptr_t)tls_holes[i].off, h = l + tls_holes[i].size;
       if (h > lo && l < hl) { hl = l; hh = h; }
     }
-    if (hl > lo) scan_root(m, lo, hl < hi ? hl : hi);
+    if (hl > lo) scan_root_not_own(m, lo, hl < hi ? hl : hi);
     lo = hh;
   }
 }
@@ -768,6 +808,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   mvec wmaps = { .elem = sizeof(range) };
   mvec blocks = { .elem = sizeof(sblock) };
   ntls_holes = 0;
+  tls_lowest = 0;
   dl_iterate_phdr(on_phdr, &roots);
 
   /* Hold every shard, then stop the world: no stopped thread can be inside
@@ -811,14 +852,24 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       np = _ta_program_maps(plo, phi, pcap);
     }
   }
+  nown = _ta_own_ranges(own_lo, own_hi, MAX_OWN - 16);
+  if (nown > MAX_OWN - 16) nown = MAX_OWN - 16;
+  own_add(blocks.v, blocks.cap * blocks.elem);
+  own_add(scratch, scratch_size);
+  own_add(plo, pcap * 2 * sizeof *plo);
+  own_add(roots.v, roots.cap * roots.elem);
+  own_add(stops, MAX_STOPPED * sizeof *stops);
   int nstopped = stops ? stop_others() : 0;
   read_maps(&maps, &wmaps);
+  own_add(maps.v, maps.cap * maps.elem);
+  own_add(wmaps.v, wmaps.cap * wmaps.elem);
   pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 
   if (m.x.addr) {
     m.stack = _ta_sys_mmap(NULL, (blocks.n + 1) * sizeof *m.stack * 2, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m.stack == MAP_FAILED) m.stack = NULL;
+    else own_add(m.stack, (blocks.n + 1) * sizeof *m.stack * 2);
   }
   if (m.stack) {
     SCAN_QUIET_BEGIN();
@@ -832,7 +883,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     /* our own thread: from the caller's frame up, registers, TLS */
     uintptr_t lo, hi;
     _ta_thread_stack(&lo, &hi);
-    if (hi > stack_from) scan_root(&m, stack_from, hi);
+    if (hi > stack_from) scan_root_not_own(&m, stack_from, hi);
     scan_range(&m, (uintptr_t)regs, (uintptr_t)regs + regs_size, true);
     uintptr_t tp = (uintptr_t)pthread_self();
     scan_tls(&m, tp);
@@ -842,13 +893,13 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       if (!s->valid) continue;
       scan_range(&m, (uintptr_t)s->regs, (uintptr_t)(s->regs + NGREG), true);
       range st = map_of(&maps, s->sp);
-      if (st.hi) scan_root(&m, s->sp - 128 > st.lo ? s->sp - 128 : st.lo, st.hi);
+      if (st.hi) scan_root_not_own(&m, s->sp - 128 > st.lo ? s->sp - 128 : st.lo, st.hi);
       scan_tls(&m, s->tp);
       s->valid = false;
     }
     for (int i = 0; i < nunstoppable; i++) {
       range st = map_of(&maps, unstoppable_sp[i]);
-      if (st.hi) scan_root(&m, unstoppable_sp[i] - 128 > st.lo ? unstoppable_sp[i] - 128 : st.lo, st.hi);
+      if (st.hi) scan_root_not_own(&m, unstoppable_sp[i] - 128 > st.lo ? unstoppable_sp[i] - 128 : st.lo, st.hi);
     }
     drain(&m);
     for (size_t i = 0; i < m.n; i++)

@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,4 +285,35 @@ void _ta_thread_fork(int phase) {
   }
   pthread_mutex_unlock(&registry_lock);
   pthread_mutex_unlock(&solo_lock);
+}
+
+/* ---- the preload's guard, from a ledger that is not the preload's ---------------- */
+
+/* A program linked with libtagalloc.a and run under the preload has two
+ * ledgers: its own and the preload's, each with its own guard.  The work of
+ * its own (libdw reading unwind rules, the symbolizer) allocates through
+ * malloc, the preload's, which would record those blocks as the program's:
+ * so that work raises the preload's guard too, through the preload's
+ * _pl_enter.  In the preload itself, or with no preload, nothing. */
+typedef ta_thread *host_enter_fn(void);
+static host_enter_fn *host_enter;
+static atomic_int host_state;            /* 0: not looked up; 1: none; 2: host_enter */
+
+ta_thread *_ta_host_enter(void) {
+  int st = atomic_load_explicit(&host_state, memory_order_acquire);
+  if (st == 0) {
+    void *f = dlsym(RTLD_DEFAULT, "_pl_enter");
+    Dl_info mine, theirs;
+    /* the preload's own ledger finds itself: its guard is this one */
+    if (f && dladdr((void *)_ta_host_enter, &mine) && dladdr(f, &theirs) && mine.dli_fbase == theirs.dli_fbase)
+      f = NULL;
+    memcpy(&host_enter, &f, sizeof f);
+    st = f ? 2 : 1;
+    atomic_store_explicit(&host_state, st, memory_order_release);
+  }
+  return st == 2 ? host_enter() : NULL;
+}
+
+void _ta_host_leave(ta_thread *host) {
+  if (host) host->guard--;
 }

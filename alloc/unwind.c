@@ -673,6 +673,13 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
   if (tls_in_miss)
     return RULE_COMPLEX;        /* nested (malloc inside libdw): not cached */
   tls_in_miss = 1;
+  /* libdw allocates (its Dwfl, ELF handles, file names): under the preload
+   * those are the ledger's own, raw, never blocks of the program's, even
+   * when the program called a ta_* function (the guard the malloc
+   * wrappers raise) */
+  ta_thread *self = _ta_self;
+  if (self) self->guard++;
+  ta_thread *host = _ta_host_enter();
   int cancel = _ta_cancel_off();        /* libdw opens and reads files */
   pthread_mutex_lock(&dw_lock);
   intptr_t off;
@@ -690,6 +697,8 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
   }
   pthread_mutex_unlock(&dw_lock);
   _ta_cancel_restore(cancel);
+  _ta_host_leave(host);
+  if (self) self->guard--;
   tls_in_miss = 0;
   return rule;
 }

@@ -142,6 +142,9 @@ int report_json_process(int fd, report_process *p) {
   if (p->signal > 0 && sigabbrev_np(p->signal)) j_printf(&b, ",\"signal\":\"SIG%s\"", sigabbrev_np(p->signal));
   else if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);
   else j_lit(&b, ",\"signal\":null");
+  const char *abbrev = p->signal > 0 ? sigabbrev_np(p->signal) : NULL;   /* "INT" */
+  if (abbrev) j_printf(&b, ",\"signal_name\":\"SIG%s\"", abbrev);
+  else j_lit(&b, ",\"signal_name\":null");
   j_lit(&b, p->clean_exit < 0 ? ",\"clean_exit\":null" : p->clean_exit ? ",\"clean_exit\":true" : ",\"clean_exit\":false");
   j_lit(&b, ",\"trace\":");
   j_str(&b, p->trace);

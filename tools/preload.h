@@ -52,7 +52,14 @@ size_t _pl_raw_usable(const void *p);
  * guard raised, or NULL when the ledger must not be called now (it is not
  * ready, this thread is already inside it, or the thread is exiting). */
 ta_thread *_pl_enter(void);
-static inline void _pl_leave(ta_thread *t) { t->guard--; }
+/* A termination signal that arrived inside the ledger (preload_proc.c):
+ * delivered again when its thread leaves the ledger. */
+extern volatile int _pl_pending_term;
+void _pl_term_pending(void);
+static inline void _pl_leave(ta_thread *t) {
+  t->guard--;
+  if (TA_UNLIKELY(_pl_pending_term != 0) && t->guard == 0) _pl_term_pending();
+}
 /* Is the ledger running in this process (the first allocation after libc's
  * initialisation made it so)? */
 bool _pl_ledger_live(void);

@@ -16,6 +16,18 @@
  * with the interrupted code's stack pointer and registers as the thread's
  * roots (the handler may run on a small alternate stack).
  *
+ * Termination signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are handled as
+ * the fatal ones below, as sent signals: while the program's action is the
+ * default, one that arrives does the exit work (the roots: the interrupted
+ * context), then the process dies of it; a handler of the program's runs
+ * instead (nothing is reported unless it exits); an ignored one is ignored
+ * by the kernel itself (the program's SIG_IGN is installed for real, so an
+ * exec'd program inherits it), and the program's SA_RESTART is kept (an
+ * interrupted read returns EINTR when the program asked for that).  One
+ * that arrives while its thread is inside the ledger waits until the thread
+ * leaves it (_pl_leave).  A second one while the report is being made (a
+ * second Ctrl-C) ends the process at once, without the rest of it.
+ *
  * Fatal signals (SIGSEGV, SIGBUS, SIGABRT, SIGFPE).  The shim's handler is
  * installed at load and stays installed: sigaction/signal/bsd_signal/
  * sysv_signal are interposed for these four signals, and record what the
@@ -241,7 +253,13 @@ static void preload_reporter(int fd) {
   }
   while (n > 0 && line[n - 1] == ' ') n--;
   if (cmdline_len == 0) n += _ta_snprintf(line + n, sizeof line - (size_t)n, "?");
-  n += _ta_snprintf(line + n, sizeof line - (size_t)n, " (parent %d)\n", (int)getppid());
+  n += _ta_snprintf(line + n, sizeof line - (size_t)n, " (parent %d)", (int)getppid());
+  if (fatal_signal) {
+    const char *abbrev = sigabbrev_np(fatal_signal);
+    n += abbrev ? _ta_snprintf(line + n, sizeof line - (size_t)n, ", killed by SIG%s", abbrev)
+                : _ta_snprintf(line + n, sizeof line - (size_t)n, ", killed by signal %d", fatal_signal);
+  }
+  line[n++] = '\n';
   _ta_write_all(fd, line, (size_t)n);
   report_source src;
   report_source_ledger(&src);
@@ -451,6 +469,11 @@ static volatile bool ours[NSIGS];               /* the shim's handler is install
 static void alock(void) { while (atomic_exchange_explicit(&act_lock, 1, memory_order_acquire)) {} }
 static void aunlock(void) { atomic_store_explicit(&act_lock, 0, memory_order_release); }
 
+static bool is_term(int sig);
+/* The sigqueue value of `tagalloc run`'s copy of a termination signal it
+ * got (the same in tools/tagalloc_run.c). */
+#define TA_RELAY_VALUE 0x74616c6c
+
 static bool is_handler(const struct sigaction *a) {
   return a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
 }
@@ -516,9 +539,11 @@ static void crash_exit_work(ucontext_t *uc) {
 static void die_of(int sig, bool sent, ucontext_t *uc) {
   int me = (int)syscall(SYS_gettid), zero = 0;
   if (!atomic_compare_exchange_strong(&dying, &zero, me) && zero != me) {
-    for (;;) pause();                     /* another thread reports; it will end us all */
+    if (!is_term(sig))
+      for (;;) pause();                   /* another thread reports; it will end us all */
+    /* a second termination signal while another thread reports: now */
   }
-  if (zero == 0) {                        /* the first time on this thread */
+  if (zero == 0) {                        /* the first time in the process */
     fatal_signal = sig;
     exit_code = -1;
     crash_exit_work(uc);
@@ -543,8 +568,23 @@ static void die_of(int sig, bool sent, ucontext_t *uc) {
 static void on_fatal(int sig, siginfo_t *si, void *uc) {
   int saved = errno;
   ucontext_t *outer = first_uc;
+  /* kill, raise, tgkill, sigqueue; a termination signal is never a fault
+   * (the terminal's come from the kernel) */
+  bool sent = is_term(sig) || si == NULL || si->si_code <= 0;
+  if (is_term(sig) && si && si->si_code == SI_QUEUE && si->si_value.sival_int == TA_RELAY_VALUE &&
+      si->si_pid == getppid() && atomic_load(&dying) != 0) {
+    errno = saved;                        /* tagalloc run's copy of the signal we got */
+    return;
+  }
+  if (is_term(sig) && atomic_load(&dying) == 0 && !is_handler(&prog_action[sig])) {
+    ta_thread *t = _ta_self;
+    if (t && t->guard > 0) {              /* inside the ledger: when it leaves */
+      _pl_pending_term = sig;
+      errno = saved;
+      return;
+    }
+  }
   if (outer == NULL) first_uc = uc;
-  bool sent = si == NULL || si->si_code <= 0;   /* kill, raise, tgkill, sigqueue */
   if (!sent && (sig == SIGSEGV || sig == SIGBUS) && _ta_guard_on &&
       _ta_guard_fault(si->si_addr, (struct ucontext_t *)uc)) {
     first_uc = outer;
@@ -601,11 +641,58 @@ static void install_fatal_handlers(void) {
   }
 }
 
+/* ---- termination signals ----------------------------------------------------------------- */
+
+static const int term_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+
+static bool is_term(int sig) {
+  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
+
+volatile int _pl_pending_term;
+
+/* The thread that got a termination signal inside the ledger has left it. */
+void _pl_term_pending(void) {
+  int sig = _pl_pending_term;
+  _pl_pending_term = 0;
+  if (sig) raise(sig);
+}
+
+/* What the kernel gets for the program's action on a termination signal:
+ * SIG_IGN as it is; otherwise the shim's handler, with the program's
+ * SA_RESTART. */
+static int apply_term(int sig, const struct sigaction *act) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  if (act->sa_handler == SIG_IGN && !(act->sa_flags & SA_SIGINFO)) {
+    sa.sa_handler = SIG_IGN;
+  } else {
+    sa.sa_sigaction = on_fatal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | (act->sa_flags & SA_RESTART);
+  }
+  sigemptyset(&sa.sa_mask);
+  return __sigaction(sig, &sa, NULL);
+}
+
+static void install_term_handlers(void) {
+  for (size_t i = 0; i < sizeof term_sigs / sizeof *term_sigs; i++) {
+    int sig = term_sigs[i];
+    struct sigaction old;
+    alock();
+    if (__sigaction(sig, NULL, &old) == 0 && apply_term(sig, &old) == 0) {
+      prog_action[sig] = old;             /* what was there: inherited (SIG_IGN under nohup) */
+      ours[sig] = true;
+    }
+    aunlock();
+  }
+}
+
 PL_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   if (sig > 0 && sig < NSIGS && ours[sig]) {
     alock();
     if (old) *old = prog_action[sig];
     if (act) prog_action[sig] = *act;
+    if (act && is_term(sig)) apply_term(sig, act);
     aunlock();
     return 0;
   }
@@ -1138,6 +1225,7 @@ __attribute__((constructor(102))) static void preload_init(void) {
   pthread_atfork(NULL, NULL, child_after_fork);
   _ta_stop_init();                          /* before any signal: it calls dlsym */
   install_fatal_handlers();
+  install_term_handlers();
   _ta_exit_hook = write_json;
   _ta_exit_before = exit_before;
   ta_reporter_set(preload_reporter);

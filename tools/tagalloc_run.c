@@ -398,13 +398,40 @@ static const int relayed[] = { SIGINT, SIGQUIT, SIGTERM, SIGHUP };
 #define NRELAYED (sizeof relayed / sizeof relayed[0])
 static bool installed[NRELAYED];
 
-/* While the program runs: SIGTERM and SIGHUP go on to it; SIGINT and SIGQUIT
- * from the terminal reach it without us (as system() does).  Once it has
- * ended, any of them stops the wait for the processes it left behind. */
-static void on_signal(int sig) {
+/* While the program runs, a termination signal goes on to it (the preload
+ * reports, then the program dies of it, and we exit as it did), but for one
+ * from the terminal, which reached it without us (as system() does).  The
+ * first is passed with sigqueue and TA_RELAY_VALUE (preload_proc.c): the
+ * program ignores that copy when it got the signal itself already (a kill
+ * of the whole process group).  One more of the same within 2 s is passed
+ * with a plain kill: the program skips the rest of its report (as a
+ * second Ctrl-C does).  Once it has ended, any of them stops the wait for
+ * the processes it left behind. */
+#define TA_RELAY_VALUE 0x74616c6c   /* the same in tools/preload_proc.c */
+static volatile sig_atomic_t relayed_sig;
+static struct timespec relayed_at;
+
+static void relay_signal(int sig, const siginfo_t *si) {
+  if (si && si->si_code > 0) return;     /* the terminal's: it has it too */
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  bool again = relayed_sig == sig && (now.tv_sec - relayed_at.tv_sec) * 1000000000L +
+                                         (now.tv_nsec - relayed_at.tv_nsec) < 2000000000L;
+  if (again) {
+    kill((pid_t)the_child, sig);
+    return;
+  }
+  union sigval v = { .sival_int = TA_RELAY_VALUE };
+  sigqueue((pid_t)the_child, sig, v);
+  relayed_sig = sig;
+  relayed_at = now;
+}
+
+static void on_signal(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
   int e = errno;
   if (main_done) stop_waiting = 1;
-  else if (the_child > 0 && (sig == SIGTERM || sig == SIGHUP)) kill((pid_t)the_child, sig);
+  else if (the_child > 0) relay_signal(sig, si);
   errno = e;
 }
 
@@ -413,9 +440,9 @@ static void signals_install(void) {
     struct sigaction old, sa;
     if (sigaction(relayed[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;   /* keep ignoring */
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
+    sa.sa_sigaction = on_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;   /* no SA_RESTART: waitpid returns EINTR */
+    sa.sa_flags = SA_SIGINFO;   /* no SA_RESTART: waitpid returns EINTR */
     installed[i] = sigaction(relayed[i], &sa, NULL) == 0;
   }
 }
@@ -562,7 +589,11 @@ static void describe_end(char *buf, size_t len, const reaped *r) {
   if (!r) {
     snprintf(buf, len, "ended");
   } else if (WIFSIGNALED(r->status)) {
-    snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(r->status), strsignal(WTERMSIG(r->status)));
+    const char *abbrev = sigabbrev_np(WTERMSIG(r->status));
+    if (abbrev)
+      snprintf(buf, len, "was killed by SIG%s (signal %d, %s)", abbrev, WTERMSIG(r->status), strsignal(WTERMSIG(r->status)));
+    else
+      snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(r->status), strsignal(WTERMSIG(r->status)));
   } else {
     snprintf(buf, len, "exited with status %d", WEXITSTATUS(r->status));
   }
@@ -1088,6 +1119,11 @@ int cmd_run(int argc, char **argv) {
         if (abbrev) snprintf(v, sizeof v, "\"SIG%s\"", abbrev);   /* "signal": "SIGSEGV" */
         else snprintf(v, sizeof v, "%d", WIFEXITED(r->status) ? WEXITSTATUS(r->status) : WTERMSIG(r->status));
         cli_json_fill(&p->json_text, &p->json_len, WIFEXITED(r->status) ? "exit_code" : "signal", v);
+        const char *abbrev = WIFSIGNALED(r->status) ? sigabbrev_np(WTERMSIG(r->status)) : NULL;
+        if (abbrev) {
+          snprintf(v, sizeof v, "\"SIG%s\"", abbrev);
+          cli_json_fill(&p->json_text, &p->json_len, "signal_name", v);
+        }
       }
     }
     problems |= p->problems;

@@ -182,6 +182,8 @@ def build(build_dir, names_needed, o2_names=()):
                 continue
             if variant.startswith("o2") and not base.startswith("lib") and base not in o2_names:
                 continue
+            if base.startswith("ta_"):
+                continue                  # linked with the ledger: api.py builds it
             srcp = os.path.join(PROGS, src)
             if base.startswith("lib"):
                 target = os.path.join(d, base + ".so")
@@ -838,6 +840,12 @@ def main(argv):
                         e, tagalloc, dirs, "o2fast", ["--unwind", "fast"],
                         bare_run(e, dirs, cache, "o2"), tmp, "-O2 fast")))
         tasks += cli_tasks(exps, tagalloc, dirs, cache, tmp)
+        if not a.names or "ta_api" in a.names:
+            from api import api_tasks
+            tasks += api_tasks(Result, run, tagalloc, build_dir, tmp, RUN_TIMEOUT)
+        if not a.names or "term_wait" in a.names:
+            from signals import signal_tasks
+            tasks += signal_tasks(Result, tagalloc, os.path.join(dirs["exact"], "term_wait"), tmp)
     # the bare runs first (the checks compare with them), then the checks
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as ex:
         list(ex.map(lambda e: bare_run(e, dirs, cache), exps))

@@ -36,8 +36,11 @@ def which(*names):
 
 
 class Case:
-    def __init__(self, name, argv, setup=None, outputs=(), cwd_files=None, images=()):
+    def __init__(self, name, argv, setup=None, outputs=(), cwd_files=None, images=(), expect=None):
         self.name = name
+        # {image: (direct, indirect, possible)}, each (bytes, blocks): the
+        # numbers memcheck gives (real_vs_memcheck.py shows them)
+        self.expect = expect or {}
         self.images = images        # exec'd images that must have their own entry
         self.argv = argv            # None: not installed
         self.setup = setup          # fn(workdir) run once, bare, before both runs
@@ -107,7 +110,20 @@ def cases(tmp):
             for i in range(200000):
                 f.write(f"{rnd.randrange(10**9):09d} line {i}\n")
 
+    def doc_tree(wd):
+        d = os.path.join(wd, "d")
+        os.makedirs(os.path.join(d, "sub"))
+        for i in (1, 2, 3):
+            with open(os.path.join(d, f"f{i}.txt"), "w") as f:
+                f.write("".join(f"{n}\n" for n in range(1, i * 500 + 1)))
+        shutil.copy(os.path.join(d, "f1.txt"), os.path.join(d, "sub", "g.txt"))
+
+    tar = which("tar")
     out = [
+        # tar loses a block whose last pointer died deep in its calls
+        # (the exit scan's roots start at its call of exit)
+        Case("tar czf", tar and [tar, "czf", "out.tgz", "-C", "@WD@", "d"], setup=doc_tree,
+             images=("gzip",), expect={"tar": ((72, 1), (9, 3), (0, 0))}),
         Case("python3", py and [py, "-c", script]),
         Case("perl", perl and [perl, "-e", perl_script]),
         Case("git --version", git and [git, "--version"]),
@@ -124,6 +140,98 @@ def cases(tmp):
         Case("sort", sort and [sort, "-S", "8M", "--parallel=2", "@WD@/input.txt"], setup=sort_input),
     ]
     return out
+
+
+def more_cases(tmp):
+    """The other real programs of `make compare-memcheck` (not in real.sh: each
+    is another Debian package under memcheck, slow).  Each works on files in
+    its working directory (@WD@), made by its setup."""
+    def tree(wd):
+        d = os.path.join(wd, "d")
+        os.makedirs(os.path.join(d, "sub"))
+        for i in (1, 2, 3):
+            with open(os.path.join(d, f"f{i}.txt"), "w") as f:
+                f.write("".join(f"{n} line {n * 7 % 13} of file {i}\n" for n in range(1, i * 500 + 1)))
+        with open(os.path.join(d, "sub", "g.txt"), "w") as f:
+            f.write("alpha\nbeta\ngamma\n" * 50)
+        with open(os.path.join(wd, "a.txt"), "w") as f:
+            f.write("".join(f"line {n}\n" for n in range(300)))
+        with open(os.path.join(wd, "b.txt"), "w") as f:
+            f.write("".join(f"line {n}\n" for n in range(300) if n % 17) + "tail\n")
+        subprocess.run(["diff", "-u", "a.txt", "b.txt"], cwd=wd, stdout=open(os.path.join(wd, "ab.diff"), "w"))
+        with open(os.path.join(wd, "small.c"), "w") as f:
+            f.write("#include <stdio.h>\n#include <stdlib.h>\n"
+                    "static int sq(int v) { return v * v; }\n"
+                    "int main(void) { int *q = malloc(2 * sizeof *q); q[0] = sq(3); q[1] = 4;\n"
+                    "  printf(\"%d\\n\", q[0] + q[1]); free(q); return 0; }\n")
+        with open(os.path.join(wd, "small.cc"), "w") as f:
+            f.write("#include <map>\n#include <string>\n#include <vector>\n#include <iostream>\n"
+                    "template <class T> T sum(const std::vector<T> &v) { T s{}; for (auto x : v) s += x; return s; }\n"
+                    "int main() { std::map<std::string, int> m; for (int i = 0; i < 10; i++) m[std::to_string(i)] = i;\n"
+                    "  std::vector<int> v; for (auto &p : m) v.push_back(p.second); std::cout << sum(v) << '\\n'; }\n")
+        with open(os.path.join(wd, "q.sql"), "w") as f:
+            f.write("create table t(a integer primary key, b text);\n"
+                    "with recursive c(x) as (select 1 union all select x + 1 from c where x < 2000)\n"
+                    "  insert into t select x, printf('row %d', x) from c;\n"
+                    "create index tb on t(b);\n"
+                    "select count(*), sum(a), max(b) from t where b like 'row 1%';\n")
+        with open(os.path.join(wd, "j.json"), "w") as f:
+            json.dump({"items": [{"id": i, "name": f"n{i}", "tags": ["x", "y"][: i % 3]} for i in range(200)]}, f)
+        with open(os.path.join(wd, "s.py"), "w") as f:
+            f.write("import re, json, sys\n"
+                    "words = re.findall(r'[a-z]+', open(sys.argv[1]).read())\n"
+                    "print(len(words), json.dumps(sorted(set(words))[:5]))\n")
+        with open(os.path.join(wd, "s.pl"), "w") as f:
+            f.write('my %c; while (<>) { $c{$1}++ while /(\\w+)/g } '
+                    'print join(",", map { "$_=$c{$_}" } (sort keys %c)[0 .. 4]), "\\n";\n')
+        with open(os.path.join(wd, "s.sh"), "w") as f:
+            f.write("declare -A h; for i in $(seq 1 300); do h[k$i]=$((i * i)); done\n"
+                    "s=0; for k in \"${!h[@]}\"; do s=$((s + h[$k])); done\n"
+                    "arr=(one two three); echo \"$s ${#arr[@]} $(echo sub | tr a-z A-Z)\"\n")
+        with open(os.path.join(wd, "b.txt.bc"), "w") as f:
+            f.write("scale=40\npi = 4 * a(1)\npi\ns(1) + c(1)\nsqrt(2) ^ 2\nquit\n")
+        subprocess.run(["tar", "czf", os.path.join(wd, "d.tgz"), "-C", wd, "d"], check=True)
+        subprocess.run(["gzip", "-k", os.path.join(wd, "a.txt")], check=True)
+
+    py = which("/usr/bin/python3", "python3")
+    c = lambda name, prog, *args, **kw: Case(name, which(prog) and [which(prog)] + list(args), setup=tree, **kw)
+    return [
+        c("tar xzf", "tar", "xzf", "@WD@/d.tgz", images=("gzip",)),
+        c("tar cf", "tar", "cf", "out.tar", "-C", "@WD@", "d"),
+        c("gzip -c", "gzip", "-c", "@WD@/b.txt"),
+        c("gzip -dc", "gzip", "-dc", "@WD@/a.txt.gz"),
+        c("bzip2 -c", "bzip2", "-c", "@WD@/b.txt"),
+        c("xz -c", "xz", "-c", "@WD@/b.txt"),
+        c("zstd -c", "zstd", "-q", "-c", "@WD@/b.txt"),
+        c("bash script", "bash", "@WD@/s.sh"),
+        c("dash -c", "dash", "-c", "for i in 1 2 3; do echo $i; done | wc -l"),
+        c("ls -l", "ls", "-l", "--time-style=+", "@WD@/d"),
+        c("find", "find", "@WD@/d", "-name", "*.txt", "-size", "-100k"),
+        c("grep -r", "grep", "-rc", "line 3", "@WD@/d"),
+        c("sed", "sed", "-e", "s/line/LINE/g", "-e", "/5/d", "@WD@/a.txt"),
+        c("awk", "awk", "{ s += $1 } END { print s, NR }", "@WD@/d/f3.txt"),
+        c("diff -u", "diff", "-u", "@WD@/a.txt", "@WD@/b.txt"),
+        c("patch", "patch", "-o", "patched.txt", "@WD@/a.txt", "@WD@/ab.diff"),
+        c("sort | uniq (uniq -c)", "uniq", "-c", "@WD@/d/sub/g.txt"),
+        c("wc", "wc", "@WD@/d/f1.txt", "@WD@/d/f2.txt"),
+        c("sha256sum", "sha256sum", "@WD@/a.txt", "@WD@/b.txt"),
+        c("od", "od", "-An", "-tx1", "-N", "256", "@WD@/a.txt"),
+        c("cut", "cut", "-d", " ", "-f", "2,3", "@WD@/d/f2.txt"),
+        c("g++ -c (cc1plus, as)", "g++", "-O1", "-c", "@WD@/small.cc", "-o", "small.o", images=("cc1plus", "as")),
+        c("gcc link (collect2, ld)", "gcc", "-O1", "@WD@/small.c", "-o", "small", images=("collect2", "ld")),
+        c("cpp", "cpp", "@WD@/small.c"),
+        c("sqlite3", "sqlite3", ":memory:", ".read @WD@/q.sql"),
+        c("objdump -d", "objdump", "-d", "/bin/true"),
+        c("readelf -a", "readelf", "-a", "/bin/true"),
+        c("nm -D", "nm", "-D", "/bin/true"),
+        c("jq", "jq", "-c", "[.items[] | select(.id % 50 == 0) | {id, n: (.tags | length)}]", "@WD@/j.json"),
+        c("bc", "bc", "-l", "@WD@/b.txt.bc"),
+        c("file", "file", "/bin/true", "@WD@/d.tgz", "@WD@/a.txt"),
+        c("openssl dgst", "openssl", "dgst", "-sha256", "@WD@/a.txt"),
+        Case("python3 script", py and [py, "@WD@/s.py", "@WD@/a.txt"], setup=tree),
+        c("perl script", "perl", "@WD@/s.pl", "@WD@/d/f1.txt"),
+        c("git diff --no-index", "git", "diff", "--no-index", "--stat", "@WD@/a.txt", "@WD@/b.txt"),
+    ]
 
 
 def run(argv, cwd, env, timeout=TIMEOUT):
@@ -185,6 +293,16 @@ def one(case, tagalloc, tmp):
     for img in case.images:
         if img not in names:
             p.append(f"no process entry for the exec'd image {img!r} (entries: {names})")
+    for img, want in case.expect.items():
+        entries = [pr for pr in procs if os.path.basename(str((pr.get("argv") or [""])[0])) == img]
+        for pr in entries:
+            s = pr.get("summary") or {}
+            got = tuple(((s.get(k) or {}).get("bytes"), (s.get(k) or {}).get("blocks"))
+                        for k in ("direct", "indirect", "possible"))
+            if got != want:
+                p.append(f"{img}: definitely, indirectly, possibly lost {got}, expected {want} (memcheck's)")
+        if not entries:
+            p.append(f"no process entry for {img!r}")
     for pr in procs:
         if not pr.get("argv"):
             p.append(f"process {pr.get('pid')} (ppid {pr.get('ppid')}) has no argv: its command is not labelled")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The real programs of real.py under `tagalloc run` and under valgrind
+"""The real programs of real.py (its cases, the fast ones real.sh runs, and
+its more_cases) under `tagalloc run` and under valgrind
 memcheck, side by side: each process's four numbers (definitely, indirectly,
 possibly lost, still reachable: bytes/blocks) from both tools, and a mark
 where they differ.  A measurement, not a test: some differences are the
@@ -63,7 +64,7 @@ def main(argv):
     tagalloc = os.path.join(os.path.abspath(argv[0]), "tagalloc")
     names = argv[1:]
     tmp = tempfile.mkdtemp(prefix="real-vs-memcheck.")
-    for c in real.cases(tmp):
+    for c in real.cases(tmp) + real.more_cases(tmp):
         if not c.argv or (names and not any(n in c.name for n in names)):
             continue
         wd = tempfile.mkdtemp(prefix="case.", dir=tmp)
