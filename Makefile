@@ -130,14 +130,21 @@ compare-memcheck: all
 
 # ---- demo and benchmarks -------------------------------------------------
 # The main job: LeNet-5 trained on Fashion-MNIST for one epoch with the
-# ledger on, and the ledger's report of the run as an HTML page.
-demo: $(BUILD)/train-lenet
-	$(BUILD)/train-lenet --epochs 1 --html $(BUILD)/lenet-report.html
-	@echo "demo: the ledger's report of the run is $(BUILD)/lenet-report.html"
+# ledger on and a trace kept, and the report of the trace as an HTML page:
+# a mark per training step, live bytes by tag over time, what was live at the
+# peak, the findings (none).  DEMO_ARGS shortens it (the browser test's).
+DEMO_ARGS ?= --epochs 1
+demo: $(BUILD)/train-lenet $(BUILD)/tagalloc
+	TAGALLOC_TRACE=$(BUILD)/lenet.trace $(BUILD)/train-lenet $(DEMO_ARGS)
+	$(BUILD)/tagalloc report -q $(BUILD)/lenet.trace --html $(BUILD)/lenet-report.html
+	@echo "demo: the ledger's report of the run is $(BUILD)/lenet-report.html (trace: $(BUILD)/lenet.trace)"
 
-# The ledger catching three bugs on purpose (examples/demo.c).
-demo-bugs: $(BUILD)/demo
-	$(BUILD)/demo
+# The ledger catching three bugs on purpose (examples/demo.c), and the page
+# of its trace.
+demo-bugs: $(BUILD)/demo $(BUILD)/tagalloc
+	TAGALLOC_TRACE=$(BUILD)/demo-bugs.trace $(BUILD)/demo
+	$(BUILD)/tagalloc report -q $(BUILD)/demo-bugs.trace --html $(BUILD)/demo-bugs.html
+	@echo "demo-bugs: the page of the run is $(BUILD)/demo-bugs.html"
 
 $(BUILD)/bench-alloc: bench/bench_alloc.c $(BUILD)/libtagalloc.a
 	$(CC) -O2 -g $(COMMON) $< -o $@ $(LINKA) $(LIBS)

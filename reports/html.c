@@ -353,11 +353,47 @@ static void device_series(jbuf *b, report_model *m, const report_trace_model *tm
   }
 }
 
+/* What was live at the process's peak, by tag, largest first: the sites'
+ * bytes at the peak (exact: the replay's, not the timeline's buckets). */
+static void peak_by_tag(jbuf *b, const report_trace_model *tm) {
+  enum { MAXT = 256 };
+  uint64_t bytes[MAXT] = { 0 };
+  uint16_t tags[MAXT];
+  size_t n = 0;
+  for (size_t i = 0; i < tm->nsites; i++) {
+    const report_trace_site *s = &tm->sites[i];
+    if (!s->peak_bytes) continue;
+    size_t k = 0;
+    while (k < n && tags[k] != s->tag) k++;
+    if (k == n) {
+      if (n == MAXT) continue;
+      tags[n++] = s->tag;
+    }
+    bytes[k] += s->peak_bytes;
+  }
+  for (size_t i = 1; i < n; i++)   /* insertion sort, largest first: few tags */
+    for (size_t j = i; j > 0 && bytes[j] > bytes[j - 1]; j--) {
+      uint64_t t = bytes[j];
+      bytes[j] = bytes[j - 1];
+      bytes[j - 1] = t;
+      uint16_t g = tags[j];
+      tags[j] = tags[j - 1];
+      tags[j - 1] = g;
+    }
+  for (size_t i = 0; i < n; i++) {
+    const char *name = tags[i] == TA_ANY ? "(no tag)" : report_trace_model_tag(tm, tags[i]);
+    j_lit(b, i ? ",[" : "[");
+    j_str(b, name ? name : "?");
+    j_printf(b, ",%llu]", (unsigned long long)bytes[i]);
+  }
+}
+
 static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
   j_lit(b, "{\"series\":[");
   bool first = true;
   uint64_t peak = 0, peak_x = 0;
   long peak_pid = -1;
+  const report_trace_model *peak_tm = NULL;
   for (size_t pi = 0; pi < m->nprocs; pi++) {
     report_process *p = m->procs[pi];
     const report_trace_model *tm = p->tm;
@@ -392,6 +428,7 @@ static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
       peak = tm->peak_live_bytes;
       peak_x = rel(m, report_trace_model_ns(tm, tm->peak_seq));
       peak_pid = p->pid;
+      peak_tm = tm;
     }
     uint64_t events = tm->allocs + tm->frees;
     if (events > tl->nbuckets)
@@ -416,9 +453,12 @@ static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
                tm->nmarks, step);
   }
   j_lit(b, "]");
-  if (peak_pid >= 0)
-    j_printf(b, ",\"peak\":{\"pid\":%ld,\"x\":%llu,\"y\":%llu}", peak_pid, (unsigned long long)peak_x,
+  if (peak_pid >= 0) {
+    j_printf(b, ",\"peak\":{\"pid\":%ld,\"x\":%llu,\"y\":%llu,\"tags\":[", peak_pid, (unsigned long long)peak_x,
              (unsigned long long)peak);
+    peak_by_tag(b, peak_tm);
+    j_lit(b, "]}");
+  }
   j_printf(b, ",\"duration\":%llu}", (unsigned long long)(m->end_ns > m->start_ns ? m->end_ns - m->start_ns : 0));
   (void)st;
 }

@@ -209,8 +209,11 @@ int cmd_report(int argc, char **argv) {
     }
     if (quiet) continue;
     fflush(stdout);
-    printf("%s==%" PRIu32 "== tagalloc: process %" PRIu32 " (parent %" PRIu32 "), trace %s: %s\n",
-           shown++ ? "\n" : "", m->pid, m->pid, m->ppid, procs[i].trace,
+    printf("%s==%" PRIu32 "== tagalloc: process %" PRIu32, shown++ ? "\n" : "", m->pid, m->pid);
+    for (int a = 0; a < m->argc && a < 16; a++)   /* the command line its trace recorded */
+      printf("%s%s", a ? " " : ": ", m->argv[a]);
+    if (m->argc > 16 || m->argv_truncated) printf(" ...");
+    printf(" (parent %" PRIu32 "), trace %s: %s\n", m->ppid, procs[i].trace,
            m->clean_exit ? "exited cleanly"
                          : "no clean exit (no END record: killed, crashed, _exit or cut short)");
     fflush(stdout);

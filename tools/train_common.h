@@ -158,12 +158,13 @@ static inline void tc_tag_live_json(FILE *f, const tc_tag_live *t) {
 
 /* ---- tape blocks left live after an iteration ------------------------------------ */
 
-/* A mark every TC_MARK_EVERY iterations (the one before freed, so the
- * ledger keeps no record per iteration), and after each iteration the tape
- * blocks made since it that are still live (none, for a correct stack);
- * 50 iterations' births stay within the ledger's ring of recent births, so
- * the count needs no walk of the live table. */
-#define TC_MARK_EVERY 50
+/* A mark every TC_MARK_EVERY iterations: each one, so that the page of a
+ * trace draws the training steps (the one before is freed, so the ledger
+ * keeps no record per iteration); after each iteration the tape blocks made
+ * since it that are still live (none, for a correct stack).  An iteration's
+ * births stay within the ledger's ring of recent births, so the count needs
+ * no walk of the live table. */
+#define TC_MARK_EVERY 1
 typedef struct {
   ta_mark mark;
   ta_tag tag;

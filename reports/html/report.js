@@ -243,9 +243,20 @@
   }
   labels = labels.map(function (l, i) { return seen[l] > 1 ? l.replace(/\)$/, ', image ' + image(series[i]) + ')') : l; });
   function label(s) { return labels[series.indexOf(s)]; }
+  /* The scale: bytes (every series on one axis from 0), or each series
+   * over its own range (lowest to highest), where a large steady part (a
+   * dataset loaded once) would flatten what changes step by step.  The
+   * page opens on the second when a series never drops below half its
+   * highest value; the tip always says bytes. */
+  var lo = series.map(function (s) { return s.y.length ? Math.min.apply(null, s.y) : 0; });
+  var hi = series.map(function (s) { return s.y.length ? Math.max.apply(null, s.y) : 0; });
+  var own = series.some(function (s, i) { return hi[i] > 0 && lo[i] > hi[i] / 2; });
   function drawTimeline() {
     var box = $('timeline');
     while (box.firstChild) box.removeChild(box.firstChild);
+    $('tl-abs').className = own ? '' : 'on';
+    $('tl-own').className = own ? 'on' : '';
+    $('tl-scale-note').textContent = own ? 'each line spans its own lowest (bottom) to highest (top) value' : '';
     if (!series.length) { $('tl-none').hidden = false; return; }
     var W = 1000, H = 320, L = 70, R = 16, TOP = 12, B = 28;
     var xmax = Math.max(1, T.duration), ymax = 1;
@@ -256,12 +267,18 @@
     });
     function X(x) { return L + (W - L - R) * x / xmax; }
     function Y(y) { return TOP + (H - TOP - B) * (1 - y / ymax); }
+    /* a value of series i where it is drawn */
+    function SY(i, y) {
+      if (!own) return Y(y);
+      var span = hi[i] - lo[i];
+      return TOP + (H - TOP - B) * (span > 0 ? 1 - (y - lo[i]) / span : 0.5);
+    }
     var g = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, preserveAspectRatio: 'none', role: 'img' });
     for (var t = 0; t <= 4; t++) {
       var yv = ymax * t / 4;
       g.appendChild(svg('line', { x1: L, x2: W - R, y1: Y(yv), y2: Y(yv), 'class': 'grid' }));
       var tx = svg('text', { x: L - 6, y: Y(yv) + 4, 'text-anchor': 'end' });
-      tx.textContent = bytes(Math.round(yv));
+      tx.textContent = own ? (25 * t) + '%' : bytes(Math.round(yv));
       g.appendChild(tx);
       var xv = xmax * t / 4, tt = svg('text', { x: X(xv), y: H - 8, 'text-anchor': t === 0 ? 'start' : t === 4 ? 'end' : 'middle' });
       tt.textContent = dur(Math.round(xv));
@@ -279,14 +296,16 @@
     series.forEach(function (s, i) {
       if (!shown[i]) return;
       var pts = [];
-      for (var k = 0; k < s.x.length; k++) pts.push(X(s.x[k]).toFixed(1) + ',' + Y(s.y[k]).toFixed(1));
+      for (var k = 0; k < s.x.length; k++) pts.push(X(s.x[k]).toFixed(1) + ',' + SY(i, s.y[k]).toFixed(1));
       var pl = svg('polyline', { points: pts.join(' '), stroke: COLORS[i % COLORS.length] });
       pl.setAttribute('data-series', i);
       if (s.device) pl.setAttribute('stroke-dasharray', '6 3');   /* device memory: dashed */
       g.appendChild(pl);
     });
     if (T.peak) {
-      var px = X(T.peak.x), py = Y(T.peak.y);
+      var pi = -1;   /* the peak is on its process's total series */
+      series.forEach(function (s, i) { if (pi < 0 && s.total && s.pid === T.peak.pid) pi = i; });
+      var px = X(T.peak.x), py = pi >= 0 && shown[pi] ? SY(pi, T.peak.y) : Y(T.peak.y);
       var c = svg('circle', { cx: px, cy: py, r: 4, fill: '#d9534f', 'class': 'peak' });
       g.appendChild(c);
       /* beside the marker, never on it: to its right (left near the right
@@ -333,7 +352,29 @@
     lab.appendChild(document.createTextNode(label(s)));
     $('tl-legend').appendChild(lab);
   });
+  $('tl-abs').addEventListener('click', function () { own = false; drawTimeline(); });
+  $('tl-own').addEventListener('click', function () { own = true; drawTimeline(); });
   drawTimeline();
+
+  /* what was live at the peak, by tag */
+  if (T.peak && T.peak.tags && T.peak.tags.length) {
+    var box = $('tl-peak'), tb = el('table'), top = T.peak.tags[0][1] || 1;
+    box.appendChild(el('div', null, 'Live at the peak (' + bytes(T.peak.y) + (multi ? ', pid ' + T.peak.pid : '') +
+                                     ', at ' + dur(T.peak.x) + '), by tag:'));
+    T.peak.tags.forEach(function (t) {
+      var tr = el('tr');
+      tr.appendChild(el('td', null, t[0]));
+      tr.appendChild(el('td', 'num', bytes(t[1])));
+      var bar = el('span', 'bar');
+      bar.style.width = Math.max(1, Math.round(200 * t[1] / top)) + 'px';
+      var td = el('td');
+      td.appendChild(bar);
+      tr.appendChild(td);
+      tb.appendChild(tr);
+    });
+    box.appendChild(tb);
+    box.hidden = false;
+  }
 
   /* ---- flame graphs (icicle: the root on top) ------------------------------ */
   var which = 'leaked', zoom = null;

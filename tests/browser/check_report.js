@@ -1,6 +1,6 @@
 // check_report.js - opens a tagalloc HTML report in headless Chromium and
 // checks it (tests/browser/run.sh):
-//   node check_report.js PAGE SCREENSHOT ROWS FUNCTION [--xss] [--cmd PROGRAM] [--top TEXT]
+//   node check_report.js PAGE SCREENSHOT ROWS FUNCTION [--xss] [--cmd PROGRAM] [--top TEXT] [--demo]
 // ROWS: the findings rows expected (a number, or "data": as many as the
 // page's embedded findings); FUNCTION: text to filter the table by, which
 // the first remaining row's expanded stack must show.  --xss: nothing the program controlled may have become markup
@@ -10,6 +10,8 @@
 // frame (allocator wrappers passed over).  Every page: the peak's label
 // does not overlap its marker, the legend's names are all different, and
 // the flame graph opens on leaked bytes only when something leaked.
+// --demo: the page of `make demo` (a mark per training step drawn, the
+// steps not flattened by the dataset, what was live at the peak by tag).
 // Exits 1 with one line per failure.
 'use strict';
 const path = require('path');
@@ -20,7 +22,7 @@ const { chromium } = require('playwright-core');
 const [page_path, shot, rows_arg, fn, ...flags] = process.argv.slice(2);
 const xss = flags.includes('--xss');
 const opt = name => (flags.indexOf(name) >= 0 ? flags[flags.indexOf(name) + 1] : undefined);
-const want_cmd = opt('--cmd'), want_top = opt('--top');
+const want_cmd = opt('--cmd'), want_top = opt('--top'), demo = flags.includes('--demo');
 const failures = [];
 function check(ok, what) {
   if (!ok) failures.push(what);
@@ -99,10 +101,36 @@ function check(ok, what) {
     check(pc && pl && !overlap, `the peak label is beside its marker, not on it (${JSON.stringify(pc)} ${JSON.stringify(pl)})`);
     const legend = await page.locator('#tl-legend label').allTextContents();
     check(new Set(legend).size === legend.length, `the legend names each series once (${legend.join(' | ')})`);
+    await page.locator('#timeline svg').scrollIntoViewIfNeeded();   // a long table pushes it below the fold
     const box = await page.locator('#timeline svg').boundingBox();
     await page.mouse.move(box.x + box.width * 0.6, box.y + box.height * 0.5);
     const tip = await page.locator('#tl-tip').textContent();
     check(await page.locator('#tl-tip').isVisible() && /B/.test(tip), 'hovering the timeline shows values');
+
+    if (demo) {
+      const marks = await page.locator('#timeline svg line.mark').count();
+      check(data.timeline.marks.length >= 100 && marks === data.timeline.marks.length,
+            `a mark per training step: ${marks} drawn of ${data.timeline.marks.length}`);
+      check(await page.locator('#tl-own').getAttribute('class') === 'on',
+            'the timeline opens with each series over its own range (the dataset does not flatten the steps)');
+      // every series that changes spans the chart's height: none is flattened by a larger one
+      let spans = 0, changing = 0;
+      for (let i = 0; i < data.timeline.series.length; i++) {
+        const y = data.timeline.series[i].y;
+        if (Math.min(...y) === Math.max(...y)) continue;
+        changing++;
+        const ys = (await page.locator(`#timeline svg polyline[data-series="${i}"]`).getAttribute('points'))
+          .split(' ').map(p => Number(p.split(',')[1]));
+        if (Math.max(...ys) - Math.min(...ys) > 250) spans++;
+      }
+      check(changing > 3 && spans === changing, `each changing series spans the chart (${spans} of ${changing})`);
+      const rows = await page.locator('#tl-peak tr').allTextContents();
+      const sum = data.timeline.peak.tags.reduce((a, t) => a + t[1], 0);
+      check(rows.length > 3 && rows[0].startsWith('tensor.storage') && sum === data.timeline.peak.y,
+            `live at the peak by tag: ${rows.length} tags, ${rows[0]} first, adding up to the peak (${sum} = ${data.timeline.peak.y})`);
+      const facts = await page.locator('#facts div').allTextContents();
+      check(!facts.includes('duration0 ns') && await page.locator('#tl-none').isHidden(), `a duration and a timeline (${facts[2]})`);
+    }
 
     // the flame graph opens on leaked bytes only when something leaked
     const leaked = data.kinds.some(k => k.leak && k.kind !== 'unclassified' && k.bytes > 0);

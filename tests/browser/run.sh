@@ -69,5 +69,18 @@ cc -g -O0 "$here/../cli/progs/held.c" -o "$out/held"
 "$build/tagalloc" run -q --html "$out/held.html" -- "$out/held" --no-leak
 run held "$out/held.html" "$out/held.png" 0 main --cmd "$out/held"
 
+# 6. the demo pages: make demo (one epoch cut to 120 steps here) and make demo-bugs
+root=$(cd "$here/../.." && pwd)
+if make -s -C "$root" BUILD="$(cd "$build" && pwd)" demo DEMO_ARGS="--epochs 1 --steps 120 --test 500" > "$out/demo.log" 2>&1; then
+  run demo "$build/lenet-report.html" "$out/demo.png" 0 main --cmd "$(cd "$build" && pwd)/train-lenet" --demo
+else
+  echo "FAIL browser demo: make demo failed (see $out/demo.log)"; failed=$((failed + 1))
+fi
+if make -s -C "$root" BUILD="$(cd "$build" && pwd)" demo-bugs > "$out/demo-bugs.log" 2>&1; then
+  run demo-bugs "$build/demo-bugs.html" "$out/demo-bugs.png" data tensor_new --cmd "$(cd "$build" && pwd)/demo"
+else
+  echo "FAIL browser demo-bugs: make demo-bugs failed (see $out/demo-bugs.log)"; failed=$((failed + 1))
+fi
+
 [ "$failed" = 0 ] && echo "browser test: all passed (screenshots in $out)" || echo "browser test: $failed failed"
 [ "$failed" = 0 ]

@@ -75,6 +75,9 @@ got=$("$py" -c 'import json; d=json.load(open("out")); print(d["processes"][0]["
 expect "report --json -: the document on stdout" "1234567" "$got"
 got=$("$py" -c 'import json; print(json.load(open("out"))["processes"][0]["argv"])' 2>&1)
 expect "report: the command line from the trace's COMMAND record" "['$held']" "$got"
+"$ta" report t.trace > out 2> err
+expect "report: the process's header names its command" "==PID== tagalloc: process PID: $held (parent" \
+  "$(head -1 out | sed 's/^==[0-9]*==/==PID==/; s/process [0-9]*/process PID/; s/ (parent.*/ (parent/')"
 
 # ---- colour: on a terminal only, never with NO_COLOR ---------------------------------------
 if command -v script > /dev/null; then
