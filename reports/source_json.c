@@ -139,8 +139,7 @@ int report_json_process(int fd, report_process *p) {
   }
   if (p->exit_code >= 0) j_printf(&b, ",\"exit_code\":%d", p->exit_code);
   else j_lit(&b, ",\"exit_code\":null");
-  if (p->signal > 0 && sigabbrev_np(p->signal)) j_printf(&b, ",\"signal\":\"SIG%s\"", sigabbrev_np(p->signal));
-  else if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);
+  if (p->signal > 0) j_printf(&b, ",\"signal\":%d", p->signal);   /* the number; its name below */
   else j_lit(&b, ",\"signal\":null");
   const char *abbrev = p->signal > 0 ? sigabbrev_np(p->signal) : NULL;   /* "INT" */
   if (abbrev) j_printf(&b, ",\"signal_name\":\"SIG%s\"", abbrev);

@@ -1115,9 +1115,7 @@ int cmd_run(int argc, char **argv) {
       for (size_t j = i + 1; j < nprocs; j++) last &= procs[j].pid != p->pid;
       if (r && last) {
         char v[32];
-        const char *abbrev = WIFSIGNALED(r->status) ? sigabbrev_np(WTERMSIG(r->status)) : NULL;
-        if (abbrev) snprintf(v, sizeof v, "\"SIG%s\"", abbrev);   /* "signal": "SIGSEGV" */
-        else snprintf(v, sizeof v, "%d", WIFEXITED(r->status) ? WEXITSTATUS(r->status) : WTERMSIG(r->status));
+        snprintf(v, sizeof v, "%d", WIFEXITED(r->status) ? WEXITSTATUS(r->status) : WTERMSIG(r->status));
         cli_json_fill(&p->json_text, &p->json_len, WIFEXITED(r->status) ? "exit_code" : "signal", v);
         const char *abbrev = WIFSIGNALED(r->status) ? sigabbrev_np(WTERMSIG(r->status)) : NULL;
         if (abbrev) {
