@@ -421,6 +421,9 @@ static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
       j_lit(b, "],\"y\":[");
       for (size_t i = 0; i < tl->nbuckets; i++)
         j_printf(b, "%s%llu", i ? "," : "", (unsigned long long)tl->values[i * stride + col]);
+      j_lit(b, "],\"lo\":[");   /* the lowest of each interval: the band under the line */
+      for (size_t i = 0; i < tl->nbuckets; i++)
+        j_printf(b, "%s%llu", i ? "," : "", (unsigned long long)tl->lows[i * stride + col]);
       j_lit(b, "]}");
     }
     device_series(b, m, tm, p->pid);
@@ -449,7 +452,7 @@ static void timeline(jbuf *b, report_model *m, strtab *st, jbuf *notes) {
       first = false;
     }
     if (step > 1)
-      j_printf(notes, "%s\"process %ld has %zu marks; every %zuth is drawn\"", notes->len ? "," : "", p->pid,
+      j_printf(notes, "%s\"process %ld has %zu marks; one in %zu is drawn\"", notes->len ? "," : "", p->pid,
                tm->nmarks, step);
   }
   j_lit(b, "]");

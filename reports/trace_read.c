@@ -917,12 +917,13 @@ static size_t tl_column(timeline_fill *f, uint16_t tag) {
 }
 
 static void tl_advance(timeline_fill *f, uint64_t seq) {
-  uint64_t *v = f->t->values;
+  uint64_t *v = f->t->values, *lo = f->t->lows;
   size_t cols = f->cols;
   if (f->bucket == SIZE_MAX) {
     f->first = seq;
     f->bucket = 0;
     memcpy(v, f->live, cols * sizeof *v);
+    memcpy(lo, f->live, cols * sizeof *lo);
     return;
   }
   uint64_t d = seq - f->first;
@@ -934,15 +935,22 @@ static void tl_advance(timeline_fill *f, uint64_t seq) {
       if (2 * j + 1 <= f->bucket) {
         const uint64_t *y = &v[(2 * j + 1) * cols];
         for (size_t c = 0; c < cols; c++) to[c] = x[c] > y[c] ? x[c] : y[c];
+        uint64_t *lt = &lo[j * cols];
+        const uint64_t *lx = &lo[2 * j * cols], *ly = &lo[(2 * j + 1) * cols];
+        for (size_t c = 0; c < cols; c++) lt[c] = lx[c] < ly[c] ? lx[c] : ly[c];
       } else if (j) {
         memcpy(to, x, cols * sizeof *to);
+        memcpy(&lo[j * cols], &lo[2 * j * cols], cols * sizeof *lo);
       }
     }
     f->bucket /= 2;
     f->shift++;
     b = f->shift < 64 ? d >> f->shift : 0;
   }
-  for (size_t i = f->bucket + 1; i <= b; i++) memcpy(&v[i * cols], f->live, cols * sizeof *v);
+  for (size_t i = f->bucket + 1; i <= b; i++) {
+    memcpy(&v[i * cols], f->live, cols * sizeof *v);
+    memcpy(&lo[i * cols], f->live, cols * sizeof *lo);
+  }
   f->bucket = (size_t)b;
 }
 
@@ -955,8 +963,11 @@ static void tl_change(timeline_fill *f, uint16_t tag, uint64_t size, bool add) {
     if (f->live[0] > row[0]) row[0] = f->live[0];
     if (f->live[c] > row[c]) row[c] = f->live[c];
   } else {
+    uint64_t *low = &f->t->lows[f->bucket * f->cols];
     f->live[0] -= size;
     f->live[c] -= size;
+    if (f->live[0] < low[0]) low[0] = f->live[0];
+    if (f->live[c] < low[c]) low[c] = f->live[c];
   }
 }
 
@@ -1046,9 +1057,10 @@ static bool replay_init(replayer *r, builder *b) {
   report_trace_timeline *t = &m->timeline;
   t->tags = calloc(REPORT_TRACE_TAGS, sizeof *t->tags);
   t->values = calloc((size_t)REPORT_TRACE_BUCKETS * r->tf.cols, sizeof *t->values);
+  t->lows = calloc((size_t)REPORT_TRACE_BUCKETS * r->tf.cols, sizeof *t->lows);
   r->tf.col_of = calloc((size_t)UINT16_MAX + 1, sizeof *r->tf.col_of);
   r->tf.live = calloc(r->tf.cols, sizeof *r->tf.live);
-  r->ok = t->tags && t->values && r->tf.col_of && r->tf.live;
+  r->ok = t->tags && t->values && t->lows && r->tf.col_of && r->tf.live;
   return r->ok;
 }
 
@@ -1077,6 +1089,7 @@ static bool replay_restart(replayer *r, builder *b) {
   map_free(&m->index->sites);
   free(m->timeline.tags);
   free(m->timeline.values);
+  free(m->timeline.lows);
   memset(&m->timeline, 0, sizeof m->timeline);
   return replay_init(r, b);
 }
@@ -1451,6 +1464,7 @@ void report_trace_model_free(report_trace_model *m) {
   free(m->timeline.seq);
   free(m->timeline.values);
   free(m->device_points);
+  free(m->timeline.lows);
   for (size_t i = 0; i < m->nfinding_events; i++) free((void *)m->finding_events[i].kind);
   free(m->finding_events);
   for (size_t i = 0; i < m->nfindings; i++) {

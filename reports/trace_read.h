@@ -175,7 +175,8 @@ typedef struct { uint64_t seq, ns; } report_trace_anchor;
  * REPORT_TRACE_BUCKETS buckets of equal seq ranges: for each bucket, the
  * highest live bytes in it of all tags together (column 0) and of each tag
  * (columns 1..ntags; the tags beyond REPORT_TRACE_TAGS share the last
- * column when other_tags). */
+ * column when other_tags), and the lowest (lows: what a bucket covering
+ * many training steps went down to between them). */
 #define REPORT_TRACE_BUCKETS 600
 #define REPORT_TRACE_TAGS    24
 typedef struct {
@@ -185,6 +186,7 @@ typedef struct {
   bool      other_tags;                /* the last column holds the remaining tags */
   uint64_t *seq;                       /* the last seq of each bucket */
   uint64_t *values;                    /* [bucket * (REPORT_TRACE_TAGS + 1) + column] */
+  uint64_t *lows;                      /* the same layout: the lowest in the bucket */
 } report_trace_timeline;
 
 /* Device memory (DEVICE_ALLOC and DEVICE_FREE records) after one event,

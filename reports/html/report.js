@@ -246,11 +246,14 @@
   /* The scale: bytes (every series on one axis from 0), or each series
    * over its own range (lowest to highest), where a large steady part (a
    * dataset loaded once) would flatten what changes step by step.  The
-   * page opens on the second when a series never drops below half its
-   * highest value; the tip always says bytes. */
-  var lo = series.map(function (s) { return s.y.length ? Math.min.apply(null, s.y) : 0; });
+   * page opens on the second when the highest values of a series never
+   * drop below half its peak; the tip always says bytes. */
+  var lo = series.map(function (s) {
+    var v = s.lo && s.lo.length ? s.lo : s.y;
+    return v.length ? Math.min.apply(null, v) : 0;
+  });
   var hi = series.map(function (s) { return s.y.length ? Math.max.apply(null, s.y) : 0; });
-  var own = series.some(function (s, i) { return hi[i] > 0 && lo[i] > hi[i] / 2; });
+  var own = series.some(function (s, i) { return hi[i] > 0 && Math.min.apply(null, s.y) > hi[i] / 2; });
   function drawTimeline() {
     var box = $('timeline');
     while (box.firstChild) box.removeChild(box.firstChild);
@@ -292,6 +295,17 @@
       ti.textContent = 'mark ' + m[2] + (multi ? ' (pid ' + m[0] + ')' : '') + ' at ' + dur(m[1]);
       ln.appendChild(ti);
       g.appendChild(ln);
+    });
+    /* under each line, a band down to the lowest value of each interval:
+     * a point stands for many events (steps), the band for what they did */
+    series.forEach(function (s, i) {
+      if (!shown[i] || !s.lo) return;
+      var band = [];
+      for (var k = 0; k < s.x.length; k++) band.push(X(s.x[k]).toFixed(1) + ',' + SY(i, s.y[k]).toFixed(1));
+      for (var k2 = s.x.length - 1; k2 >= 0; k2--) band.push(X(s.x[k2]).toFixed(1) + ',' + SY(i, s.lo[k2]).toFixed(1));
+      var pg = svg('polygon', { points: band.join(' '), fill: COLORS[i % COLORS.length], 'class': 'band' });
+      pg.setAttribute('data-series', i);
+      g.appendChild(pg);
     });
     series.forEach(function (s, i) {
       if (!shown[i]) return;

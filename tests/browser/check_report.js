@@ -116,10 +116,11 @@ function check(ok, what) {
       // every series that changes spans the chart's height: none is flattened by a larger one
       let spans = 0, changing = 0;
       for (let i = 0; i < data.timeline.series.length; i++) {
-        const y = data.timeline.series[i].y;
+        const y = data.timeline.series[i].y.concat(data.timeline.series[i].lo);
         if (Math.min(...y) === Math.max(...y)) continue;
         changing++;
-        const ys = (await page.locator(`#timeline svg polyline[data-series="${i}"]`).getAttribute('points'))
+        // the line (the highest of each interval) and its band (down to the lowest)
+        const ys = (await page.locator(`#timeline svg polygon[data-series="${i}"]`).getAttribute('points'))
           .split(' ').map(p => Number(p.split(',')[1]));
         if (Math.max(...ys) - Math.min(...ys) > 250) spans++;
       }
