@@ -711,6 +711,10 @@ bool _ta_stop_find(const void *ucv) {
     uintptr_t pc = (uintptr_t)ip - (n > 0 || uc == NULL ? 1 : 0);
     if (ip && is_ending(pc)) stop = n + 1;
     n++;
+    /* A signal handler that ends the image (exit in a SIGUSR1 handler of
+     * a program that had called raise): the handler's frames are live,
+     * and the outermost ending function is the one under the handler. */
+    if (stop >= 0 && unw_is_signal_frame(&c) > 0) break;
   } while (n < STOP_MAX_FRAMES && unw_step(&c) > 0);
   memset(stop_regs, 0, sizeof stop_regs);
   if (stop < 0 || stop >= n) {

@@ -11,6 +11,8 @@ run exits as the program did.
 
   terminal      SIGINT to the process group (a terminal's Ctrl-C reaches
                 tagalloc run and the program both)
+  Ctrl-C        the same through a pseudo-terminal: ^C typed on it (the
+                kernel's SIGINT, which tagalloc run does not pass on)
   to tagalloc   SIGINT, SIGTERM, SIGHUP, SIGQUIT to tagalloc run alone: it
                 passes them on
   handler       the program's own SIGINT handler runs; the program then
@@ -21,6 +23,7 @@ run exits as the program did.
 """
 import json
 import os
+import pty
 import resource
 import signal
 import subprocess
@@ -136,6 +139,43 @@ def signal_tasks(Result, tagalloc, prog, tmp):
     tasks.append(("term_wait", killed("SIGINT terminal", signal.SIGINT, True)))
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         tasks.append(("term_wait", killed(f"{sig.name} to tagalloc", sig, False)))
+
+    def ctrl_c():
+        res = Result("term_wait", "Ctrl-C on a terminal")
+        t0 = time.time()
+        jf = os.path.join(tmp, "term_wait.ctrlc.json")
+        pid, fd = pty.fork()
+        if pid == 0:                      # the session leader, on the terminal
+            try:
+                _no_core()
+                os.execv(tagalloc, [tagalloc, "run", "--json", jf, "--", prog])
+            finally:
+                os._exit(127)
+        out = b""
+        typed = False
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:               # EIO: the terminal's other end is closed
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not typed and b"ready" in out:
+                os.write(fd, b"\x03")     # the line discipline sends SIGINT
+                typed = True
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+        res.secs = time.time() - t0
+
+        class Ended:
+            returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if not typed:
+            res.problems.append(f"the program never said ready: {out[-300:]!r}")
+        _check_killed(res, Ended, out.decode(errors="replace"), _entry(jf, res), signal.SIGINT)
+        return res
+    tasks.append(("term_wait", ctrl_c))
 
     def handler():
         res = Result("term_wait", "SIGINT handler")
