@@ -4,7 +4,7 @@
  * symbol, gpu_cuda_backend; everything else (the runtime's symbols too) is
  * local to the object (gpu/cuda/exports.map).
  *
- *   const gpu_cuda_backend_fn *get = dlsym(h, GPU_CUDA_SYMBOL);
+ *   gpu_cuda_backend_fn *get = dlsym(h, GPU_CUDA_SYMBOL);
  *   const gpu_backend *b = get(&why);
  *   if (b->init(0) != GPU_OK) puts(b->last_error());  // "no usable CUDA driver (...)"
  *
@@ -33,13 +33,12 @@
 #include <cuda_runtime_api.h>
 
 #include <dlfcn.h>
-#include <stdlib.h>
-
 #include <limits.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -59,7 +58,7 @@ __attribute__((format(printf, 2, 3))) static gpu_status fail(gpu_status st, cons
   return st;
 }
 
-/* The runtime's drivers errors that mean "no usable driver". */
+/* The runtime's errors that mean "no usable driver". */
 static bool no_driver(cudaError_t e) {
   return e == cudaErrorInsufficientDriver || e == cudaErrorSystemDriverMismatch ||
          e == cudaErrorCompatNotSupportedOnDevice || e == cudaErrorSystemNotReady;
