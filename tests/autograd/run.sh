@@ -166,6 +166,22 @@ lenet_optimizer_state_leak() {
   out=$("$CHECK_FAULT" "$page" leak.orphan aux_stack ag_checkpoint_load autograd/checkpoint.c 3 leak.indirect) \
     || { echo "    $out"; return 1; }
 }
+# tape-no-shrink is memory that grows while it stays reachable: leak.growth
+# comes from a trace (a mark per step), rendered by `tagalloc report`; the
+# run itself exits 0 (growth is a warning), and without the fault the same
+# trace has no finding.
+lenet_tape_no_shrink() {
+  local fault=$1 trace="$LENET_DIR/tns-$1.trace" page="$LENET_DIR/tns-$1.html" out
+  rm -f "$trace"
+  TAGALLOC_TRACE=$trace "$BUILD"/train-lenet --epochs 1 --steps 40 --test 100 --seed 3 --fault "$fault" \
+    >/dev/null 2>"$LENET_DIR/tns.err" || { echo "    train-lenet failed"; tail -3 "$LENET_DIR/tns.err"; return 1; }
+  "$BUILD"/tagalloc report "$trace" --html "$page" >/dev/null 2>&1 || { echo "    tagalloc report failed"; return 1; }
+  if [ "$fault" = none ]; then
+    out=$("$CHECK_FAULT" "$page" none) || { echo "    $out"; return 1; }
+  else
+    out=$("$CHECK_FAULT" "$page" leak.growth stack tape_index_push autograd/tape.c) || { echo "    $out"; return 1; }
+  fi
+}
 charlm_fault() {
   local fault=$1 page="$LENET_DIR/cfault-$1.html" out
   shift
@@ -184,6 +200,8 @@ if [ -x "$BUILD"/train-lenet ]; then
   check "fault scope-escape: use.after-free in main" lenet_fault scope-escape use.after-free stack main tools/train_lenet.c
   check "fault pool-double-release: free.double in ag_backward" lenet_fault pool-double-release free.double stack ag_backward autograd/tape.c
   check "fault optimizer-state-leak: leak.orphan, orphaned in ag_checkpoint_load" lenet_optimizer_state_leak
+  check "fault tape-no-shrink: leak.growth at tape_index_push (trace, 40 steps)" lenet_tape_no_shrink tape-no-shrink
+  check "no fault: no finding in the trace of 40 steps" lenet_tape_no_shrink none
   check "no fault: no finding" lenet_no_fault
 fi
 if [ -x "$BUILD"/train-charlm ] && [ -d /usr/share/games/fortunes ]; then
