@@ -186,10 +186,12 @@ void tensor_free(tensor *t) {
 void _tensor_free(tensor *t) {
   _tensor_scope_forget(t);
   tensor_storage *s = t->storage;
-  /* the seeded bug view-underflow: a view's free gives back one reference
-   * too many (a view: a heap storage with another header on it) */
-  if (_tensor_fault(TENSOR_FAULT_VIEW_UNDERFLOW) && s->pool == NULL && ta_ref_count(s) > 1) ta_ref_release(s);
   long n = ta_ref_release(s);
+  /* the seeded bug view-underflow: a view's free gives back one reference
+   * too many (a view: a heap storage with another header still on it).
+   * After the header's own release, so that this line is the callsite that
+   * releases more than it acquired: the finding's headline. */
+  if (_tensor_fault(TENSOR_FAULT_VIEW_UNDERFLOW) && s->pool == NULL && n > 0) n = ta_ref_release(s);
   bool pooled = false;
   /* A storage going back to its pool is held by the pool before the
    * header lets go of it, so it is never an orphan in between.  The header's

@@ -6,9 +6,10 @@ about a run with a seeded bug (--fault NAME).
 
 Reads the report model embedded in the page (the JSON block
 "tagalloc-data") and checks that every finding is of KIND (no other kind,
-at least one finding), and that FUNCTION in FILE is among the first TOP
+at least one finding), and that FUNCTION in FILE (FILE:LINE: at that
+line) is among the first TOP
 (default 3) frames, inlined ones included, of the STACK ("stack": the
-headline, "aux_stack", "alloc_stack" or "free_stack") of at least one of
+headline, "aux_stack", "alloc_stack" or "free_stack") of every one of
 them.  ALSO (comma-separated kinds) are consequences of the same bug that
 may be reported beside KIND.  With KIND "none": no finding at all.  Prints one line; exit status 0
 when it holds, 1 otherwise."""
@@ -18,7 +19,7 @@ import sys
 
 
 def frames_of(data, idx, top):
-    """(function, file) of the first `top` frames of stack idx, inlined frames included."""
+    """(function, file, line) of the first `top` frames of stack idx, inlined frames included."""
     if idx is None or idx < 0 or idx >= len(data["stacks"]):
         return []
     strings = data["strings"]
@@ -26,7 +27,7 @@ def frames_of(data, idx, top):
     for fr in data["stacks"][idx][:top]:
         fn = strings[fr[0]] if fr[0] >= 0 else "??"
         fl = strings[fr[1]] if fr[1] >= 0 else "??"
-        out.append((fn, fl))
+        out.append((fn, fl, fr[2]))
     return out
 
 
@@ -48,23 +49,31 @@ def main(argv):
         print(f"{'ok' if ok else 'FAIL'}: findings of kinds {kinds or 'none'}, want none")
         return 0 if ok else 1
     stack, function, path = argv[3], argv[4], argv[5]
+    line = None
+    if re.search(r":\d+$", path):
+        path, line = path.rsplit(":", 1)
+        line = int(line)
     top = int(argv[6]) if len(argv) > 6 else 3
     also = set(argv[7].split(",")) if len(argv) > 7 else set()
     if kind not in kinds or set(kinds) - also - {kind}:
         print(f"FAIL: findings of kinds {kinds}, want {kind}" + (f" (and maybe {sorted(also)})" if also else " only"))
         return 1
-    seen = []
+    missing = []
+    n = 0
     for f in findings:
         if f["kind"] != kind:
             continue
+        n += 1
         fr = frames_of(data, f.get(stack), top)
-        seen.append(fr)
-        if any(fn == function and fl.endswith(path) for fn, fl in fr):
-            print(f"ok: {len(findings)} {kind} group(s); {function} ({path}) in the top {top} frames of a {stack}")
-            return 0
-    print(f"FAIL: {function} ({path}) not in the top {top} frames of any {kind} {stack}: {seen[:3]}")
-    return 1
-
+        if not any(fn == function and fl.endswith(path) and line in (None, ln) for fn, fl, ln in fr):
+            missing.append(fr)
+    where = f"{path}:{line}" if line is not None else path
+    if missing:
+        print(f"FAIL: {function} ({where}) not in the top {top} frames of {len(missing)} of {n} {kind} {stack}s: "
+              f"{missing[:3]}")
+        return 1
+    print(f"ok: {n} {kind} group(s), each with {function} ({where}) in the top {top} frames of its {stack}")
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

@@ -193,7 +193,10 @@ charlm_fault() {
 if [ -x "$BUILD"/train-lenet ]; then
   check "fault reshape-dummy: leak.orphan from tensor_reshape" lenet_fault reshape-dummy leak.orphan stack tensor_reshape tensor/view.c
   check "fault slice-dummy: leak.orphan from tensor_slice" lenet_fault slice-dummy leak.orphan stack tensor_slice tensor/view.c
-  check "fault view-underflow: ref.underflow in _tensor_free" lenet_fault view-underflow ref.underflow stack _tensor_free tensor/core.c
+  # the headline of ref.underflow is the extra release: the fault's own line
+  VU_LINE=$(grep -n "TENSOR_FAULT_VIEW_UNDERFLOW" "$(dirname "$0")/../../tensor/core.c" | cut -d: -f1)
+  check "fault view-underflow: ref.underflow headed by the extra release (tensor/core.c:$VU_LINE)" \
+    lenet_fault view-underflow ref.underflow stack _tensor_free "tensor/core.c:$VU_LINE" 1
   check "fault tape-stack-inputs: hold.stack in _ag_result" lenet_fault tape-stack-inputs hold.stack stack _ag_result autograd/tape.c
   check "fault arena-early-reset: arena.after-reset in main" lenet_fault arena-early-reset arena.after-reset stack main tools/train_lenet.c
   check "fault params-in-arena: arena.after-reset, made in ag_param_new" lenet_fault params-in-arena arena.after-reset alloc_stack ag_param_new autograd/tape.c 3 leak.orphan,leak.indirect
