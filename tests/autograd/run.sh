@@ -174,11 +174,13 @@ lenet_optimizer_state_leak() {
 # comes from a trace (a mark per step), rendered by `tagalloc report`; the
 # run itself exits 0 (growth is a warning), and without the fault the same
 # trace has no finding.
-lenet_tape_no_shrink() {
-  local fault=$1 trace="$LENET_DIR/tns-$1.trace" page="$LENET_DIR/tns-$1.html" out
+tape_no_shrink() {
+  local prog=$1 fault=$2 trace="$LENET_DIR/tns-$1-$2.trace" page="$LENET_DIR/tns-$1-$2.html" out
+  local args=(--epochs 1 --steps 40 --test 100 --seed 3)
+  [ "$prog" = train-charlm ] && args=(--iters 40 --every 40 --val-batches 2 --seed 2)
   rm -f "$trace"
-  TAGALLOC_TRACE=$trace "$BUILD"/train-lenet --epochs 1 --steps 40 --test 100 --seed 3 --fault "$fault" \
-    >/dev/null 2>"$LENET_DIR/tns.err" || { echo "    train-lenet failed"; tail -3 "$LENET_DIR/tns.err"; return 1; }
+  TAGALLOC_TRACE=$trace "$BUILD/$prog" "${args[@]}" --fault "$fault" \
+    >/dev/null 2>"$LENET_DIR/tns.err" || { echo "    $prog failed"; tail -3 "$LENET_DIR/tns.err"; return 1; }
   "$BUILD"/tagalloc report "$trace" --html "$page" >/dev/null 2>&1 || { echo "    tagalloc report failed"; return 1; }
   if [ "$fault" = none ]; then
     out=$("$CHECK_FAULT" "$page" none) || { echo "    $out"; return 1; }
@@ -213,8 +215,8 @@ if [ -x "$BUILD"/train-lenet ]; then
   check "fault scope-escape: use.after-free in main" lenet_fault scope-escape use.after-free stack main tools/train_lenet.c
   check "fault pool-double-release: free.double in ag_backward" lenet_fault pool-double-release free.double stack ag_backward autograd/tape.c
   check "fault optimizer-state-leak: leak.orphan, orphaned in ag_checkpoint_load" lenet_optimizer_state_leak
-  check "fault tape-no-shrink: leak.growth at tape_index_push (trace, 40 steps)" lenet_tape_no_shrink tape-no-shrink
-  check "no fault: no finding in the trace of 40 steps" lenet_tape_no_shrink none
+  check "fault tape-no-shrink: leak.growth at tape_index_push (trace, 40 steps)" tape_no_shrink train-lenet tape-no-shrink
+  check "no fault: no finding in the trace of 40 steps" tape_no_shrink train-lenet none
   check "no fault: no finding" lenet_no_fault
 fi
 if [ -x "$BUILD"/train-charlm ] && [ -d /usr/share/games/fortunes ]; then
@@ -222,6 +224,8 @@ if [ -x "$BUILD"/train-charlm ] && [ -d /usr/share/games/fortunes ]; then
   check "train-charlm fault tape-stack-inputs" charlm_fault tape-stack-inputs hold.stack stack _ag_result autograd/tape.c
   check "train-charlm fault arena-early-reset" charlm_fault arena-early-reset arena.after-reset stack main tools/train_charlm.c
   check "train-charlm fault pool-double-release" charlm_fault pool-double-release free.double stack ag_backward autograd/tape.c
+  check "train-charlm fault tape-no-shrink (trace, 40 iterations)" tape_no_shrink train-charlm tape-no-shrink
+  check "train-charlm no fault: no finding in the trace of 40 iterations" tape_no_shrink train-charlm none
 fi
 
 finish autograd
