@@ -33,13 +33,15 @@ $(BUILD)/train-%: tools/train_%.c $(wildcard tools/train_*.h) $(AG_DEPS)
 autograd-tests: $(AG_TESTS) $(AG_TOOLS)
 
 # The tests, then the same built with AddressSanitizer and UBSan.
-test-autograd: $(BUILD)/libtagalloc.a autograd-tests
+# (the CLI renders tape-no-shrink's trace: the plain one for both runs, a
+# trace being the same whatever wrote it)
+test-autograd: $(BUILD)/libtagalloc.a autograd-tests $(BUILD)/tagalloc
 	@tests/autograd/run.sh $(BUILD)
 	$(MAKE) BUILD=build/asan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a autograd-tests
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/autograd/run.sh build/asan
+	  AUTOGRAD_TEST_CLI=$(BUILD)/tagalloc tests/autograd/run.sh build/asan
 
 .PHONY: test-autograd autograd-tests
 

@@ -142,6 +142,7 @@ fi
 # (check_fault.py reads the report model in the --html page); without a
 # fault, no finding at all.  Each check fails when its detection is off.
 CHECK_FAULT="$(dirname "$0")/check_fault.py"
+CLI=${AUTOGRAD_TEST_CLI:-$BUILD/tagalloc}
 lenet_fault() {
   local fault=$1 page="$LENET_DIR/fault-$1.html" out
   shift
@@ -171,7 +172,8 @@ lenet_optimizer_state_leak() {
     || { echo "    $out"; return 1; }
 }
 # tape-no-shrink is memory that grows while it stays reachable: leak.growth
-# comes from a trace (a mark per step), rendered by `tagalloc report`; the
+# comes from a trace (a mark per step), rendered by `tagalloc report`
+# ($AUTOGRAD_TEST_CLI: the sanitizer build's run uses the plain CLI); the
 # run itself exits 0 (growth is a warning), and without the fault the same
 # trace has no finding.
 tape_no_shrink() {
@@ -181,7 +183,7 @@ tape_no_shrink() {
   rm -f "$trace"
   TAGALLOC_TRACE=$trace "$BUILD/$prog" "${args[@]}" --fault "$fault" \
     >/dev/null 2>"$LENET_DIR/tns.err" || { echo "    $prog failed"; tail -3 "$LENET_DIR/tns.err"; return 1; }
-  "$BUILD"/tagalloc report "$trace" --html "$page" >/dev/null 2>&1 || { echo "    tagalloc report failed"; return 1; }
+  "$CLI" report "$trace" --html "$page" >/dev/null 2>&1 || { echo "    $CLI report failed"; return 1; }
   if [ "$fault" = none ]; then
     out=$("$CHECK_FAULT" "$page" none) || { echo "    $out"; return 1; }
   else
