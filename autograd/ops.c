@@ -122,7 +122,9 @@ ag_var *ag_matmul(ag_var *a, ag_var *b) {
   CHECK2(a, b);
   TAPE("ag_matmul");
   if (a->value->ndim < 2 || b->value->ndim < 2)
-    return _ag_err("ag_matmul: both sides need 2 or 3 dimensions (got %d and %d)", a->value->ndim, b->value->ndim);
+    return _ag_err("ag_matmul: both sides need 2 or 3 dimensions (got %d%s and %d%s)", a->value->ndim,
+                   ta_poison_explain((uint32_t)a->value->ndim, 4), b->value->ndim,
+                   ta_poison_explain((uint32_t)b->value->ndim, 4));
   return record("ag_matmul", tensor_matmul(a->value, b->value), OP_MATMUL, a, b, NULL, NULL);
 }
 

@@ -33,13 +33,15 @@ $(BUILD)/train-%: tools/train_%.c $(wildcard tools/train_*.h) $(AG_DEPS)
 autograd-tests: $(AG_TESTS) $(AG_TOOLS)
 
 # The tests, then the same built with AddressSanitizer and UBSan.
-test-autograd: $(BUILD)/libtagalloc.a autograd-tests
+# (the CLI renders tape-no-shrink's trace: the plain one for both runs, a
+# trace being the same whatever wrote it)
+test-autograd: $(BUILD)/libtagalloc.a autograd-tests $(BUILD)/tagalloc
 	@tests/autograd/run.sh $(BUILD)
 	$(MAKE) BUILD=build/asan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a autograd-tests
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/autograd/run.sh build/asan
+	  AUTOGRAD_TEST_CLI=$(BUILD)/tagalloc tests/autograd/run.sh build/asan
 
 .PHONY: test-autograd autograd-tests
 
@@ -52,10 +54,12 @@ bench-autograd: $(BUILD)/train-lenet $(BUILD)/train-charlm
 # make demo-faults: one page per seeded bug (tensor.h: tensor_fault_set),
 # build/faults/NAME.html, each from 10 steps of train-lenet with --fault NAME
 # (optimizer-state-leak: resumed from a checkpoint of 3 steps).  Each run
-# exits 1: the ledger found the bug.
+# exits 1: the ledger found the bug.  tape-no-shrink is growth, found in a
+# trace: 40 steps under TAGALLOC_TRACE (a mark per step), rendered by
+# tagalloc report (exit 0: growth is a warning).
 FAULTS = reshape-dummy slice-dummy view-underflow tape-stack-inputs arena-early-reset params-in-arena \
          scope-escape pool-double-release
-demo-faults: $(BUILD)/train-lenet
+demo-faults: $(BUILD)/train-lenet $(BUILD)/tagalloc
 	@mkdir -p $(BUILD)/faults
 	@for f in $(FAULTS); do \
 	  $(BUILD)/train-lenet --epochs 1 --steps 10 --test 100 --fault $$f --html $(BUILD)/faults/$$f.html \
@@ -68,6 +72,12 @@ demo-faults: $(BUILD)/train-lenet
 	  --fault optimizer-state-leak --html $(BUILD)/faults/optimizer-state-leak.html \
 	  >/dev/null 2>$(BUILD)/faults/optimizer-state-leak.txt; \
 	test -s $(BUILD)/faults/optimizer-state-leak.html && echo "demo-faults: $(BUILD)/faults/optimizer-state-leak.html"
+	@rm -f $(BUILD)/faults/tape-no-shrink.trace
+	@TAGALLOC_TRACE=$(BUILD)/faults/tape-no-shrink.trace $(BUILD)/train-lenet --epochs 1 --steps 40 --test 100 \
+	  --fault tape-no-shrink >/dev/null 2>&1
+	@$(BUILD)/tagalloc report $(BUILD)/faults/tape-no-shrink.trace --html $(BUILD)/faults/tape-no-shrink.html \
+	  >$(BUILD)/faults/tape-no-shrink.txt 2>&1
+	@test -s $(BUILD)/faults/tape-no-shrink.html && echo "demo-faults: $(BUILD)/faults/tape-no-shrink.html"
 
 # make bench-checks: what the argument checks cost on training: train-lenet
 # against itself built with -DTAGALLOC_NO_ARG_CHECKS, in alternating pairs.

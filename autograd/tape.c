@@ -13,6 +13,8 @@ struct ag_tape {
   ag_op *last;          /* the newest op */
   ag_var *vars;         /* the newest variable */
   size_t nops, nvars;
+  ag_op **index;        /* tape-no-shrink only: every op recorded, never rewound */
+  size_t nindex, cap_index;
 };
 
 static __thread ag_tape *current;
@@ -55,6 +57,23 @@ const char *ag_error(void) { return err_msg; }
 void ag_error_clear(void) { err_msg[0] = '\0'; }
 
 /* ---- the tape ---------------------------------------------------------------- */
+
+/* The seeded bug tape-no-shrink: besides the list of ops (op->prev), the
+ * tape keeps an index of them in a ledger block grown by doubling, as the
+ * seed's tape did, and its reset neither rewinds nor shrinks it: the index
+ * holds every op of every step, and its capacity doubles again and again
+ * over a long run.  A trace with a mark per step shows it as leak.growth
+ * at this function's ta_realloc. */
+static void tape_index_push(ag_tape *t, ag_op *op) {
+  if (t->nindex == t->cap_index) {
+    size_t cap = t->cap_index ? t->cap_index * 2 : 64;
+    ag_op **ix = ta_realloc_tag(tag_tape, t->index, cap * sizeof *ix);
+    if (ix == NULL) return;   /* an index without the op: the list still has it */
+    t->index = ix;
+    t->cap_index = cap;
+  }
+  t->index[t->nindex++] = op;
+}
 
 /* The backward pass starts from dL/dL = 1: one scalar kept by the tape
  * (off any pool: the tape's own) instead of one made and freed per
@@ -134,6 +153,7 @@ void ag_tape_free(ag_tape *t) {
   if (current == t) current = NULL;
   ta_arena_free(t->arena);
   seed_drop(t);
+  ta_free(t->index);
   ta_free(t);
 }
 
@@ -220,6 +240,7 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
   op->prev = t->last;
   t->last = op;
   t->nops++;
+  if (tensor_fault_get() == TENSOR_FAULT_TAPE_NO_SHRINK) tape_index_push(t, op);
   v->op = op;
   v->requires_grad = 1;
   if (opp) *opp = op;

@@ -57,10 +57,18 @@ tensor_status _tensor_err(tensor_status st, const char *fmt, ...) {
   return st;
 }
 
+/* A count read from a tensor that the ledger filled (a freed header, read
+ * in a build without the argument checks) is said to be one
+ * (ta_poison_explain), not printed as a number that means nothing. */
 const char *_tensor_shape_desc(tensor_dtype dt, int ndim, const int64_t *shape, char *buf) {
   size_t n = (size_t)snprintf(buf, TENSOR_SHAPE_STR, "%s[", dt == TENSOR_I32 ? "i32" : "f32");
+  if (ndim < 0 || ndim > TENSOR_MAX_DIMS) {
+    snprintf(buf + n, TENSOR_SHAPE_STR - n, "ndim %d%s]", ndim, ta_poison_explain((uint32_t)ndim, 4));
+    return buf;
+  }
   for (int i = 0; i < ndim && n < TENSOR_SHAPE_STR; i++)
-    n += (size_t)snprintf(buf + n, TENSOR_SHAPE_STR - n, i ? ",%lld" : "%lld", (long long)shape[i]);
+    n += (size_t)snprintf(buf + n, TENSOR_SHAPE_STR - n, i ? ",%lld%s" : "%lld%s", (long long)shape[i],
+                          ta_poison_explain((uint64_t)shape[i], 8));
   if (n < TENSOR_SHAPE_STR) snprintf(buf + n, TENSOR_SHAPE_STR - n, "]");
   return buf;
 }
@@ -91,8 +99,8 @@ bool _tensor_arg_null(const char *op, const char *name) {
 }
 
 bool _tensor_arg_dead(const char *op, const char *name, const tensor *t) {
-  _tensor_err(TENSOR_EINVAL, "%s: %s (%p) is not a live tensor (freed, or its storage released too often: "
-              "see the ledger's finding)", op, name, (const void *)t);
+  _tensor_err(TENSOR_EINVAL, "%s: %s (%p)%s is not a live tensor (freed, or its storage released too often: "
+              "see the ledger's finding)", op, name, (const void *)t, ta_poison_explain((uintptr_t)t, 8));
   return false;
 }
 
@@ -186,10 +194,12 @@ void tensor_free(tensor *t) {
 void _tensor_free(tensor *t) {
   _tensor_scope_forget(t);
   tensor_storage *s = t->storage;
-  /* the seeded bug view-underflow: a view's free gives back one reference
-   * too many (a view: a heap storage with another header on it) */
-  if (_tensor_fault(TENSOR_FAULT_VIEW_UNDERFLOW) && s->pool == NULL && ta_ref_count(s) > 1) ta_ref_release(s);
   long n = ta_ref_release(s);
+  /* the seeded bug view-underflow: a view's free gives back one reference
+   * too many (a view: a heap storage with another header still on it).
+   * After the header's own release, so that this line is the callsite that
+   * releases more than it acquired: the finding's headline. */
+  if (_tensor_fault(TENSOR_FAULT_VIEW_UNDERFLOW) && s->pool == NULL && n > 0) n = ta_ref_release(s);
   bool pooled = false;
   /* A storage going back to its pool is held by the pool before the
    * header lets go of it, so it is never an orphan in between.  The header's
@@ -361,8 +371,8 @@ float tensor_item(const tensor *t) {
   if (!_tensor_arg("tensor_item", "t", t)) return NAN;
   if (t->numel != 1) {
     char b[TENSOR_SHAPE_STR];
-    _tensor_err(TENSOR_ESHAPE, "tensor_item: %s has %lld elements, want 1", _tensor_desc(t, b),
-                (long long)t->numel);
+    _tensor_err(TENSOR_ESHAPE, "tensor_item: %s has %lld elements%s, want 1", _tensor_desc(t, b),
+                (long long)t->numel, ta_poison_explain((uint64_t)t->numel, 8));
     return NAN;
   }
   return t->dtype == TENSOR_F32 ? *(float *)t->data : (float)*(int32_t *)t->data;
@@ -385,7 +395,7 @@ size_t tensor_storage_bytes(const tensor *t) {
 
 static const char *const fault_names[TENSOR_FAULT_COUNT] = {
   "none", "reshape-dummy", "slice-dummy", "view-underflow", "tape-stack-inputs", "arena-early-reset",
-  "params-in-arena", "scope-escape", "pool-double-release", "optimizer-state-leak",
+  "params-in-arena", "scope-escape", "pool-double-release", "optimizer-state-leak", "tape-no-shrink",
 };
 int _tensor_fault_id = -1;   /* -1: not read from the environment yet */
 

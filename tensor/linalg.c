@@ -360,8 +360,8 @@ tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int 
   if (!conv_geometry(op, x->shape, w->shape, stride, pad, &g)) goto fail;
   if (bias && !_tensor_arg_f32(op, "bias", bias)) goto fail;
   if (bias && (bias->ndim != 1 || bias->shape[0] != g.O)) {
-    _tensor_err(TENSOR_ESHAPE, "%s: bias is %s, want f32[%lld] for weight %s", op, _tensor_desc(bias, b1),
-                (long long)g.O, _tensor_desc(w, b2));
+    _tensor_err(TENSOR_ESHAPE, "%s: bias is %s, want f32[%lld%s] for weight %s", op, _tensor_desc(bias, b1),
+                (long long)g.O, ta_poison_explain((uint64_t)g.O, 8), _tensor_desc(w, b2));
     goto fail;
   }
   int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;

@@ -128,8 +128,8 @@ static bool ce_prepare(const char *op, const tensor *logits, const tensor *label
   int64_t C = logits->shape[1];
   for (int64_t i = 0; i < labels->shape[0]; i++)
     if (y[i] < 0 || y[i] >= C) {
-      _tensor_err(TENSOR_ERANGE, "%s: label %d of row %lld out of range [0, %lld) for logits %s", op, y[i],
-                  (long long)i, (long long)C, _tensor_desc(logits, b1));
+      _tensor_err(TENSOR_ERANGE, "%s: label %d of row %lld out of range [0, %lld%s) for logits %s", op, y[i],
+                  (long long)i, (long long)C, ta_poison_explain((uint64_t)C, 8), _tensor_desc(logits, b1));
       return false;
     }
   return true;
@@ -200,8 +200,8 @@ tensor *tensor_embedding(const tensor *weight, const tensor *indices) {
     for (i = 0; i < n; i++)
       if (idx[i] < 0 || idx[i] >= V) break;
     if (i < n)
-      _tensor_err(TENSOR_ERANGE, "%s: index %d at %lld out of range [0, %lld) for weight %s", op, idx[i],
-                  (long long)i, (long long)V, _tensor_desc(weight, b1));
+      _tensor_err(TENSOR_ERANGE, "%s: index %d at %lld out of range [0, %lld%s) for weight %s", op, idx[i],
+                  (long long)i, (long long)V, ta_poison_explain((uint64_t)V, 8), _tensor_desc(weight, b1));
     else if ((out = _tensor_out(op, TENSOR_F32, indices->ndim + 1, shape)))
       for (i = 0; i < n; i++)
         memcpy((float *)out->data + i * D, (const float *)wc->data + idx[i] * D, (size_t)D * 4);

@@ -371,6 +371,10 @@ tensor_pool *tensor_pool_use(tensor_pool *p);
  *   optimizer-state-leak  a checkpoint load makes the optimizer's state anew
  *       without freeing the old (ag_checkpoint_load, autograd/checkpoint.c):
  *       leak.orphan, orphaned there;
+ *   tape-no-shrink  the tape also keeps its ops in an index (a ledger
+ *       block grown by doubling) that its reset never rewinds nor shrinks
+ *       (tape_index_push, autograd/tape.c): leak.growth in a trace with a
+ *       mark per step;
  *   arena-early-reset, scope-escape  the training programs' loop resets the
  *       tape before backward (arena.after-reset); takes its batch from a
  *       scope that does not escape it (use.after-free).
@@ -387,6 +391,7 @@ typedef enum {
   TENSOR_FAULT_SCOPE_ESCAPE,
   TENSOR_FAULT_POOL_DOUBLE_RELEASE,
   TENSOR_FAULT_OPTIMIZER_STATE_LEAK,
+  TENSOR_FAULT_TAPE_NO_SHRINK,
   TENSOR_FAULT_COUNT
 } tensor_fault;
 /* By name ("reshape-dummy", ...; NULL or "none": off).  Returns

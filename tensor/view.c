@@ -60,17 +60,18 @@ static bool resolve_shape(const char *op, const tensor *t, int ndim, const int64
   }
   if (infer >= 0) {
     if (known == 0 || t->numel % known != 0) {
-      _tensor_err(TENSOR_ESHAPE, "%s: cannot reshape %s (%lld elements) to %s", op, _tensor_desc(t, b1),
-                  (long long)t->numel, _tensor_shape_desc(t->dtype, ndim, shape, b2));
+      _tensor_err(TENSOR_ESHAPE, "%s: cannot reshape %s (%lld elements%s) to %s", op, _tensor_desc(t, b1),
+                  (long long)t->numel, ta_poison_explain((uint64_t)t->numel, 8),
+                  _tensor_shape_desc(t->dtype, ndim, shape, b2));
       return false;
     }
     out[infer] = t->numel / known;
     known *= out[infer];
   }
   if (known != t->numel) {
-    _tensor_err(TENSOR_ESHAPE, "%s: cannot reshape %s (%lld elements) to %s (%lld elements)", op,
-                _tensor_desc(t, b1), (long long)t->numel, _tensor_shape_desc(t->dtype, ndim, out, b2),
-                (long long)known);
+    _tensor_err(TENSOR_ESHAPE, "%s: cannot reshape %s (%lld elements%s) to %s (%lld elements)", op,
+                _tensor_desc(t, b1), (long long)t->numel, ta_poison_explain((uint64_t)t->numel, 8),
+                _tensor_shape_desc(t->dtype, ndim, out, b2), (long long)known);
     return false;
   }
   return true;
@@ -175,8 +176,9 @@ tensor *tensor_slice(const tensor *t, int axis, int64_t start, int64_t stop, int
   int64_t s0 = start < 0 ? start + n : start, s1 = stop < 0 ? stop + n : stop;
   if (step < 1 || s0 < 0 || s1 > n || s0 > s1) {
     char b[TENSOR_SHAPE_STR];
-    _tensor_err(TENSOR_ERANGE, "tensor_slice: [%lld:%lld:%lld] out of range for axis %d (size %lld) of %s",
-                (long long)start, (long long)stop, (long long)step, axis, (long long)n, _tensor_desc(t, b));
+    _tensor_err(TENSOR_ERANGE, "tensor_slice: [%lld:%lld:%lld] out of range for axis %d (size %lld%s) of %s",
+                (long long)start, (long long)stop, (long long)step, axis, (long long)n,
+                ta_poison_explain((uint64_t)n, 8), _tensor_desc(t, b));
     return NULL;
   }
   int64_t shape[TENSOR_MAX_DIMS], strides[TENSOR_MAX_DIMS];
@@ -194,8 +196,8 @@ tensor *tensor_select(const tensor *t, int axis, int64_t index) {
   int64_t n = t->shape[axis], i = index < 0 ? index + n : index;
   if (i < 0 || i >= n) {
     char b[TENSOR_SHAPE_STR];
-    _tensor_err(TENSOR_ERANGE, "tensor_select: index %lld out of range for axis %d (size %lld) of %s",
-                (long long)index, axis, (long long)n, _tensor_desc(t, b));
+    _tensor_err(TENSOR_ERANGE, "tensor_select: index %lld out of range for axis %d (size %lld%s) of %s",
+                (long long)index, axis, (long long)n, ta_poison_explain((uint64_t)n, 8), _tensor_desc(t, b));
     return NULL;
   }
   int64_t shape[TENSOR_MAX_DIMS], strides[TENSOR_MAX_DIMS];
@@ -267,8 +269,8 @@ tensor *tensor_squeeze(const tensor *t, int axis) {
     if (!check_axis("tensor_squeeze", t, &axis, 0)) return NULL;
     if (t->shape[axis] != 1) {
       char b[TENSOR_SHAPE_STR];
-      _tensor_err(TENSOR_ESHAPE, "tensor_squeeze: axis %d of %s has size %lld, not 1", axis,
-                  _tensor_desc(t, b), (long long)t->shape[axis]);
+      _tensor_err(TENSOR_ESHAPE, "tensor_squeeze: axis %d of %s has size %lld%s, not 1", axis,
+                  _tensor_desc(t, b), (long long)t->shape[axis], ta_poison_explain((uint64_t)t->shape[axis], 8));
       return NULL;
     }
   }

@@ -6,19 +6,21 @@ about a run with a seeded bug (--fault NAME).
 
 Reads the report model embedded in the page (the JSON block
 "tagalloc-data") and checks that every finding is of KIND (no other kind,
-at least one finding), and that FUNCTION in FILE is among the first TOP
-(default 3) frames, inlined ones included, of the STACK ("stack": the
-headline, "aux_stack", "alloc_stack" or "free_stack") of at least one of
-them.  ALSO (comma-separated kinds) are consequences of the same bug that
-may be reported beside KIND.  With KIND "none": no finding at all.  Prints one line; exit status 0
-when it holds, 1 otherwise."""
+at least one finding), and that FUNCTION in FILE (FILE:LINE: at that
+line) is among the first TOP (default 3) frames, inlined ones included, of
+the STACK ("stack": the headline, "aux_stack", "alloc_stack" or
+"free_stack") of every one of them.  ALSO lists, comma-separated, what the
+same bug leads to and must be reported beside KIND, exactly:
+KIND=GROUPS, or KIND=GROUPS@STACK+FUNCTION+FILE+TOP to ask the same of
+each of those groups' STACK.  With KIND "none": no finding at all.  Prints
+one line; exit status 0 when it holds, 1 otherwise."""
 import json
 import re
 import sys
 
 
 def frames_of(data, idx, top):
-    """(function, file) of the first `top` frames of stack idx, inlined frames included."""
+    """(function, file, line) of the first `top` frames of stack idx, inlined frames included."""
     if idx is None or idx < 0 or idx >= len(data["stacks"]):
         return []
     strings = data["strings"]
@@ -26,7 +28,7 @@ def frames_of(data, idx, top):
     for fr in data["stacks"][idx][:top]:
         fn = strings[fr[0]] if fr[0] >= 0 else "??"
         fl = strings[fr[1]] if fr[1] >= 0 else "??"
-        out.append((fn, fl))
+        out.append((fn, fl, fr[2]))
     return out
 
 
@@ -49,22 +51,56 @@ def main(argv):
         return 0 if ok else 1
     stack, function, path = argv[3], argv[4], argv[5]
     top = int(argv[6]) if len(argv) > 6 else 3
-    also = set(argv[7].split(",")) if len(argv) > 7 else set()
-    if kind not in kinds or set(kinds) - also - {kind}:
-        print(f"FAIL: findings of kinds {kinds}, want {kind}" + (f" (and maybe {sorted(also)})" if also else " only"))
+    also = {}
+    for spec in (argv[7].split(",") if len(argv) > 7 and argv[7] else []):
+        k, _, rest = spec.partition("=")
+        groups, _, site = rest.partition("@")
+        also[k] = (int(groups), site.split("+") if site else None)
+    want = sorted({kind} | set(also))
+    if kinds != want:
+        print(f"FAIL: findings of kinds {kinds}, want {want}")
         return 1
-    seen = []
+    msg = check_site(data, findings, kind, stack, function, path, top)
+    if msg.startswith("FAIL"):
+        print(msg)
+        return 1
+    for k, (groups, site) in sorted(also.items()):
+        n = sum(1 for f in findings if f["kind"] == k)
+        if n != groups:
+            print(f"FAIL: {n} {k} group(s), want {groups}")
+            return 1
+        if site:
+            m = check_site(data, findings, k, site[0], site[1], site[2], int(site[3]))
+            if m.startswith("FAIL"):
+                print(m)
+                return 1
+            msg += f"; {m[4:]}"
+        else:
+            msg += f"; {n} {k} group(s)"
+    print(msg)
+    return 0
+
+
+def check_site(data, findings, kind, stack, function, path, top):
+    """ok or FAIL: FUNCTION in PATH (PATH:LINE) among the top frames of STACK of every KIND finding."""
+    line = None
+    if re.search(r":\d+$", path):
+        path, line = path.rsplit(":", 1)
+        line = int(line)
+    missing = []
+    n = 0
     for f in findings:
         if f["kind"] != kind:
             continue
+        n += 1
         fr = frames_of(data, f.get(stack), top)
-        seen.append(fr)
-        if any(fn == function and fl.endswith(path) for fn, fl in fr):
-            print(f"ok: {len(findings)} {kind} group(s); {function} ({path}) in the top {top} frames of a {stack}")
-            return 0
-    print(f"FAIL: {function} ({path}) not in the top {top} frames of any {kind} {stack}: {seen[:3]}")
-    return 1
-
+        if not any(fn == function and fl.endswith(path) and line in (None, ln) for fn, fl, ln in fr):
+            missing.append(fr)
+    where = f"{path}:{line}" if line is not None else path
+    if missing:
+        return (f"FAIL: {function} ({where}) not in the top {top} frames of {len(missing)} of {n} {kind} {stack}s: "
+                f"{missing[:3]}")
+    return f"ok: {n} {kind} group(s), each with {function} ({where}) in the top {top} frames of its {stack}"
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

@@ -127,6 +127,46 @@ static void test_bad_input(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
+/* A count or pointer that the ledger's fill made (0xDF, the freed-memory
+ * poison) is said to be one in the message: a pointer read from a freed
+ * struct, and a header's counts as a freed header's would read (set here
+ * on a live header, the argument checks refusing a freed one). */
+#define POISON " (the freed-memory poison: read from a freed block)"
+static void poisoned_values_explained(void **state) {
+  (void)state;
+  tensor *wild = (tensor *)(uintptr_t)0xdfdfdfdfdfdfdfdfull;
+  tensor_error_clear();
+  assert_true(isnan(tensor_item(wild)));
+  assert_string_equal(tensor_error(), "tensor_item: t (0xdfdfdfdfdfdfdfdf)" POISON " is not a live tensor (freed, "
+                                      "or its storage released too often: see the ledger's finding)");
+  ta_findings_clear();
+
+  tensor *a = tensor_zeros(TENSOR_F32, TS(2, 3));
+  int64_t numel = a->numel, dim = a->shape[1];
+  a->numel = (int64_t)0xdfdfdfdfdfdfdfdfull;
+  EXPECT_ERR(tensor_item(a), TENSOR_ESHAPE,
+             "tensor_item: f32[2,3] has -2314885530818453537 elements" POISON ", want 1");
+  EXPECT_NULL_ERR(tensor_reshape(a, TS(6)), TENSOR_ESHAPE,
+                  "tensor_reshape: cannot reshape f32[2,3] (-2314885530818453537 elements" POISON ") to f32[6] "
+                  "(6 elements)");
+  a->numel = numel;
+  a->shape[1] = (int64_t)0xdfdfdfdfdfdfdfdfull;
+  EXPECT_ERR(tensor_item(a), TENSOR_ESHAPE, "tensor_item: f32[2,-2314885530818453537" POISON "] has 6 elements, want 1");
+  EXPECT_NULL_ERR(tensor_select(a, 1, 0), TENSOR_ERANGE,
+                  "tensor_select: index 0 out of range for axis 1 (size -2314885530818453537" POISON ") of f32[2,"
+                  "-2314885530818453537" POISON "]");
+  a->shape[1] = dim;
+  a->numel = numel;
+  int ndim = a->ndim;
+  a->ndim = (int)0xdfdfdfdfu;
+  EXPECT_ERR(tensor_item(a), TENSOR_ESHAPE, "tensor_item: f32[ndim -538976289" POISON "] has 6 elements, want 1");
+  a->ndim = ndim;
+  /* an ordinary count is printed as it is */
+  EXPECT_ERR(tensor_item(a), TENSOR_ESHAPE, "tensor_item: f32[2,3] has 6 elements, want 1");
+  tensor_free(a);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 static void print_to_stderr(void **state) {
   (void)state;
   /* the default handler prints one line on stderr; here it is just called */
@@ -139,6 +179,7 @@ int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_bad_input, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(poisoned_values_explained, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(print_to_stderr, errors_setup, errors_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

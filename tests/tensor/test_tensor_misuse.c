@@ -111,7 +111,10 @@ static void test_batch_after_view_underflow(void **state) {
   assert_int_equal(ta_findings_count("ref.underflow"), 1);
   assert_int_equal(ta_findings_count(NULL), 1);
   ta_finding f = the_finding("ref.underflow");
-  assert_string_equal(stack_frame0(ctx, f.stack), "next_batch");
+  /* the headline is the extra release (not the batch that met the freed
+   * storage): the later of the two releases the view's destructor made */
+  assert_true(stack_has(f.stack, "view_destroy_twice", 3));
+  assert_false(stack_has(f.stack, "next_batch", TA_MAX_DEPTH));
   assert_true(f.tag == T_STORAGE);
   assert_true(f.history_len >= 4);          /* init, the views' acquires, the extra release */
   assert_int_equal(last_error_status, TENSOR_EINVAL);
