@@ -68,11 +68,16 @@ $(BUILD)/bench-gpu-cuda-alloc: bench/gpu/cuda_alloc.cu
 	$(NVCC) -O2 $(CUDA_GENCODE) $< -o $@
 endif
 
+# The scripts' paths that run without a GPU, with stand-ins (bench/gpu/test_scripts.sh).
+PART_TEST += test-bench-gpu-scripts
+test-bench-gpu-scripts: $(BUILD)/tagalloc $(BUILD)/libtagalloc-cuda.so
+	@bench/gpu/test_scripts.sh $(BUILD)
+
 bench-gpu: $(BUILD)/bench-gpu $(BENCH_GPU_CUDA_ALLOC) $(BUILD)/train-lenet $(BUILD)/tagalloc $(BUILD)/libtagalloc-cuda.so
 	$(BUILD)/bench-gpu
 	bench/gpu/cuda.sh $(BUILD)
 
-.PHONY: bench-gpu
+.PHONY: bench-gpu test-bench-gpu-scripts
 
 # train-lenet and train-charlm --device run on gpu/ (tools/train_*device.h):
 # the header path, and the library before the ledger's, which it needs.
