@@ -331,6 +331,7 @@ elif ! command -v python3 >/dev/null 2>&1; then
 elif [ ! -x "$LENET" ]; then
   result FAIL vs-torch "no $LENET (make gpu-bundle carries it)"
 else
+  missing_libs "$LENET"
   json=()
   [ -n "${OUT:-}" ] && [ -d "${OUT}" ] && json=(--json "$OUT/gpu-check-vs-torch.json")
   run vs-torch python3 bench/gpu/vs_torch.py --build "$BUILD" --data "$DATA" ${json[@]+"${json[@]}"}
