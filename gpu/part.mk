@@ -50,16 +50,34 @@ test-gpu: $(BUILD)/libtagalloc.a gpu-tests $(GPU_TRAIN)
 include $(wildcard gpu/cuda/*.mk)
 
 # make bench-gpu: a cached allocation against the backend's raw one, and the
-# pool's hit rate in a training-like steady state (bench/gpu/README.md).
+# pool's hit rate in a training-like steady state (bench/gpu/README.md); then
+# bench/gpu/cuda.sh: cudaMalloc and cudaMallocAsync pairs
+# ($(BUILD)/bench-gpu-cuda-alloc, built where nvcc is found), LeNet-5 images/s
+# against PyTorch (bench/gpu/vs_torch.py, PYTHON=... picks the interpreter),
+# and the audit's cost on a CUDA program (bench/gpu/audit_cost.sh); each
+# prints SKIP with the reason where it cannot run (no GPU, no PyTorch).
 PART_BENCH += bench-gpu
+BENCH_GPU_CUDA_ALLOC = $(if $(NVCC),$(BUILD)/bench-gpu-cuda-alloc)
 
 $(BUILD)/bench-gpu: bench/gpu/bench_gpu.c $(BUILD)/libtagalloc-gpu.a $(BUILD)/libtagalloc.a
 	$(CC) -O2 -g $(COMMON) -Igpu $< -o $@ $(GPU_LINK) $(LIBS)
 
-bench-gpu: $(BUILD)/bench-gpu
-	$(BUILD)/bench-gpu
+ifneq ($(NVCC),)
+$(BUILD)/bench-gpu-cuda-alloc: bench/gpu/cuda_alloc.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 $(CUDA_GENCODE) $< -o $@
+endif
 
-.PHONY: bench-gpu
+# The scripts' paths that run without a GPU, with stand-ins (bench/gpu/test_scripts.sh).
+PART_TEST += test-bench-gpu-scripts
+test-bench-gpu-scripts: $(BUILD)/tagalloc $(BUILD)/libtagalloc-cuda.so
+	@bench/gpu/test_scripts.sh $(BUILD)
+
+bench-gpu: $(BUILD)/bench-gpu $(BENCH_GPU_CUDA_ALLOC) $(BUILD)/train-lenet $(BUILD)/tagalloc $(BUILD)/libtagalloc-cuda.so
+	$(BUILD)/bench-gpu
+	bench/gpu/cuda.sh $(BUILD)
+
+.PHONY: bench-gpu test-bench-gpu-scripts
 
 # train-lenet and train-charlm --device run on gpu/ (tools/train_*device.h):
 # the header path, and the library before the ledger's, which it needs.

@@ -98,7 +98,7 @@ gpu-check:
 # the shared libraries of the programs it runs, in $(BUILD)/gpu-libs.
 # Other parts add their GPU programs to GPU_BUNDLE.
 GPU_BUNDLE += $(CUDA_CMP_TEST) $(if $(NVCC),$(CUDA_LIB) $(CUDA_LOAD_TEST)) \
-              $(if $(filter bench-gpu,$(PART_BENCH)),$(BUILD)/bench-gpu) \
+              $(if $(filter bench-gpu,$(PART_BENCH)),$(BUILD)/bench-gpu $(BENCH_GPU_CUDA_ALLOC)) \
               $(filter $(BUILD)/train-lenet $(BUILD)/train-charlm,$(AG_TOOLS)) \
               $(if $(wildcard tests/cuda/gpu-audit.sh),$(wildcard $(BUILD)/tagalloc $(BUILD)/libtagalloc-*.so))
 gpu-bundle: $(GPU_BUNDLE)

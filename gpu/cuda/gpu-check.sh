@@ -22,6 +22,9 @@
 #   bench-gpu     build/bench-gpu (make bench-gpu's program) with TAGALLOC_GPU=cuda,
 #                 where this checkout has it; its output also in
 #                 $OUT/gpu-check-bench.txt
+#   cuda-alloc    build/bench-gpu-cuda-alloc (bench/gpu/cuda_alloc.cu, built
+#                 here with nvcc if missing): cudaMalloc and cudaMallocAsync
+#                 alloc+free pairs, beside bench-gpu's pool column
 #   train-lenet   build/train-lenet --device cuda, 3 epochs on Fashion-MNIST
 #                 (GPU_CHECK_DATA=DIR, default the Debian package's folder):
 #                 at least 86% test accuracy
@@ -31,6 +34,12 @@
 #                 tagalloc run on CUDA programs built with the static and the
 #                 shared runtime, each leaking one block of each kind
 #                 (compute-sanitizer is the oracle)
+#   vs-torch      bench/gpu/vs_torch.py: LeNet-5 training images/s of
+#                 train-lenet --device cuda against PyTorch CUDA (python3);
+#                 fails below the 1x target
+#   audit-cost    bench/gpu/audit_cost.sh: a CUDA program with many
+#                 cudaMalloc/cudaFree and launches, bare and under tagalloc run
+#                 (the last three's output also in $OUT/gpu-check-NAME.txt)
 #   racecheck, synccheck, initcheck
 #                 test_cuda_compare under compute-sanitizer's other tools
 #   more checks   every executable tests/*/gpu-check-*.sh the checkout has
@@ -134,7 +143,8 @@ finish() {
 say "gpu-check at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(date -u '+%F %T') UTC"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   result SKIP card "no nvidia-smi: no NVIDIA driver here"
-  for c in load compare memcheck bench-gpu train-lenet train-charlm gpu-audit racecheck synccheck initcheck; do
+  for c in load compare memcheck bench-gpu cuda-alloc train-lenet train-charlm gpu-audit vs-torch audit-cost \
+    racecheck synccheck initcheck; do
     result SKIP $c "no GPU"
   done
   finish
@@ -142,7 +152,8 @@ fi
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader >"$WORK/card" 2>&1; then
   cat "$WORK/card"
   result SKIP card "nvidia-smi finds no GPU: $(head -n1 "$WORK/card")"
-  for c in load compare memcheck bench-gpu train-lenet train-charlm gpu-audit racecheck synccheck initcheck; do
+  for c in load compare memcheck bench-gpu cuda-alloc train-lenet train-charlm gpu-audit vs-torch audit-cost \
+    racecheck synccheck initcheck; do
     result SKIP $c "no GPU"
   done
   finish
@@ -249,6 +260,23 @@ else
     [ -n "${OUT:-}" ] && [ -d "${OUT}" ] && [ -f "$WORK/bench-gpu.out" ] && cp "$WORK/bench-gpu.out" "$OUT/gpu-check-bench.txt"
   fi
 fi
+keep_out() {   # keep_out NAME: the check's whole output in $OUT/gpu-check-NAME.txt
+  [ -n "${OUT:-}" ] && [ -d "${OUT}" ] && [ -f "$WORK/$1.out" ] && cp "$WORK/$1.out" "$OUT/gpu-check-$1.txt"
+}
+
+# ---- the CUDA runtime's allocators, beside the pool's cached pair --------------------------------
+ALLOC=$BUILD/bench-gpu-cuda-alloc
+if [ ! -f bench/gpu/cuda_alloc.cu ]; then
+  result SKIP cuda-alloc "this checkout has no bench/gpu/cuda_alloc.cu"
+else
+  [ -x "$ALLOC" ] || make BUILD="$BUILD" "$ALLOC" >>"$LOG" 2>&1
+  if [ ! -x "$ALLOC" ]; then
+    result FAIL cuda-alloc "no $ALLOC, and it does not build here (nvcc; or carry it: make gpu-bundle)"
+  else
+    run cuda-alloc "$ALLOC"
+    keep_out cuda-alloc
+  fi
+fi
 
 # ---- LeNet-5 trained on the CUDA backend: 3 epochs, at least 86% -----------------------------------
 LENET=$BUILD/train-lenet
@@ -292,6 +320,30 @@ if [ -x tests/cuda/gpu-audit.sh ]; then
   run gpu-audit tests/cuda/gpu-audit.sh "$BUILD"
 else
   result SKIP gpu-audit "this checkout has no tests/cuda/gpu-audit.sh"
+fi
+
+# ---- LeNet-5 images/s against PyTorch CUDA (bench/gpu/vs_torch.py: synthetic data
+# of Fashion-MNIST's shape where $DATA lacks it) ----------------------------------------------------
+if [ ! -f bench/gpu/vs_torch.py ]; then
+  result SKIP vs-torch "this checkout has no bench/gpu/vs_torch.py"
+elif ! command -v python3 >/dev/null 2>&1; then
+  result SKIP vs-torch "no python3 here"
+elif [ ! -x "$LENET" ]; then
+  result FAIL vs-torch "no $LENET (make gpu-bundle carries it)"
+else
+  missing_libs "$LENET"
+  json=()
+  [ -n "${OUT:-}" ] && [ -d "${OUT}" ] && json=(--json "$OUT/gpu-check-vs-torch.json")
+  run vs-torch python3 bench/gpu/vs_torch.py --build "$BUILD" --data "$DATA" ${json[@]+"${json[@]}"}
+  keep_out vs-torch
+fi
+
+# ---- the audit's cost on a CUDA program (bench/gpu/audit_cost.sh) ------------------------------------
+if [ -x bench/gpu/audit_cost.sh ]; then
+  run audit-cost bench/gpu/audit_cost.sh "$BUILD"
+  keep_out audit-cost
+else
+  result SKIP audit-cost "this checkout has no bench/gpu/audit_cost.sh"
 fi
 
 # ---- the other compute-sanitizer tools ------------------------------------------------------------------
