@@ -255,6 +255,8 @@ def one(case, tagalloc, tmp):
             return res
     argv = [a.replace("@WD@", wd) for a in case.argv]
     env = dict(os.environ, LC_ALL="C", PYTHONHASHSEED="0", HOME=wd, GIT_CONFIG_NOSYSTEM="1")
+    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):   # an outer make (make -j2 test) is not the case's
+        env.pop(k, None)
     bare_dir = os.path.join(wd, "bare")
     aud_dir = os.path.join(wd, "audited")
     os.makedirs(bare_dir)
