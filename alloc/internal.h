@@ -20,11 +20,19 @@
 
 enum { TA_UNWIND_EXACT = 0, TA_UNWIND_FAST = 1, TA_UNWIND_NONE = 2 };
 
+/* TAGALLOC_CHECK: what a free records and keeps (ledger.c, block_free).
+ * leaks: no free stack, no quarantine; errors: free stacks and one freed
+ * block in TAGALLOC_QUARANTINE_SAMPLE quarantined; full: every freed block
+ * quarantined with its free stack. */
+enum { TA_CHECK_LEAKS = 0, TA_CHECK_ERRORS = 1, TA_CHECK_FULL = 2 };
+
 typedef struct {
   long unwind;        /* TAGALLOC_UNWIND: exact | fast | none */
   long depth;         /* TAGALLOC_DEPTH: frames per stack, 1..TA_MAX_DEPTH */
   long quarantine;    /* TAGALLOC_QUARANTINE: bytes (K/M/G) */
   long quarantine_blocks; /* TAGALLOC_QUARANTINE_BLOCKS: blocks per thread, 0: no limit */
+  long check;         /* TAGALLOC_CHECK: leaks | errors | full (TA_CHECK_*) */
+  long quarantine_sample; /* TAGALLOC_QUARANTINE_SAMPLE: errors mode quarantines one freed block in N */
   long report;        /* TAGALLOC_REPORT: exit report on/off */
   long scan_at_exit;  /* TAGALLOC_SCAN: leak scan at exit on/off */
   long poison;        /* TAGALLOC_POISON: the byte written into freed blocks */
@@ -141,6 +149,9 @@ struct ta_thread {
   uint32_t     qcap, qhead, qlen;  /* qcap: the ring in use, a power of 2 */
   uint32_t     qmax;           /* the ring reserved (mmap'd, touched up to qcap) */
   int64_t      qbytes;         /* bytes in this thread's quarantine */
+  uint32_t     qcount;         /* frees since the last one sampled (errors mode) */
+  uint32_t     rpos;           /* the next slot of `recent` */
+  ta_block    *recent;         /* the last TA_RECENT records freed outside the quarantine */
   uint64_t     seq_next, seq_end, seq_epoch;   /* a block of sequence numbers */
   uint64_t     seq_last;       /* the last number it took while tracing */
   _Atomic int  solo_depth;     /* >0 while inside a solo section (thread.c) */
@@ -244,6 +255,7 @@ void *_ta_alloc_at(ta_tag tag, size_t size, size_t align, bool zero, uint32_t st
 void *_ta_alloc_raw(size_t size, size_t align, bool zero);
 void *_ta_alloc_record(void *raw, ta_tag tag, size_t size, bool zero, uint32_t stack);
 bool  _ta_free_at(void *p, uint32_t stack);                 /* false: a bad free, reported */
+bool  _ta_free_quiet(void *p);          /* leaks mode, no stack: false for a bad free, not reported, nothing done */
 void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);
 /* The exit work (scan, report, trace), callable early: _exit, a fatal
  * signal, exec.  Runs once per process image unless `again`. */

@@ -16,6 +16,8 @@ ta_options_t _ta_opt = {
   .depth = 32,
   .quarantine = 64L << 20,
   .quarantine_blocks = 16384,
+  .check = TA_CHECK_FULL,
+  .quarantine_sample = 16,
   .report = 1,
   .scan_at_exit = 1,
   .poison = 0xDF,
@@ -35,7 +37,7 @@ ta_options_t _ta_opt = {
   .guard_sample = 100,
 };
 
-typedef enum { OPT_SIZE, OPT_FLAG, OPT_UNWIND, OPT_BYTE, OPT_STRING, OPT_SPAN } opt_kind;
+typedef enum { OPT_SIZE, OPT_FLAG, OPT_UNWIND, OPT_CHECK, OPT_BYTE, OPT_STRING, OPT_SPAN } opt_kind;
 
 typedef struct {
   const char *name;   /* lower case; the variable is TAGALLOC_<NAME upper> */
@@ -50,6 +52,8 @@ static const opt_desc opt_table[] = {
   { "depth",         OPT_SIZE,   &_ta_opt.depth,        1, TA_MAX_DEPTH, NULL },
   { "quarantine",    OPT_SIZE,   &_ta_opt.quarantine,   0, 1L << 40, NULL },
   { "quarantine_blocks", OPT_SIZE, &_ta_opt.quarantine_blocks, 0, 1L << 22, NULL },
+  { "check",         OPT_CHECK,  &_ta_opt.check,        0, 2, NULL },
+  { "quarantine_sample", OPT_SIZE, &_ta_opt.quarantine_sample, 1, 1L << 20, NULL },
   { "report",        OPT_FLAG,   &_ta_opt.report,       0, 1, NULL },
   { "scan",          OPT_FLAG,   &_ta_opt.scan_at_exit, 0, 1, NULL },
   { "poison",        OPT_BYTE,   &_ta_opt.poison,       0, 255, NULL },
@@ -125,6 +129,12 @@ static bool parse_one(const opt_desc *d, const char *s) {
       if (strcmp(s, "exact") == 0) v = TA_UNWIND_EXACT;
       else if (strcmp(s, "fast") == 0) v = TA_UNWIND_FAST;
       else if (strcmp(s, "none") == 0) v = TA_UNWIND_NONE;
+      else return false;
+      break;
+    case OPT_CHECK:
+      if (strcmp(s, "leaks") == 0) v = TA_CHECK_LEAKS;
+      else if (strcmp(s, "errors") == 0) v = TA_CHECK_ERRORS;
+      else if (strcmp(s, "full") == 0) v = TA_CHECK_FULL;
       else return false;
       break;
     case OPT_SPAN:                                /* a size, or all */

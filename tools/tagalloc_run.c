@@ -35,7 +35,7 @@
 extern char **environ;
 
 typedef struct {
-  const char *json, *html, *folded, *folded_peak, *trace, *unwind, *supp;
+  const char *json, *html, *folded, *folded_peak, *trace, *unwind, *supp, *check;
   bool        guard, no_follow, has_error_exitcode, quiet;
   int         error_exitcode;
   char       *skip;              /* --skip patterns, comma-separated (malloc'd) */
@@ -58,6 +58,12 @@ static void run_usage(FILE *f) {
         "  --trace FILE|DIR       keep the traces: DIR/PID.trace for each process, or the\n"
         "                         first process's in FILE (the others in FILE.PID)\n"
         "  --unwind exact|fast    stacks by DWARF unwinding (default) or frame pointers\n"
+        "  --check leaks|errors|full\n"
+        "                         what is checked: leaks and bad frees (default: no free\n"
+        "                         stacks, no quarantine, no trace unless --trace, --html or\n"
+        "                         --folded-peak asks);\n"
+        "                         errors adds free stacks and a sampled quarantine (use\n"
+        "                         after free); full quarantines every freed block\n"
         "  --guard                freed blocks' pages made inaccessible (use after free)\n"
         "  --suppressions FILE    leak:PATTERN and tag:PATTERN lines (LeakSanitizer's format)\n"
         "  --error-exitcode N     exit with N when any process had a leak or an error\n"
@@ -73,7 +79,7 @@ static void run_usage(FILE *f) {
 }
 
 enum { OPT_JSON = 256, OPT_HTML, OPT_FOLDED, OPT_FOLDED_PEAK, OPT_TRACE, OPT_UNWIND, OPT_SUPP, OPT_ERREXIT, OPT_GUARD,
-       OPT_NOFOLLOW, OPT_SKIP };
+       OPT_NOFOLLOW, OPT_SKIP, OPT_CHECK };
 
 /* 0: run; 1: --help was asked (exit 0); -1: a usage error (said). */
 static int parse(int argc, char **argv, run_opts *o) {
@@ -89,6 +95,7 @@ static int parse(int argc, char **argv, run_opts *o) {
     { "guard", no_argument, NULL, OPT_GUARD },
     { "no-follow", no_argument, NULL, OPT_NOFOLLOW },
     { "skip", required_argument, NULL, OPT_SKIP },
+    { "check", required_argument, NULL, OPT_CHECK },
     { "quiet", no_argument, NULL, 'q' },
     { "help", no_argument, NULL, 'h' },
     { 0, 0, 0, 0 },
@@ -103,6 +110,7 @@ static int parse(int argc, char **argv, run_opts *o) {
     case OPT_FOLDED_PEAK: o->folded_peak = optarg; break;
     case OPT_TRACE: o->trace = optarg; break;
     case OPT_UNWIND: o->unwind = optarg; break;
+    case OPT_CHECK: o->check = optarg; break;
     case OPT_SUPP: o->supp = optarg; break;
     case OPT_GUARD: o->guard = true; break;
     case OPT_NOFOLLOW: o->no_follow = true; break;
@@ -143,6 +151,10 @@ static int parse(int argc, char **argv, run_opts *o) {
   }
   if (o->unwind && strcmp(o->unwind, "exact") != 0 && strcmp(o->unwind, "fast") != 0) {
     cli_error("run: --unwind %s: expected exact or fast", o->unwind);
+    return -1;
+  }
+  if (o->check && strcmp(o->check, "leaks") != 0 && strcmp(o->check, "errors") != 0 && strcmp(o->check, "full") != 0) {
+    cli_error("run: --check %s: expected leaks, errors or full", o->check);
     return -1;
   }
   if (o->trace && strcmp(o->trace, "-") == 0) {
@@ -343,7 +355,7 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
   if (!env) return NULL;
   static const char *ours[] = { "LD_PRELOAD", "TAGALLOC_TRACE", "TAGALLOC_JSON", "TAGALLOC_REPORT",
                                 "TAGALLOC_UNWIND", "TAGALLOC_GUARD", "TAGALLOC_FOLLOW",
-                                "TAGALLOC_SUPPRESSIONS", "TAGALLOC_SKIP" };
+                                "TAGALLOC_SUPPRESSIONS", "TAGALLOC_SKIP", "TAGALLOC_CHECK" };
   const char *old_preload = NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
@@ -356,6 +368,7 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
     if (skip && env_is(environ[i], "TAGALLOC_GUARD") && !o->guard) skip = false;
     if (skip && env_is(environ[i], "TAGALLOC_FOLLOW") && !o->no_follow) skip = false;
     if (skip && env_is(environ[i], "TAGALLOC_SKIP") && !o->skip) skip = false;
+    if (skip && env_is(environ[i], "TAGALLOC_CHECK") && !o->check) skip = false;
     if (!skip) env[k++] = environ[i];
   }
   /* LD_PRELOAD: ours first, then the others (without ours again) */
@@ -377,7 +390,14 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
   snprintf(json, sizeof json, "%s/%%p.json", dir);
   env[k++] = env_pair("LD_PRELOAD", pl);
   free(pl);
-  env[k++] = env_pair("TAGALLOC_TRACE", trace);
+  /* The mode: --check, else the user's TAGALLOC_CHECK, else leaks, which
+   * writes a trace only where an output needs one (--trace, --html,
+   * --folded-peak: the timeline and the peak are the trace's). */
+  const char *check = o->check ? o->check : getenv("TAGALLOC_CHECK");
+  bool leaks = check == NULL || strcmp(check, "leaks") == 0;
+  if (!o->check && !check) env[k++] = env_pair("TAGALLOC_CHECK", "leaks");
+  else if (o->check) env[k++] = env_pair("TAGALLOC_CHECK", o->check);
+  if (!leaks || o->trace || o->html || o->folded_peak) env[k++] = env_pair("TAGALLOC_TRACE", trace);
   env[k++] = env_pair("TAGALLOC_JSON", json);
   env[k++] = env_pair("TAGALLOC_REPORT", o->quiet ? "0" : "1");
   if (o->unwind) env[k++] = env_pair("TAGALLOC_UNWIND", o->unwind);

@@ -166,6 +166,42 @@ printf '{"processes":[{"callsites":[{"key":"f \xf0\x9f\x98\x80","allocs":2,"byte
 "$ta" diff pair.json utf8.json > out 2> err; rc=$?
 expect "diff: a surrogate pair is the same callsite as its UTF-8" "0 tagalloc diff: pair.json -> utf8.json: 1 callsite(s), 1 changed" "$rc $(head -1 out)"
 
+# ---- --check: what each mode catches, exactly -------------------------------------------------
+# progs/modes.c: 1,600 writes after free, 10 double frees, 5 interior frees,
+# 4 overflows, 3 leaks.  leaks (the default) misses the writes after free and
+# keeps no free stack; errors quarantines one freed block in 16 (100 of the
+# 1,600 writes); full all of them.
+# kinds FILE: "kind:blocks:free_stack ..." of the one process, by kind
+kinds() { "$py" -c 'import json; p=json.load(open("'"$1"'")); p=p["processes"][0] if "processes" in p else p; print(" ".join("%s:%d:%d" % (f["kind"], f["blocks"], bool(f.get("free_stack"))) for f in sorted(p["findings"], key=lambda f: f["kind"])))' 2>&1; }
+# traced MODE-OPTIONS...: does the audited process get a trace to write?
+traced() { "$ta" run -q "$@" -- env | grep -c '^TAGALLOC_TRACE='; }
+if cc -g -O0 -Wno-free-nonheap-object -o modes "$here/progs/modes.c"; then
+  "$ta" run -q --json m.json -- ./modes 2> err; rc=$?
+  expect "--check: the default is leaks (no use after free, no free stacks, no trace)" \
+    "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
+  expect "--check: a trace in leaks mode only for --trace, --html, --folded-peak; always in errors and full" \
+    "0 1 1 1 0 1 1" "$(traced) $(traced --trace t.trace) $(traced --html h.html) $(traced --folded-peak -) $(traced --folded -) $(traced --check=errors) $(traced --check=full)"
+  "$ta" run -q --check errors --json m.json -- ./modes 2> err; rc=$?
+  expect "--check=errors: one write after free in 16, free stacks" \
+    "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:100:1" "$rc $(kinds m.json)"
+  TAGALLOC_QUARANTINE_SAMPLE=4 "$ta" run -q --check=errors --json m.json -- ./modes 2> err; rc=$?
+  expect "--check=errors, TAGALLOC_QUARANTINE_SAMPLE=4: one in 4" \
+    "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:400:1" "$rc $(kinds m.json)"
+  TAGALLOC_CHECK=full "$ta" run -q --json m.json -- ./modes 2> err; rc=$?
+  expect "TAGALLOC_CHECK=full: every write after free" \
+    "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:1600:1" "$rc $(kinds m.json)"
+  TAGALLOC_CHECK=full "$ta" run -q --check=leaks --json m.json -- ./modes 2> err; rc=$?
+  expect "--check wins over TAGALLOC_CHECK" \
+    "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
+  LD_PRELOAD=$pre TAGALLOC_JSON=m.json TAGALLOC_REPORT=0 ./modes 2> err; rc=$?
+  expect "the preload alone: full" \
+    "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:1600:1" "$rc $(kinds m.json)"
+else
+  bad "cannot build modes.c"
+fi
+"$ta" run --check=some -- true > out 2> err; rc=$?
+expect "--check: a bad mode is a usage error" "2 tagalloc: run: --check some: expected leaks, errors or full" "$rc $(cat err)"
+
 # ---- every option of the table is documented ------------------------------------------------
 missing=
 for n in $(grep -o '{ "[a-z_]*", *OPT_' "$root/alloc/options.c" | sed 's/{ "\([a-z_]*\)".*/\1/'); do

@@ -14,6 +14,8 @@
 # Exit status: 0 passed, 1 failed, 77 skipped (no nvcc, no GPU, no
 # compute-sanitizer: one SKIP line says which).  Takes about a minute.
 set -u
+# what full checking finds (tagalloc run's default is --check=leaks; tests/cli tests the modes)
+export TAGALLOC_CHECK=full
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -eq 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 build=$(cd "$1" && pwd)

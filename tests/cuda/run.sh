@@ -9,6 +9,8 @@
 #
 #   tests/cuda/run.sh BUILD_DIR
 set -eu
+# what full checking finds (tagalloc run's default is --check=leaks; tests/cli tests the modes)
+export TAGALLOC_CHECK=full
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -eq 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 build=$(cd "$1" && pwd)

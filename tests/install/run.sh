@@ -7,6 +7,8 @@
 # Ends with "N passed, N failed".
 #   tests/install/run.sh BUILD_DIR
 set -u
+# what full checking finds (tagalloc run's default is --check=leaks; tests/cli tests the modes)
+export TAGALLOC_CHECK=full
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)

@@ -7,6 +7,8 @@
 #
 #   tests/integration/real.sh BUILD_DIR [NAME...]
 set -u
+# what full checking finds (tagalloc run's default is --check=leaks; tests/cli tests the modes)
+export TAGALLOC_CHECK=full
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR [NAME...]" >&2; exit 2; }
 py=/usr/bin/python3

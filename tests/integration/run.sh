@@ -12,6 +12,8 @@
 # possibly lost and still reachable numbers, its error kinds and allocating
 # functions must be the expected ones.  See tests/integration/README.md.
 set -u
+# what full checking finds (tagalloc run's default is --check=leaks; tests/cli tests the modes)
+export TAGALLOC_CHECK=full
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR [--valgrind] [NAME...]" >&2; exit 2; }
 # Debian's python3 when there is one (a pyenv shim on PATH works too).
