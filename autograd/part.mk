@@ -35,11 +35,8 @@ autograd-tests: $(AG_TESTS) $(AG_TOOLS)
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-autograd: $(BUILD)/libtagalloc.a autograd-tests
 	@tests/autograd/run.sh $(BUILD)
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a autograd-tests
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/autograd/run.sh build/asan
+	$(ASAN_MAKE) $(ASAN_BUILD)/libtagalloc.a autograd-tests
+	$(ASAN_RUN) tests/autograd/run.sh $(ASAN_BUILD)
 
 .PHONY: test-autograd autograd-tests
 

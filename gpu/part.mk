@@ -39,11 +39,8 @@ gpu-tests: $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-gpu: $(BUILD)/libtagalloc.a gpu-tests $(GPU_TRAIN)
 	@tests/gpu/run.sh $(BUILD)
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a gpu-tests
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/gpu/run.sh build/asan --programs-only
+	$(ASAN_MAKE) $(ASAN_BUILD)/libtagalloc.a gpu-tests
+	$(ASAN_RUN) tests/gpu/run.sh $(ASAN_BUILD) --programs-only
 
 .PHONY: test-gpu gpu-tests
 

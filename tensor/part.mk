@@ -32,11 +32,8 @@ tensor-tests: $(TENSOR_TESTS)
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-tensor: $(BUILD)/libtagalloc.a tensor-tests
 	@tests/tensor/run.sh $(BUILD)
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a tensor-tests
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/tensor/run.sh build/asan
+	$(ASAN_MAKE) $(ASAN_BUILD)/libtagalloc.a tensor-tests
+	$(ASAN_RUN) tests/tensor/run.sh $(ASAN_BUILD)
 
 $(BUILD)/bench-tensor: bench/tensor/bench_tensor.c $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
 	$(CC) -O2 -g $(COMMON) -Itensor $< -o $@ $(TENSOR_LINK) $(LIBS)
