@@ -45,12 +45,19 @@ PART_TEST  :=
 PART_BENCH :=
 include $(wildcard */part.mk)
 
+# The objects' header dependencies (written by $(DEPFLAGS) at their last build).
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d)
+
 all: $(PART_ALL) $(BUILD)/libtagalloc.so $(BUILD)/libtagalloc.a $(BUILD)/demo $(UNIT_BIN) \
      $(if $(PRELOAD_SRC),$(BUILD)/libtagalloc-preload.so) $(if $(CLI_SRC),$(BUILD)/tagalloc)
 
-$(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h reports/*.h) Makefile
+# Every object's header dependencies come from the compiler: each rule that
+# compiles an object adds $(DEPFLAGS), and the .d files are included above.
+DEPFLAGS = -MMD -MP
+
+$(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -c $< -o $@
+	$(CC) $(CFLAGS) $(COMMON) $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/libtagalloc.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LIBS)

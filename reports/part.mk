@@ -17,9 +17,9 @@ $(BUILD)/gen/html_assets.c: $(REPORTS_ASSETS) reports/html/embed.sh
 	sh reports/html/embed.sh $@
 
 # Generated sources: built from $(BUILD)/gen/, their headers in reports/.
-$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(wildcard alloc/*.h reports/*.h) Makefile
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -c $< -o $@
+	$(CC) $(CFLAGS) $(COMMON) $(DEPFLAGS) -c $< -o $@
 
 # Synthetic traces for the golden tests (the stored ones are in git).
 $(BUILD)/tests/reports/mktrace: tests/reports/mktrace.c alloc/trace_format.h

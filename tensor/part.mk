@@ -4,7 +4,6 @@
 
 TENSOR_SRC   = $(wildcard tensor/*.c)
 TENSOR_OBJ   = $(TENSOR_SRC:%.c=$(BUILD)/obj/%.o)
-TENSOR_HDR   = $(wildcard tensor/*.h)
 # Kernels at -O3 (loop vectorization) except in sanitizer builds.
 TENSOR_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3)
 TENSOR_LIBS  = -lopenblas
@@ -15,9 +14,9 @@ PART_ALL   += $(BUILD)/libtagalloc-tensor.a $(TENSOR_TESTS)
 PART_TEST  += test-tensor
 PART_BENCH += bench-tensor
 
-$(BUILD)/obj/tensor/%.o: tensor/%.c $(TENSOR_HDR) alloc/tagalloc.h tensor/part.mk
+$(BUILD)/obj/tensor/%.o: tensor/%.c tensor/part.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) -Itensor -c $< -o $@
+	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) $(DEPFLAGS) -Itensor -c $< -o $@
 
 $(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ)
 	@rm -f $@
