@@ -9,11 +9,12 @@ COMMON   = $(WARN) -std=gnu11 -pthread -fPIC -fno-omit-frame-pointer -D_GNU_SOUR
            -Ialloc -Ireports
 LIBS     = -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm
 
-# The ASan+UBSan build, for every part's tests: `$(ASAN_MAKE) TARGETS`
-# builds TARGETS into $(ASAN_BUILD) with the sanitizers, `$(ASAN_RUN) CMD`
-# runs CMD with their options.
+# The ASan+UBSan build, for every part's tests: `$(MAKE) $(ASAN_VARS)
+# TARGETS` builds TARGETS into $(ASAN_BUILD) with the sanitizers (the recipe
+# names $(MAKE) itself, so that make -n and -j treat it as recursive), and
+# `$(ASAN_RUN) CMD` runs CMD with their options.
 ASAN_BUILD = build/asan
-ASAN_MAKE  = $(MAKE) BUILD=$(ASAN_BUILD) OPT=-O1 \
+ASAN_VARS  = BUILD=$(ASAN_BUILD) OPT=-O1 \
              CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
              LDFLAGS="-fsanitize=address,undefined"
 ASAN_RUN   = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
@@ -127,7 +128,7 @@ test-integration: all
 
 # The same tests, library and all, built with AddressSanitizer and UBSan.
 test-asan:
-	$(ASAN_MAKE) $(ASAN_BUILD)/libtagalloc.a asan-tests
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a asan-tests
 	$(ASAN_RUN) tests/run-tests.sh $(ASAN_BUILD)
 
 asan-tests: $(UNIT_BIN)

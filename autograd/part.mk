@@ -34,7 +34,7 @@ autograd-tests: $(AG_TESTS) $(AG_TOOLS)
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-autograd: $(BUILD)/libtagalloc.a autograd-tests
 	@tests/autograd/run.sh $(BUILD)
-	$(ASAN_MAKE) $(ASAN_BUILD)/libtagalloc.a autograd-tests
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a autograd-tests
 	$(ASAN_RUN) tests/autograd/run.sh $(ASAN_BUILD)
 
 .PHONY: test-autograd autograd-tests

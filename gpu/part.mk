@@ -38,7 +38,7 @@ gpu-tests: $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-gpu: $(BUILD)/libtagalloc.a gpu-tests $(GPU_TRAIN)
 	@tests/gpu/run.sh $(BUILD)
-	$(ASAN_MAKE) $(ASAN_BUILD)/libtagalloc.a gpu-tests
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a gpu-tests
 	$(ASAN_RUN) tests/gpu/run.sh $(ASAN_BUILD) --programs-only
 
 .PHONY: test-gpu gpu-tests

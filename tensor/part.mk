@@ -31,7 +31,7 @@ tensor-tests: $(TENSOR_TESTS)
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-tensor: $(BUILD)/libtagalloc.a tensor-tests
 	@tests/tensor/run.sh $(BUILD)
-	$(ASAN_MAKE) $(ASAN_BUILD)/libtagalloc.a tensor-tests
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a tensor-tests
 	$(ASAN_RUN) tests/tensor/run.sh $(ASAN_BUILD)
 
 $(BUILD)/bench-tensor: bench/tensor/bench_tensor.c $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a

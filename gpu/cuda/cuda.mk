@@ -49,7 +49,7 @@ $(CUDA_CMP_TEST): tests/gpu/cuda/test_cuda_compare.c $(CUDA_TEST_HDR) $(BUILD)/l
 
 # The comparison's self-test again, built with AddressSanitizer and UBSan.
 define CUDA_ASAN_SELF_TEST
-	$(ASAN_MAKE) $(ASAN_BUILD)/tests/gpu/cuda/test_cuda_compare
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/tests/gpu/cuda/test_cuda_compare
 	$(ASAN_RUN) $(ASAN_BUILD)/tests/gpu/cuda/test_cuda_compare --self-test >$(ASAN_BUILD)/test_cuda_compare.log 2>&1 || \
 	  { tail -n 40 $(ASAN_BUILD)/test_cuda_compare.log; exit 1; }
 	@echo "PASS $(ASAN_BUILD)/tests/gpu/cuda/test_cuda_compare --self-test"
