@@ -8,86 +8,40 @@ WARN     = -Wall -Wextra
 COMMON   = $(WARN) -std=gnu11 -pthread -fPIC -fno-omit-frame-pointer -D_GNU_SOURCE \
            -Ialloc -Ireports
 LIBS     = -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm
-
-# The library: the ledger plus the symbolizer and text emitter of reports/.
-LIB_SRC  = $(wildcard alloc/*.c) $(wildcard reports/*.c)
-LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-
-UNIT_SRC = $(wildcard tests/unit/*.c) $(wildcard tests/misuse/*.c) $(wildcard tests/stress/*.c)
-UNIT_BIN = $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIBS = -lcmocka
-# The static library: keep the text reporter, which registers itself.
-LINKA    = -Wl,-u,report_text_write $(BUILD)/libtagalloc.a
+# Every object's header dependencies come from the compiler: each rule that
+# compiles an object adds $(DEPFLAGS), and the .d files are included below.
+DEPFLAGS = -MMD -MP
 
-# The auditor: the LD_PRELOAD shim (the library plus tools/preload*.c) and
-# the command-line tool (tools/tagalloc*.c).
-PRELOAD_SRC = $(wildcard tools/preload*.c)
-PRELOAD_OBJ = $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
-CLI_SRC  = $(wildcard tools/tagalloc*.c)
+# The ASan+UBSan build, for every part's tests: `$(MAKE) $(ASAN_VARS)
+# TARGETS` builds TARGETS into $(ASAN_BUILD) with the sanitizers (the recipe
+# names $(MAKE) itself, so that make -n and -j treat it as recursive), and
+# `$(ASAN_RUN) CMD` runs CMD with their options.
+ASAN_BUILD = build/asan
+ASAN_VARS  = BUILD=$(ASAN_BUILD) OPT=-O1 \
+             CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+             LDFLAGS="-fsanitize=address,undefined"
+ASAN_RUN   = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
 
 # `make` builds everything: the parts' makefiles below bring rules of
 # their own, and the first of those would otherwise be the default.
 .DEFAULT_GOAL := all
 
-# Each part of the project beyond the ledger and the auditor (tensor/,
-# autograd/, ...) brings a PART/part.mk that adds its targets to these lists.
+# Each part of the project (alloc/, reports/, tools/, tensor/, autograd/,
+# ...) brings a PART/part.mk with its rules, which adds its targets to these
+# lists.  reports/part.mk comes first and alloc/part.mk second: the
+# library's rules in alloc/part.mk take the objects reports/part.mk lists
+# (REPORTS_OBJ), and the other parts link the library (LINKA).
 PART_ALL   :=
 PART_TEST  :=
 PART_BENCH :=
-include $(wildcard */part.mk)
+PARTS_FIRST = reports/part.mk alloc/part.mk
+include $(PARTS_FIRST) $(filter-out $(PARTS_FIRST),$(wildcard */part.mk))
 
-all: $(PART_ALL) $(BUILD)/libtagalloc.so $(BUILD)/libtagalloc.a $(BUILD)/demo $(UNIT_BIN) \
-     $(if $(PRELOAD_SRC),$(BUILD)/libtagalloc-preload.so) $(if $(CLI_SRC),$(BUILD)/tagalloc)
+# The objects' header dependencies (written by $(DEPFLAGS) at their last build).
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d)
 
-$(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h reports/*.h) Makefile
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -c $< -o $@
-
-$(BUILD)/libtagalloc.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LIBS)
-
-$(BUILD)/libtagalloc.a: $(LIB_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
-
-# The preload links jemalloc statically (libjemalloc-dev's PIC archive)
-# when it can: no libjemalloc.so in the audited process, nor the libstdc++
-# that libjemalloc.so needs for its operator new (2-3 ms and 1.2 MB of RSS
-# in every process), and no second, exported operator new in the global
-# scope.  The archive's malloc, free, ... would clash with the shim's, so
-# a copy has them made local; --exclude-libs hides the rest (mallocx,
-# mallctl) from the program.  Without the archive: -ljemalloc as before.
-JEMALLOC_PIC := $(shell $(CC) -print-file-name=libjemalloc_pic.a)
-JEMALLOC_CLASH = malloc free calloc realloc memalign posix_memalign aligned_alloc valloc \
-                 malloc_usable_size
-ifneq ($(wildcard $(JEMALLOC_PIC)),)
-PRELOAD_JEMALLOC = $(BUILD)/obj/jemalloc_local.a
-PRELOAD_LIBS = -Wl,--exclude-libs,ALL $(PRELOAD_JEMALLOC) $(filter-out -ljemalloc,$(LIBS))
-CLI_LIBS = $(JEMALLOC_PIC) $(filter-out -ljemalloc,$(LIBS))
-else
-PRELOAD_JEMALLOC =
-PRELOAD_LIBS = $(LIBS)
-CLI_LIBS = $(LIBS)
-endif
-
-$(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile
-	@mkdir -p $(dir $@)
-	objcopy $(JEMALLOC_CLASH:%=--localize-symbol=%) $< $@
-
-$(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_JEMALLOC)
-	$(CC) -shared -Wl,-z,nodelete -Wl,-soname,libtagalloc-preload.so -o $@ $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_LIBS)
-
-# The command-line tool too: without libjemalloc.so and its libstdc++ it
-# starts in a third of the time (their relocations were most of it).
-$(BUILD)/tagalloc: $(CLI_SRC) $(BUILD)/libtagalloc.a $(wildcard tools/*.h)
-	$(CC) $(CFLAGS) $(COMMON) -Itools $(CLI_SRC) -o $@ $(BUILD)/libtagalloc.a $(CLI_LIBS) -ljansson
-
-$(BUILD)/demo: examples/demo.c $(BUILD)/libtagalloc.a
-	$(CC) $(CFLAGS) $(COMMON) $< -o $@ $(LINKA) $(LIBS)
-
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libtagalloc.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -Itests $< -o $@ $(LINKA) $(TEST_LIBS) $(LIBS)
+all: $(PART_ALL)
 
 # ---- tests --------------------------------------------------------------
 test: all
@@ -111,11 +65,8 @@ test-integration: all
 
 # The same tests, library and all, built with AddressSanitizer and UBSan.
 test-asan:
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a asan-tests
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/run-tests.sh build/asan
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a asan-tests
+	$(ASAN_RUN) tests/run-tests.sh $(ASAN_BUILD)
 
 asan-tests: $(UNIT_BIN)
 

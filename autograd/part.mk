@@ -4,7 +4,6 @@
 
 AG_SRC   = $(wildcard autograd/*.c)
 AG_OBJ   = $(AG_SRC:%.c=$(BUILD)/obj/%.o)
-AG_HDR   = $(wildcard autograd/*.h) $(wildcard tensor/*.h)
 AG_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3) -fno-math-errno
 AG_LINK  = $(BUILD)/libtagalloc-autograd.a $(TENSOR_LINK) -lz
 AG_DEPS  = $(BUILD)/libtagalloc-autograd.a $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
@@ -14,9 +13,9 @@ AG_TOOLS = $(foreach f,$(wildcard tools/train_*.c),$(BUILD)/$(subst _,-,$(basena
 PART_ALL   += $(BUILD)/libtagalloc-autograd.a $(AG_TESTS) $(AG_TOOLS)
 PART_TEST  += test-autograd
 
-$(BUILD)/obj/autograd/%.o: autograd/%.c $(AG_HDR) alloc/tagalloc.h autograd/part.mk
+$(BUILD)/obj/autograd/%.o: autograd/%.c autograd/part.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(AG_OPT) $(COMMON) -Itensor -Iautograd -c $< -o $@
+	$(CC) $(CFLAGS) $(AG_OPT) $(COMMON) $(DEPFLAGS) -Itensor -Iautograd -c $< -o $@
 
 $(BUILD)/libtagalloc-autograd.a: $(AG_OBJ)
 	@rm -f $@
@@ -37,11 +36,8 @@ autograd-tests: $(AG_TESTS) $(AG_TOOLS)
 # trace being the same whatever wrote it)
 test-autograd: $(BUILD)/libtagalloc.a autograd-tests $(BUILD)/tagalloc
 	@tests/autograd/run.sh $(BUILD)
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a autograd-tests
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  AUTOGRAD_TEST_CLI=$(BUILD)/tagalloc tests/autograd/run.sh build/asan
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a autograd-tests
+	$(ASAN_RUN) AUTOGRAD_TEST_CLI=$(BUILD)/tagalloc tests/autograd/run.sh $(ASAN_BUILD)
 
 .PHONY: test-autograd autograd-tests
 

@@ -6,7 +6,6 @@
 
 GPU_SRC   = $(wildcard gpu/*.c)
 GPU_OBJ   = $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
-GPU_HDR   = $(wildcard gpu/*.h)
 # Kernels at -O3 (loop vectorization) except in sanitizer builds.
 GPU_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3) -fno-math-errno
 GPU_LIBS  = -lopenblas -ldl
@@ -17,9 +16,9 @@ GPU_TESTS = $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/t
 PART_ALL   += $(BUILD)/libtagalloc-gpu.a $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
 PART_TEST  += test-gpu
 
-$(BUILD)/obj/gpu/%.o: gpu/%.c $(GPU_HDR) alloc/tagalloc.h gpu/part.mk
+$(BUILD)/obj/gpu/%.o: gpu/%.c gpu/part.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(GPU_OPT) $(COMMON) -Igpu -c $< -o $@
+	$(CC) $(CFLAGS) $(GPU_OPT) $(COMMON) $(DEPFLAGS) -Igpu -c $< -o $@
 
 $(BUILD)/libtagalloc-gpu.a: $(GPU_OBJ)
 	@rm -f $@
@@ -39,11 +38,8 @@ gpu-tests: $(GPU_TESTS) $(BUILD)/tests/gpu/libstandin-cuda.so
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-gpu: $(BUILD)/libtagalloc.a gpu-tests $(GPU_TRAIN)
 	@tests/gpu/run.sh $(BUILD)
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a gpu-tests
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/gpu/run.sh build/asan --programs-only
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a gpu-tests
+	$(ASAN_RUN) tests/gpu/run.sh $(ASAN_BUILD) --programs-only
 
 .PHONY: test-gpu gpu-tests
 

@@ -1,18 +1,31 @@
 # reports/part.mk - the report model's renderers, their tests, fuzzing and
 # benchmark (issue 4).  Included by the top Makefile.
 #
-# reports/*.c are compiled into the library by the top Makefile; this file
-# adds: the HTML page's assets embedded into reports/html_assets.c (kept
-# in git, regenerated here when an asset changes), the golden-file and
+# reports/*.c, and the HTML page's assets embedded into
+# $(BUILD)/gen/html_assets.c (generated at build time, not kept in git), are
+# compiled here into REPORTS_OBJ, which alloc/part.mk links into the
+# library.  This file also brings the golden-file and
 # browser tests (make test-reports), the trace reader's fuzzer (make fuzz)
 # and the rendering benchmark (make bench-reports).
 
 REPORTS_ASSETS := reports/html/report.css reports/html/body.html reports/html/report.js
 
-reports/html_assets.c: $(REPORTS_ASSETS) reports/html/embed.sh
-	sh reports/html/embed.sh
+REPORTS_SRC  = $(wildcard reports/*.c)
+REPORTS_GEN := $(BUILD)/gen/html_assets.c
+REPORTS_OBJ  = $(REPORTS_SRC:%.c=$(BUILD)/obj/%.o) $(REPORTS_GEN:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o)
 
-$(BUILD)/obj/reports/html_assets.o: reports/html_assets.c
+$(BUILD)/obj/reports/%.o: reports/%.c Makefile reports/part.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/gen/html_assets.c: $(REPORTS_ASSETS) reports/html/embed.sh
+	@mkdir -p $(dir $@)
+	sh reports/html/embed.sh $@
+
+# Generated sources: built from $(BUILD)/gen/, their headers in reports/.
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c Makefile reports/part.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COMMON) $(DEPFLAGS) -c $< -o $@
 
 # Synthetic traces for the golden tests (the stored ones are in git).
 $(BUILD)/tests/reports/mktrace: tests/reports/mktrace.c alloc/trace_format.h

@@ -4,7 +4,6 @@
 
 TENSOR_SRC   = $(wildcard tensor/*.c)
 TENSOR_OBJ   = $(TENSOR_SRC:%.c=$(BUILD)/obj/%.o)
-TENSOR_HDR   = $(wildcard tensor/*.h)
 # Kernels at -O3 (loop vectorization) except in sanitizer builds.
 TENSOR_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3)
 TENSOR_LIBS  = -lopenblas
@@ -15,9 +14,9 @@ PART_ALL   += $(BUILD)/libtagalloc-tensor.a $(TENSOR_TESTS)
 PART_TEST  += test-tensor
 PART_BENCH += bench-tensor
 
-$(BUILD)/obj/tensor/%.o: tensor/%.c $(TENSOR_HDR) alloc/tagalloc.h tensor/part.mk
+$(BUILD)/obj/tensor/%.o: tensor/%.c tensor/part.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) -Itensor -c $< -o $@
+	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) $(DEPFLAGS) -Itensor -c $< -o $@
 
 $(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ)
 	@rm -f $@
@@ -32,11 +31,8 @@ tensor-tests: $(TENSOR_TESTS)
 # The tests, then the same built with AddressSanitizer and UBSan.
 test-tensor: $(BUILD)/libtagalloc.a tensor-tests
 	@tests/tensor/run.sh $(BUILD)
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/libtagalloc.a tensor-tests
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/tensor/run.sh build/asan
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a tensor-tests
+	$(ASAN_RUN) tests/tensor/run.sh $(ASAN_BUILD)
 
 $(BUILD)/bench-tensor: bench/tensor/bench_tensor.c $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
 	$(CC) -O2 -g $(COMMON) -Itensor $< -o $@ $(TENSOR_LINK) $(LIBS)

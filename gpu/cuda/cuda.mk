@@ -49,13 +49,10 @@ $(CUDA_CMP_TEST): tests/gpu/cuda/test_cuda_compare.c $(CUDA_TEST_HDR) $(BUILD)/l
 
 # The comparison's self-test again, built with AddressSanitizer and UBSan.
 define CUDA_ASAN_SELF_TEST
-	$(MAKE) BUILD=build/asan OPT=-O1 \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" build/asan/tests/gpu/cuda/test_cuda_compare
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  build/asan/tests/gpu/cuda/test_cuda_compare --self-test >build/asan/test_cuda_compare.log 2>&1 || \
-	  { tail -n 40 build/asan/test_cuda_compare.log; exit 1; }
-	@echo "PASS build/asan/tests/gpu/cuda/test_cuda_compare --self-test"
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/tests/gpu/cuda/test_cuda_compare
+	$(ASAN_RUN) $(ASAN_BUILD)/tests/gpu/cuda/test_cuda_compare --self-test >$(ASAN_BUILD)/test_cuda_compare.log 2>&1 || \
+	  { tail -n 40 $(ASAN_BUILD)/test_cuda_compare.log; exit 1; }
+	@echo "PASS $(ASAN_BUILD)/tests/gpu/cuda/test_cuda_compare --self-test"
 endef
 
 ifneq ($(NVCC),)
