@@ -6,13 +6,16 @@ default, recording every stack), in alternating pairs.  Prints markdown.
 
   /usr/bin/python3 bench/autograd/run.py [--build build] [--threads 1,2] [--lenet-epochs 3]
                                          [--lenet-steps 300] [--charlm-iters 2000] [--reps 3]
-                                         [--only charlm|lenet] [--pairs N] [--blas-too]
+                                         [--only charlm|lenet] [--pairs N] [--blas-too] [--cpu-time]
 
 --only runs one of the two models (and its ledger cost); --pairs N runs
 each model N times alternating with PyTorch (ours, PyTorch, ours, ...) and
 takes the medians over all their epochs or points; --blas-too adds a run
 of train-charlm with TENSOR_GEMM=blas (every product in OpenBLAS, not
-tensor/gemm_small.c) to each round.
+tensor/gemm_small.c) to each round.  --cpu-time adds, per round, a run of
+N/10 charlm iterations of each side and reports CPU milliseconds per
+iteration from the difference (startup and one validation cancel): on a
+loaded machine this is less moved by time slicing than iterations/s.
 
 Throughputs are the medians over a run's epochs (LeNet) or its points
 (charlm, one every 1000 iterations); peak RSS is the child's ru_maxrss.
@@ -33,6 +36,8 @@ p.add_argument("--charlm-iters", type=int, default=2000)
 p.add_argument("--reps", type=int, default=3)
 p.add_argument("--only", choices=["charlm", "lenet"])
 p.add_argument("--pairs", type=int, default=1)
+p.add_argument("--cpu-time", action="store_true",
+               help="charlm also as CPU ms per iteration: (CPU of N iterations - CPU of N/10) / (0.9 N), each side")
 p.add_argument("--blas-too", action="store_true",
                help="charlm also with TENSOR_GEMM=blas (OpenBLAS for every product), in the same rotation")
 a = p.parse_args()
@@ -58,7 +63,9 @@ def run(cmd, threads, env_extra=None):
         sys.exit("bench-autograd: %s failed (%d): %s" % (" ".join(cmd), child.returncode,
                                                          err.decode(errors="replace")[-2000:]))
     with open(out) as f:
-        return json.load(f), usage.ru_maxrss * 1024
+        d = json.load(f)
+    d["_cpu_s"] = usage.ru_utime + usage.ru_stime   # the child's CPU time, startup included
+    return d, usage.ru_maxrss * 1024
 
 
 def lenet(ours, threads, epochs, steps, env=None):
@@ -115,6 +122,14 @@ for t in [int(x) for x in a.threads.split(",")]:
             cts.append(ct)
             if a.blas_too:
                 cbs.append(charlm(True, t, a.charlm_iters, {"TENSOR_GEMM": "blas"})[0])
+            if a.cpu_time:
+                short = a.charlm_iters // 10
+                for side, d, env in ((True, co, None), (False, ct, None),
+                                     (True, cbs[-1] if a.blas_too else None, {"TENSOR_GEMM": "blas"})):
+                    if d is None:
+                        continue
+                    s_short, _ = charlm(side, t, short, env)
+                    d["_cpu_ms_per_iter"] = 1e3 * (d["_cpu_s"] - s_short["_cpu_s"]) / (a.charlm_iters - short)
         its_o = med([q["iters_per_s"] for d in cos for q in d["points"]])
         its_t = med([q["iters_per_s"] for d in cts for q in d["points"]])
         rows += [
@@ -125,6 +140,16 @@ for t in [int(x) for x in a.threads.split(",")]:
              "%.0f" % med([q["iters_per_s"] for d in cbs for q in d["points"]]), "%.0f" % its_t,
              "%.2fx" % (med([q["iters_per_s"] for d in cbs for q in d["points"]]) / its_t), ""),
         ] if a.blas_too else []) + [
+        ] + ([
+            ("charlm CPU ms per iteration (median of %d rounds)" % a.pairs, t,
+             "%.3f" % med([d["_cpu_ms_per_iter"] for d in cos]), "%.3f" % med([d["_cpu_ms_per_iter"] for d in cts]),
+             "%.2fx" % (med([d["_cpu_ms_per_iter"] for d in cts]) / med([d["_cpu_ms_per_iter"] for d in cos])),
+             ">= 3x"),
+        ] if a.cpu_time else []) + ([
+            ("charlm CPU ms per iteration with TENSOR_GEMM=blas (median of %d rounds)" % a.pairs, t,
+             "%.3f" % med([d["_cpu_ms_per_iter"] for d in cbs]), "%.3f" % med([d["_cpu_ms_per_iter"] for d in cts]),
+             "%.2fx" % (med([d["_cpu_ms_per_iter"] for d in cts]) / med([d["_cpu_ms_per_iter"] for d in cbs])), ""),
+        ] if a.cpu_time and a.blas_too else []) + [
             ("charlm val loss after %d iterations" % a.charlm_iters, t, "%.4f" % co["points"][-1]["val_loss"],
              "%.4f" % ct["points"][-1]["val_loss"], "", ""),
             ("charlm peak RSS", t, mib(co_rss), mib(ct_rss), "%.2fx" % (co_rss / ct_rss), "< 1x"),
