@@ -98,6 +98,11 @@ static void sgd_one(const ag_optim *o, float *restrict p, const float *restrict 
   }
 }
 
+/* AVX2 without FMA where the CPU has it: twice the lanes of the baseline's
+ * divisions and square roots, and no contraction, so the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 static void adam_one(const ag_optim *o, float *restrict p, const float *restrict g, float *restrict m,
                      float *restrict v, int64_t n) {
   float b1 = o->beta1, b2 = o->beta2, wd = o->weight_decay, eps = o->eps;

@@ -1,9 +1,11 @@
-/* linalg.c - matrix products on OpenBLAS cblas_sgemm, conv2d (im2col over
- * the whole batch, one sgemm) and its backward products, pooling.
+/* linalg.c - matrix products (small ones in gemm_small.c's AVX2 kernels,
+ * the rest on OpenBLAS cblas_sgemm), conv2d (im2col over the whole batch,
+ * one sgemm) and its backward products, pooling.
  *
  * A 2-D operand goes to sgemm as it is when one of its axes has stride 1 (a
  * transposed view is sgemm's Trans with the same leading dimension); only a
  * view with no unit stride is copied first. */
+#include "gemm_small.h"
 #include "internal.h"
 #include "vmath.h"
 
@@ -105,6 +107,15 @@ static tensor_status gemm_run(const char *op, tensor *out, const tensor *a, cons
   }
   int64_t cb = nd == 3 ? out->strides[0] : 0;
   float *c = out->data;
+  /* Small products: the project's own kernels (gemm_small.c), one per batch. */
+  if (_tensor_sgemm_small_serves(ga.tr == CblasTrans, gb.tr == CblasTrans, M, N, K)) {
+    for (int64_t i = 0; i < batch; i++)
+      _tensor_sgemm_small(ga.tr == CblasTrans, gb.tr == CblasTrans, M, N, K, alpha, ga.p + i * ga.bstride, ga.ld,
+                          gb.p + i * gb.bstride, gb.ld, beta, c + i * cb, ldc);
+    tensor_free(ta);
+    tensor_free(tb);
+    return TENSOR_OK;
+  }
   /* A batch of row-major a's over one shared b is a single taller product. */
   if (batch > 1 && gb.bstride == 0 && ga.tr == CblasNoTrans && ga.bstride == M * ga.ld && cb == M * ldc) {
     cblas_sgemm(CblasRowMajor, ga.tr, gb.tr, (int)(batch * M), (int)N, (int)K, alpha, ga.p, (int)ga.ld, gb.p,

@@ -40,7 +40,10 @@ TENSOR_SIMD static float row_max(const float *x, int64_t n) {
 /* y[k] = exp(x[k] - m); returns their sum, in 8 interleaved double partial
  * sums. */
 TENSOR_SIMD static double exp_shifted(const float *x, float m, float *y, int64_t n) {
-  for (int64_t k = 0; k < n; k++) y[k] = _tensor_expf(x[k] - m);
+  if (x == y) /* in place: one pointer, or gcc's overlap check picks its scalar loop */
+    for (int64_t k = 0; k < n; k++) y[k] = _tensor_expf(y[k] - m);
+  else
+    for (int64_t k = 0; k < n; k++) y[k] = _tensor_expf(x[k] - m);
   double ps[8] = { 0 };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)

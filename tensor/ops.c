@@ -83,7 +83,10 @@ static void run(const tensor_iter *it, int64_t numel, float *o, const float *a, 
   TENSOR_SIMD static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
                    int64_t sb, const float *c) {                                                   \
     (void)c;                                                                                       \
-    if (so == 1 && sa == 1 && sb == 1) {                                                           \
+    if (so == 1 && sa == 1 && sb == 1 && o == a) {                                                 \
+      /* in place (dy reused): as in UNARY_KERNEL */                                               \
+      for (int64_t i = 0; i < n; i++) { float x = o[i], y = b[i]; o[i] = (EXPR); }                 \
+    } else if (so == 1 && sa == 1 && sb == 1) {                                                    \
       for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }                 \
     } else if (so == 1 && sa == 1 && sb == 0) {                                                    \
       float y = b[0];                                                                              \
@@ -100,7 +103,10 @@ static void run(const tensor_iter *it, int64_t numel, float *o, const float *a, 
   TENSOR_SIMD static void name(float *o, const float *a, const float *b, int64_t n, int64_t so, int64_t sa,    \
                    int64_t sb, const float *c) {                                                   \
     (void)b, (void)sb, (void)c;                                                                    \
-    if (so == 1 && sa == 1) {                                                                      \
+    if (so == 1 && sa == 1 && o == a) {                                                            \
+      /* in place: one pointer, or gcc's overlap check sends it to the scalar loop */              \
+      for (int64_t i = 0; i < n; i++) { float x = o[i]; o[i] = (EXPR); }                           \
+    } else if (so == 1 && sa == 1) {                                                               \
       for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }                           \
     } else {                                                                                       \
       for (int64_t i = 0; i < n; i++) { float x = a[i * sa]; o[i * so] = (EXPR); }                \

@@ -6,6 +6,16 @@ default, recording every stack), in alternating pairs.  Prints markdown.
 
   /usr/bin/python3 bench/autograd/run.py [--build build] [--threads 1,2] [--lenet-epochs 3]
                                          [--lenet-steps 300] [--charlm-iters 2000] [--reps 3]
+                                         [--only charlm|lenet] [--pairs N] [--blas-too] [--cpu-time]
+
+--only runs one of the two models (and its ledger cost); --pairs N runs
+each model N times alternating with PyTorch (ours, PyTorch, ours, ...) and
+takes the medians over all their epochs or points; --blas-too adds a run
+of train-charlm with TENSOR_GEMM=blas (every product in OpenBLAS, not
+tensor/gemm_small.c) to each round.  --cpu-time adds, per round, a run of
+N/10 charlm iterations of each side and reports CPU milliseconds per
+iteration from the difference (startup and one validation cancel): on a
+loaded machine this is less moved by time slicing than iterations/s.
 
 Throughputs are the medians over a run's epochs (LeNet) or its points
 (charlm, one every 1000 iterations); peak RSS is the child's ru_maxrss.
@@ -24,6 +34,12 @@ p.add_argument("--lenet-epochs", type=int, default=3)
 p.add_argument("--lenet-steps", type=int, default=300)
 p.add_argument("--charlm-iters", type=int, default=2000)
 p.add_argument("--reps", type=int, default=3)
+p.add_argument("--only", choices=["charlm", "lenet"])
+p.add_argument("--pairs", type=int, default=1)
+p.add_argument("--cpu-time", action="store_true",
+               help="charlm also as CPU ms per iteration: (CPU of N iterations - CPU of N/10) / (0.9 N), each side")
+p.add_argument("--blas-too", action="store_true",
+               help="charlm also with TENSOR_GEMM=blas (OpenBLAS for every product), in the same rotation")
 a = p.parse_args()
 tmp = tempfile.mkdtemp(prefix="bench-autograd-")
 # Copies of the programs: a rebuild of the build folder during the run
@@ -47,7 +63,9 @@ def run(cmd, threads, env_extra=None):
         sys.exit("bench-autograd: %s failed (%d): %s" % (" ".join(cmd), child.returncode,
                                                          err.decode(errors="replace")[-2000:]))
     with open(out) as f:
-        return json.load(f), usage.ru_maxrss * 1024
+        d = json.load(f)
+    d["_cpu_s"] = usage.ru_utime + usage.ru_stime   # the child's CPU time, startup included
+    return d, usage.ru_maxrss * 1024
 
 
 def lenet(ours, threads, epochs, steps, env=None):
@@ -77,36 +95,74 @@ def mib(b):
 start = time.time()
 rows = []
 for t in [int(x) for x in a.threads.split(",")]:
-    print("bench-autograd: %d thread(s): LeNet-5 ..." % t, file=sys.stderr, flush=True)
-    lo, lo_rss = lenet(True, t, a.lenet_epochs, a.lenet_steps)
-    lt, lt_rss = lenet(False, t, a.lenet_epochs, a.lenet_steps)
-    print("bench-autograd: %d thread(s): charlm ..." % t, file=sys.stderr, flush=True)
-    co, co_rss = charlm(True, t, a.charlm_iters)
-    ct, ct_rss = charlm(False, t, a.charlm_iters)
-    ips_o = med([e["images_per_s"] for e in lo["epochs"]])
-    ips_t = med([e["images_per_s"] for e in lt["epochs"]])
-    its_o = med([q["iters_per_s"] for q in co["points"]])
-    its_t = med([q["iters_per_s"] for q in ct["points"]])
-    acc = lambda d: " / ".join("%.2f" % (100 * e["test_accuracy"]) for e in d["epochs"])
-    rows += [
-        ("LeNet-5 training images/s (median of %d epochs)" % a.lenet_epochs, t, "%.0f" % ips_o, "%.0f" % ips_t,
-         "%.2fx" % (ips_o / ips_t), ">= 1.5x"),
-        ("LeNet-5 test accuracy % after each epoch", t, acc(lo), acc(lt), "", ""),
-        ("LeNet-5 peak RSS", t, mib(lo_rss), mib(lt_rss), "%.2fx" % (lo_rss / lt_rss), "< 1x"),
-        ("charlm iterations/s (median of %d points)" % len(co["points"]), t, "%.0f" % its_o, "%.0f" % its_t,
-         "%.2fx" % (its_o / its_t), ">= 3x"),
-        ("charlm val loss after %d iterations" % a.charlm_iters, t, "%.4f" % co["points"][-1]["val_loss"],
-         "%.4f" % ct["points"][-1]["val_loss"], "", ""),
-        ("charlm peak RSS", t, mib(co_rss), mib(ct_rss), "%.2fx" % (co_rss / ct_rss), "< 1x"),
-    ]
+    if a.only != "charlm":
+        print("bench-autograd: %d thread(s): LeNet-5 ..." % t, file=sys.stderr, flush=True)
+        los, lts = [], []
+        for _ in range(a.pairs):
+            lo, lo_rss = lenet(True, t, a.lenet_epochs, a.lenet_steps)
+            lt, lt_rss = lenet(False, t, a.lenet_epochs, a.lenet_steps)
+            los.append(lo)
+            lts.append(lt)
+        ips_o = med([e["images_per_s"] for d in los for e in d["epochs"]])
+        ips_t = med([e["images_per_s"] for d in lts for e in d["epochs"]])
+        acc = lambda d: " / ".join("%.2f" % (100 * e["test_accuracy"]) for e in d["epochs"])
+        rows += [
+            ("LeNet-5 training images/s (median of %d epochs)" % (a.lenet_epochs * a.pairs), t, "%.0f" % ips_o,
+             "%.0f" % ips_t, "%.2fx" % (ips_o / ips_t), ">= 1.5x"),
+            ("LeNet-5 test accuracy % after each epoch", t, acc(lo), acc(lt), "", ""),
+            ("LeNet-5 peak RSS", t, mib(lo_rss), mib(lt_rss), "%.2fx" % (lo_rss / lt_rss), "< 1x"),
+        ]
+    if a.only != "lenet":
+        print("bench-autograd: %d thread(s): charlm ..." % t, file=sys.stderr, flush=True)
+        cos, cts, cbs = [], [], []
+        for _ in range(a.pairs):
+            co, co_rss = charlm(True, t, a.charlm_iters)
+            ct, ct_rss = charlm(False, t, a.charlm_iters)
+            cos.append(co)
+            cts.append(ct)
+            if a.blas_too:
+                cbs.append(charlm(True, t, a.charlm_iters, {"TENSOR_GEMM": "blas"})[0])
+            if a.cpu_time:
+                short = a.charlm_iters // 10
+                for side, d, env in ((True, co, None), (False, ct, None),
+                                     (True, cbs[-1] if a.blas_too else None, {"TENSOR_GEMM": "blas"})):
+                    if d is None:
+                        continue
+                    s_short, _ = charlm(side, t, short, env)
+                    d["_cpu_ms_per_iter"] = 1e3 * (d["_cpu_s"] - s_short["_cpu_s"]) / (a.charlm_iters - short)
+        its_o = med([q["iters_per_s"] for d in cos for q in d["points"]])
+        its_t = med([q["iters_per_s"] for d in cts for q in d["points"]])
+        rows += [
+            ("charlm iterations/s (median of %d points)" % (len(co["points"]) * a.pairs), t, "%.0f" % its_o,
+             "%.0f" % its_t, "%.2fx" % (its_o / its_t), ">= 3x"),
+        ] + ([
+            ("charlm iterations/s with TENSOR_GEMM=blas (median of %d points)" % (len(co["points"]) * a.pairs), t,
+             "%.0f" % med([q["iters_per_s"] for d in cbs for q in d["points"]]), "%.0f" % its_t,
+             "%.2fx" % (med([q["iters_per_s"] for d in cbs for q in d["points"]]) / its_t), ""),
+        ] if a.blas_too else []) + [
+        ] + ([
+            ("charlm CPU ms per iteration (median of %d rounds)" % a.pairs, t,
+             "%.3f" % med([d["_cpu_ms_per_iter"] for d in cos]), "%.3f" % med([d["_cpu_ms_per_iter"] for d in cts]),
+             "%.2fx" % (med([d["_cpu_ms_per_iter"] for d in cts]) / med([d["_cpu_ms_per_iter"] for d in cos])),
+             ">= 3x"),
+        ] if a.cpu_time else []) + ([
+            ("charlm CPU ms per iteration with TENSOR_GEMM=blas (median of %d rounds)" % a.pairs, t,
+             "%.3f" % med([d["_cpu_ms_per_iter"] for d in cbs]), "%.3f" % med([d["_cpu_ms_per_iter"] for d in cts]),
+             "%.2fx" % (med([d["_cpu_ms_per_iter"] for d in cts]) / med([d["_cpu_ms_per_iter"] for d in cbs])), ""),
+        ] if a.cpu_time and a.blas_too else []) + [
+            ("charlm val loss after %d iterations" % a.charlm_iters, t, "%.4f" % co["points"][-1]["val_loss"],
+             "%.4f" % ct["points"][-1]["val_loss"], "", ""),
+            ("charlm peak RSS", t, mib(co_rss), mib(ct_rss), "%.2fx" % (co_rss / ct_rss), "< 1x"),
+        ]
 
-print("| workload | threads | train-* (ours) | PyTorch %s | ours / PyTorch | target |" % lt["impl"].split()[-1])
+impl = (lts if a.only != "charlm" else cts)[-1]["impl"]
+print("| workload | threads | train-* (ours) | PyTorch %s | ours / PyTorch | target |" % impl.split()[-1])
 print("| --- | ---: | ---: | ---: | ---: | --- |")
 for r in rows:
     print("| %s | %d | %s | %s | %s | %s |" % r)
 print(flush=True)
 print("bench-autograd: the ledger's cost (%d alternating pairs, 1 thread) ..." % a.reps, file=sys.stderr, flush=True)
-cost = {"lenet": ([], []), "charlm": ([], [])}
+cost = {n: ([], []) for n in ("lenet", "charlm") if a.only in (None, n)}
 for r in range(a.reps):
     for name in cost:
         for k, env in enumerate([{"TAGALLOC_RECORD": "off"}, {}]):
@@ -121,6 +177,8 @@ print("| ledger cost (1 thread) | counting only (`TAGALLOC_RECORD=off`) | record
 print("| --- | ---: | ---: | ---: | --- |")
 for name, unit in (("lenet", "LeNet-5 images/s, 1 epoch of %d steps" % a.lenet_steps),
                    ("charlm", "charlm iterations/s, 1000 iterations")):
+    if name not in cost:
+        continue
     off, on = med(cost[name][0]), med(cost[name][1])
     print("| %s (median of %d) | %.0f | %.0f | %+.1f%% | < 3%% |" % (unit, a.reps, off, on, 100 * (off / on - 1)))
 print()
