@@ -385,7 +385,7 @@ size_t tensor_storage_bytes(const tensor *t) {
 
 static const char *const fault_names[TENSOR_FAULT_COUNT] = {
   "none", "reshape-dummy", "slice-dummy", "view-underflow", "tape-stack-inputs", "arena-early-reset",
-  "params-in-arena", "scope-escape", "pool-double-release", "optimizer-state-leak",
+  "params-in-arena", "scope-escape", "pool-double-release", "optimizer-state-leak", "gpu-clone-retain",
 };
 int _tensor_fault_id = -1;   /* -1: not read from the environment yet */
 

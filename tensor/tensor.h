@@ -387,6 +387,7 @@ typedef enum {
   TENSOR_FAULT_SCOPE_ESCAPE,
   TENSOR_FAULT_POOL_DOUBLE_RELEASE,
   TENSOR_FAULT_OPTIMIZER_STATE_LEAK,
+  TENSOR_FAULT_GPU_CLONE_RETAIN,   /* train-lenet --device: seed 003, weights cloned into a collection keep a reference */
   TENSOR_FAULT_COUNT
 } tensor_fault;
 /* By name ("reshape-dummy", ...; NULL or "none": off).  Returns

@@ -317,6 +317,7 @@ static inline void tc_free_if_live(tensor *t) {
   "  --stop-after N: stop after N steps in all (saving the checkpoint), as an interrupted run would\n"     \
   "  --json FILE: the measurements; --html FILE: the ledger's report of the run\n"                         \
   "  --fault NAME: a seeded memory bug on (reshape-dummy, slice-dummy, view-underflow, tape-stack-inputs,\n" \
-  "    arena-early-reset, params-in-arena, scope-escape, pool-double-release, optimizer-state-leak)\n"
+  "    arena-early-reset, params-in-arena, scope-escape, pool-double-release, optimizer-state-leak,\n" \
+  "    gpu-clone-retain: train-lenet --device only)\n"
 
 #endif
