@@ -177,8 +177,22 @@ static tensor *binary_run(const char *op, const tensor *a, const tensor *b, kern
   return out;
 }
 
-static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c) {
+/* dk: the device op (_TD_*) when a or b is a device tensor */
+static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c, int dk) {
+  bool bad;
+  if (_tensor_dev_dispatch(op, a, b, &bad)) return _tensor_devops->binary(op, dk, a, b);
+  if (bad) return NULL;
   return binary_run(op, a, b, k, c, false);
+}
+
+/* a op s on a device, when a is there (*done); dk: _TD_ADD_SCALAR or _TD_MUL_SCALAR */
+static tensor *dev_scalar(const char *op, const tensor *a, int dk, float s, bool *done) {
+  bool bad;
+  *done = true;
+  if (_tensor_dev_dispatch(op, a, NULL, &bad)) return _tensor_devops->unary(op, dk, a, s);
+  if (bad) return NULL;
+  *done = false;
+  return NULL;
 }
 
 /* A scalar as a 0-d tensor on the stack (no header, no storage: never
@@ -187,19 +201,28 @@ static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_f
   float name##_v = (v); \
   tensor name = { .data = &name##_v, .ndim = 0, .numel = 1, .dtype = TENSOR_F32 }
 
-tensor *tensor_add(const tensor *a, const tensor *b) { return binary("tensor_add", a, b, k_add, NULL); }
-tensor *tensor_sub(const tensor *a, const tensor *b) { return binary("tensor_sub", a, b, k_sub, NULL); }
-tensor *tensor_mul(const tensor *a, const tensor *b) { return binary("tensor_mul", a, b, k_mul, NULL); }
-tensor *tensor_div(const tensor *a, const tensor *b) { return binary("tensor_div", a, b, k_div, NULL); }
+tensor *tensor_add(const tensor *a, const tensor *b) { return binary("tensor_add", a, b, k_add, NULL, _TD_ADD); }
+tensor *tensor_sub(const tensor *a, const tensor *b) { return binary("tensor_sub", a, b, k_sub, NULL, _TD_SUB); }
+tensor *tensor_mul(const tensor *a, const tensor *b) { return binary("tensor_mul", a, b, k_mul, NULL, _TD_MUL); }
+tensor *tensor_div(const tensor *a, const tensor *b) { return binary("tensor_div", a, b, k_div, NULL, _TD_DIV); }
 tensor *tensor_add_scalar(const tensor *a, float s) {
+  bool done;
+  tensor *d = dev_scalar("tensor_add_scalar", a, _TD_ADD_SCALAR, s, &done);
+  if (done) return d;
   SCALAR(x, s);
   return binary_run("tensor_add_scalar", a, &x, k_add, NULL, true);
 }
 tensor *tensor_sub_scalar(const tensor *a, float s) {
+  bool done;
+  tensor *d = dev_scalar("tensor_sub_scalar", a, _TD_ADD_SCALAR, -s, &done);
+  if (done) return d;
   SCALAR(x, s);
   return binary_run("tensor_sub_scalar", a, &x, k_sub, NULL, true);
 }
 tensor *tensor_mul_scalar(const tensor *a, float s) {
+  bool done;
+  tensor *d = dev_scalar("tensor_mul_scalar", a, _TD_MUL_SCALAR, s, &done);
+  if (done) return d;
   SCALAR(x, s);
   return binary_run("tensor_mul_scalar", a, &x, k_mul, NULL, true);
 }
@@ -221,16 +244,16 @@ tensor_status tensor_div_out(tensor *o, const tensor *a, const tensor *b) {
   return binary_out("tensor_div_out", o, a, b, k_div, NULL);
 }
 
-#define GRAD_API(op)                                                                            \
+#define GRAD_API(op, dk)                                                                        \
   tensor *tensor_##op##_grad(const tensor *dy, const tensor *y) {                              \
-    return binary("tensor_" #op "_grad", dy, y, k_##op##_grad, NULL);                          \
+    return binary("tensor_" #op "_grad", dy, y, k_##op##_grad, NULL, dk);                      \
   }                                                                                             \
   tensor_status tensor_##op##_grad_out(tensor *out, const tensor *dy, const tensor *y) {        \
     return binary_out("tensor_" #op "_grad_out", out, dy, y, k_##op##_grad, NULL);             \
   }
-GRAD_API(relu)
-GRAD_API(tanh)
-GRAD_API(sigmoid)
+GRAD_API(relu, _TD_RELU_GRAD)
+GRAD_API(tanh, _TD_TANH_GRAD)
+GRAD_API(sigmoid, _TD_SIGMOID_GRAD)
 
 tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tensor *b, float t) {
   float c[2] = { s, t };
@@ -266,24 +289,27 @@ static tensor_status unary_out(const char *op, tensor *out, const tensor *a, ker
   return TENSOR_OK;
 }
 
-static tensor *unary(const char *op, const tensor *a, kernel_fn *k) {
+static tensor *unary(const char *op, const tensor *a, kernel_fn *k, int dk) {
+  bool bad;
+  if (_tensor_dev_dispatch(op, a, NULL, &bad)) return _tensor_devops->unary(op, dk, a, 0.0f);
+  if (bad) return NULL;
   if (!_tensor_arg_f32(op, "a", a)) return NULL;
   tensor *out = _tensor_out(op, TENSOR_F32, a->ndim, a->shape);
   if (out) unary_out(op, out, a, k);
   return out;
 }
 
-#define UNARY_API(op, k)                                                                        \
-  tensor *tensor_##op(const tensor *a) { return unary("tensor_" #op, a, k); }                  \
+#define UNARY_API(op, k, dk)                                                                    \
+  tensor *tensor_##op(const tensor *a) { return unary("tensor_" #op, a, k, dk); }              \
   tensor_status tensor_##op##_out(tensor *out, const tensor *a) {                              \
     return unary_out("tensor_" #op "_out", out, a, k);                                         \
   }
-UNARY_API(neg, k_neg)
-UNARY_API(exp, k_exp)
-UNARY_API(log, k_log)
-UNARY_API(tanh, k_tanh)
-UNARY_API(relu, k_relu)
-UNARY_API(sigmoid, k_sigmoid)
+UNARY_API(neg, k_neg, _TD_NEG)
+UNARY_API(exp, k_exp, _TD_EXP)
+UNARY_API(log, k_log, _TD_LOG)
+UNARY_API(tanh, k_tanh, _TD_TANH)
+UNARY_API(relu, k_relu, _TD_RELU)
+UNARY_API(sigmoid, k_sigmoid, _TD_SIGMOID)
 
 tensor_status tensor_relu_(tensor *a) { return unary_out("tensor_relu_", a, a, k_relu); }
 tensor_status tensor_exp_(tensor *a) { return unary_out("tensor_exp_", a, a, k_exp); }
@@ -387,7 +413,12 @@ static tensor *reduce(const char *op, int kind, const tensor *a, int axis, int k
   return out;
 }
 
-tensor *tensor_sum(const tensor *a, int axis, int keepdim) { return reduce("tensor_sum", R_SUM, a, axis, keepdim); }
+tensor *tensor_sum(const tensor *a, int axis, int keepdim) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_sum", a, NULL, &bad)) return _tensor_devops->sum("tensor_sum", a, axis, keepdim);
+  if (bad) return NULL;
+  return reduce("tensor_sum", R_SUM, a, axis, keepdim);
+}
 
 /* Sums of up to SUM_ADD_STACK floats are formed on the stack; larger ones
  * in a tensor, as tensor_sum + tensor_add_ would. */

@@ -7,25 +7,27 @@ TENSOR_OBJ   = $(TENSOR_SRC:%.c=$(BUILD)/obj/%.o)
 TENSOR_HDR   = $(wildcard tensor/*.h)
 # Kernels at -O3 (loop vectorization) except in sanitizer builds.
 TENSOR_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3)
-TENSOR_LIBS  = -lopenblas
-TENSOR_LINK  = $(BUILD)/libtagalloc-tensor.a $(LINKA) $(TENSOR_LIBS)
+TENSOR_LIBS  = -lopenblas -ldl
+# Device tensors (tensor/device.c) run on gpu/: its archive comes after the
+# tensor one, and is only pulled in by a program that calls tensor_to.
+TENSOR_LINK  = $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc-gpu.a $(LINKA) $(TENSOR_LIBS)
 TENSOR_TESTS = $(patsubst tests/tensor/%.c,$(BUILD)/tests/tensor/%,$(wildcard tests/tensor/test_*.c))
 
 PART_ALL   += $(BUILD)/libtagalloc-tensor.a $(TENSOR_TESTS)
 PART_TEST  += test-tensor
 PART_BENCH += bench-tensor
 
-$(BUILD)/obj/tensor/%.o: tensor/%.c $(TENSOR_HDR) alloc/tagalloc.h tensor/part.mk
+$(BUILD)/obj/tensor/%.o: tensor/%.c $(TENSOR_HDR) alloc/tagalloc.h gpu/gpu.h tensor/part.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) -Itensor -c $< -o $@
+	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) -Itensor -Igpu -c $< -o $@
 
-$(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ)
+$(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ) | $(BUILD)/libtagalloc-gpu.a
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/tests/tensor/%: tests/tensor/%.c $(wildcard tests/*.h tests/tensor/*.h) $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor $< -o $@ $(TENSOR_LINK) $(TEST_LIBS) $(LIBS)
+	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor -Igpu $< -o $@ $(TENSOR_LINK) $(TEST_LIBS) $(LIBS)
 
 tensor-tests: $(TENSOR_TESTS)
 

@@ -72,6 +72,7 @@ typedef enum {
 } tensor_status;
 
 typedef struct tensor_storage tensor_storage;   /* refcounted data, see tensor_storage_* */
+typedef struct gpu_pool gpu_pool;               /* a device: gpu/gpu.h's caching pool over a backend */
 typedef struct tensor_pool tensor_pool;
 
 typedef struct tensor {
@@ -93,6 +94,24 @@ typedef struct tensor {
 
 static inline float   *tensor_f32(const tensor *t) { return (float *)t->data; }
 static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; }
+
+/* ---- devices ---------------------------------------------------------------
+ * A tensor lives in host memory or on a device: a gpu/ caching pool
+ * (gpu_pool_new over a backend, gpu/gpu.h), whose "gpu.buffer" blocks hold
+ * device tensors' data.  tensor_to copies a tensor to a device (NULL: to
+ * host memory) and returns a new contiguous tensor there; ops dispatch on
+ * the device of their inputs.  On a device: the elementwise ops (same
+ * shapes, or [rows, cols] + [cols] for tensor_add), the scalar ops, the
+ * unary ops and their _grad forms, 2-D tensor_matmul, tensor_sum over
+ * TENSOR_ALL, tensor_clone, tensor_fill_, and every function that only
+ * makes views or reads shapes.  A device tensor given to any other op, or
+ * inputs on two devices, is an error (TENSOR_EINVAL, naming the devices;
+ * no finding).  A device storage holds its buffer (ta_hold(storage,
+ * "device", buffer)) and counts references to it (ta_ref_*), so a leaked
+ * device tensor is a gpu.leak with the stack of the tensor call that made
+ * it.  Link build/libtagalloc-gpu.a (and -ldl) when using devices. */
+tensor   *tensor_to(const tensor *t, gpu_pool *device);
+gpu_pool *tensor_device(const tensor *t);   /* NULL: host memory (or t not live) */
 
 /* ---- errors ---------------------------------------------------------------- */
 
