@@ -65,7 +65,7 @@ static void dev_release(tensor_storage *s) {
 /* The device of a and b (b may be NULL): both on one device, else an error. */
 static gpu_pool *same_device(const char *op, const tensor *a, const tensor *b) {
   gpu_pool *da = _tensor_on_device(a->storage) ? a->storage->device : NULL;
-  gpu_pool *db = b && _tensor_on_device(b->storage) ? b->storage->device : da;
+  gpu_pool *db = b == NULL ? da : _tensor_on_device(b->storage) ? b->storage->device : NULL;
   if (da == NULL || da != db) {
     _tensor_dev_mixed(op, a, b ? b : a);
     return NULL;
@@ -85,6 +85,17 @@ static bool dev_f32_contig(const char *op, const char *name, const tensor *t) {
   return true;
 }
 
+static tensor *dev_clone(const char *op, const tensor *a);
+
+/* t itself when contiguous, else a contiguous copy on its device (*copy:
+ * the caller frees it); a broadcast view (an expanded gradient) included. */
+static const tensor *dev_borrow(const char *op, const tensor *t, tensor **copy) {
+  *copy = NULL;
+  if (t->dtype != TENSOR_F32) return _tensor_arg_dtype(op, "a", t), NULL;
+  if (_tensor_contig(t)) return t;
+  return *copy = dev_clone(op, t);
+}
+
 static tensor *finish(const char *op, const gpu_backend *B, gpu_status st, tensor *out) {
   if (st != GPU_OK) {
     dev_fail(op, B, st);
@@ -94,22 +105,19 @@ static tensor *finish(const char *op, const gpu_backend *B, gpu_status st, tenso
   return out;
 }
 
-static tensor *dev_binary(const char *op, int kind, const tensor *a, const tensor *b) {
-  gpu_pool *p = same_device(op, a, b);
-  if (p == NULL || !dev_f32_contig(op, "a", a) || !dev_f32_contig(op, "b", b)) return NULL;
-  const gpu_backend *B = gpu_pool_backend(p);
-  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-  bool bias = kind == _TD_ADD && !_tensor_same_shape(a, b) && a->ndim >= 1 && b->ndim == 1 &&
-              b->shape[0] == a->shape[a->ndim - 1];
-  if (!bias && !_tensor_same_shape(a, b))
-    return _tensor_err(TENSOR_ESHAPE, "%s: on a device the shapes must be equal (or [rows, cols] + [cols] for "
-                                      "tensor_add): %s and %s", op, _tensor_desc(a, b1), _tensor_desc(b, b2)),
-           NULL;
-  tensor *out = dev_out(op, p, TENSOR_F32, a->ndim, a->shape);
-  if (out == NULL) return NULL;
+/* out = a op b on out's device, out contiguous (it may be a or b). */
+static tensor_status dev_binary_run(const char *op, int kind, tensor *out, const tensor *a0, const tensor *b0) {
+  const gpu_backend *B = gpu_pool_backend(out->storage->device);
+  tensor *ca, *cb;
+  const tensor *a = dev_borrow(op, a0, &ca), *b = a ? dev_borrow(op, b0, &cb) : NULL;
+  if (b == NULL) {
+    tensor_free(ca);
+    return tensor_last_status();
+  }
   float *o = tensor_f32(out);
   const float *x = tensor_f32(a), *y = tensor_f32(b);
   int64_t n = a->numel;
+  bool bias = !_tensor_same_shape(a, b);
   gpu_status st;
   if (bias) st = B->bias_add_rows(o, x, y, n / b->shape[0], b->shape[0], NULL);
   else switch (kind) {
@@ -122,15 +130,63 @@ static tensor *dev_binary(const char *op, int kind, const tensor *a, const tenso
     case _TD_SIGMOID_GRAD: st = B->sigmoid_bwd(o, x, y, n, NULL); break;
     default: st = GPU_EINVAL; break;
   }
-  return finish(op, B, st, out);
+  tensor_free(ca);
+  tensor_free(cb);
+  return st == GPU_OK ? TENSOR_OK : dev_fail(op, B, st);
 }
 
-static tensor *dev_unary(const char *op, int kind, const tensor *a, float s) {
-  gpu_pool *p = same_device(op, a, NULL);
-  if (p == NULL || !dev_f32_contig(op, "a", a)) return NULL;
-  const gpu_backend *B = gpu_pool_backend(p);
+/* The shapes a device runs: equal, or [.., cols] + [cols] for an add. */
+static bool dev_shapes(const char *op, int kind, const tensor *a, const tensor *b) {
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (_tensor_same_shape(a, b) ||
+      (kind == _TD_ADD && a->ndim >= 1 && b->ndim == 1 && b->shape[0] == a->shape[a->ndim - 1]))
+    return true;
+  _tensor_err(TENSOR_ESHAPE, "%s: on a device the shapes must be equal (or [rows, cols] + [cols] for tensor_add): "
+                             "%s and %s", op, _tensor_desc(a, b1), _tensor_desc(b, b2));
+  return false;
+}
+
+static tensor *dev_binary(const char *op, int kind, const tensor *a, const tensor *b) {
+  gpu_pool *p = same_device(op, a, b);
+  if (p == NULL || !dev_shapes(op, kind, a, b)) return NULL;
   tensor *out = dev_out(op, p, TENSOR_F32, a->ndim, a->shape);
-  if (out == NULL) return NULL;
+  if (out && dev_binary_run(op, kind, out, a, b) != TENSOR_OK) {
+    tensor_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* The _out and in-place forms: out contiguous f32, a's shape. */
+static tensor_status dev_binary_out(const char *op, int kind, tensor *out, const tensor *a, const tensor *b) {
+  /* one device for the three: name the first two that differ */
+  const tensor *t3[3] = { out, a, b };
+  int first = 0;
+  while (first < 2 && !_tensor_on_device(t3[first]->storage)) first++;
+  gpu_pool *p = t3[first]->storage->device;
+  for (int i = 0; i < 3; i++)
+    if (!_tensor_on_device(t3[i]->storage) || t3[i]->storage->device != p)
+      return _tensor_dev_mixed(op, t3[i < first ? i : first], t3[i < first ? first : i]);
+  if (!dev_f32_contig(op, "out", out)) return tensor_last_status();
+  if (!_tensor_same_shape(out, a)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    return _tensor_err(TENSOR_ESHAPE, "%s: out is %s, a is %s", op, _tensor_desc(out, b1), _tensor_desc(a, b2));
+  }
+  if (!dev_shapes(op, kind, a, b)) return tensor_last_status();
+  return dev_binary_run(op, kind, out, a, b);
+}
+
+static tensor *dev_unary(const char *op, int kind, const tensor *a0, float s) {
+  gpu_pool *p = same_device(op, a0, NULL);
+  if (p == NULL) return NULL;
+  const gpu_backend *B = gpu_pool_backend(p);
+  tensor *ca;
+  const tensor *a = dev_borrow(op, a0, &ca);
+  tensor *out = a ? dev_out(op, p, TENSOR_F32, a->ndim, a->shape) : NULL;
+  if (out == NULL) {
+    tensor_free(ca);
+    return NULL;
+  }
   float *o = tensor_f32(out);
   const float *x = tensor_f32(a);
   int64_t n = a->numel;
@@ -146,38 +202,71 @@ static tensor *dev_unary(const char *op, int kind, const tensor *a, float s) {
     case _TD_SIGMOID: st = B->sigmoid(o, x, n, NULL); break;
     default: st = GPU_EINVAL; break;
   }
+  tensor_free(ca);
   return finish(op, B, st, out);
 }
 
-static tensor *dev_matmul(const char *op, const tensor *a, const tensor *b) {
-  gpu_pool *p = same_device(op, a, b);
-  if (p == NULL || !dev_f32_contig(op, "a", a) || !dev_f32_contig(op, "b", b)) return NULL;
+/* How sgemm reads a 2-D t: row-major as stored (lda: its row stride), or
+ * the transpose of a row-major matrix (a transposed view: no copy). */
+static bool gemm_operand(const tensor *t, gpu_trans *tr, int *ld) {
+  if (t->strides[1] == 1 && t->strides[0] >= t->shape[1]) {
+    *tr = GPU_NO_TRANS;
+    *ld = (int)(t->shape[0] > 1 ? t->strides[0] : t->shape[1]);
+    return true;
+  }
+  if (t->strides[0] == 1 && t->strides[1] >= t->shape[0]) {
+    *tr = GPU_TRANS;
+    *ld = (int)(t->shape[1] > 1 ? t->strides[1] : t->shape[0]);
+    return true;
+  }
+  return false;
+}
+
+static tensor *dev_matmul(const char *op, const tensor *a0, const tensor *b0) {
+  gpu_pool *p = same_device(op, a0, b0);
+  if (p == NULL) return NULL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-  if (a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0])
-    return _tensor_err(TENSOR_ESHAPE, "%s: on a device, [m, k] @ [k, n] only: %s and %s", op, _tensor_desc(a, b1),
-                       _tensor_desc(b, b2)),
+  if (a0->dtype != TENSOR_F32 || b0->dtype != TENSOR_F32)
+    return _tensor_arg_dtype(op, a0->dtype != TENSOR_F32 ? "a" : "b", a0->dtype != TENSOR_F32 ? a0 : b0), NULL;
+  if (a0->ndim != 2 || b0->ndim != 2 || a0->shape[1] != b0->shape[0])
+    return _tensor_err(TENSOR_ESHAPE, "%s: on a device, [m, k] @ [k, n] only: %s and %s", op, _tensor_desc(a0, b1),
+                       _tensor_desc(b0, b2)),
            NULL;
   const gpu_backend *B = gpu_pool_backend(p);
-  int m = (int)a->shape[0], k = (int)a->shape[1], n = (int)b->shape[1];
-  tensor *out = dev_out(op, p, TENSOR_F32, 2, (int64_t[]){ m, n });
-  if (out == NULL) return NULL;
-  gpu_status st = B->sgemm(GPU_NO_TRANS, GPU_NO_TRANS, m, n, k, 1.0f, tensor_f32(a), k, tensor_f32(b), n, 0.0f,
-                           tensor_f32(out), n, NULL);
-  return finish(op, B, st, out);
+  gpu_trans ta, tb;
+  int lda, ldb;
+  tensor *ca = NULL, *cb = NULL;
+  const tensor *a = a0, *b = b0;
+  if (!gemm_operand(a, &ta, &lda) && ((a = ca = dev_clone(op, a0)) == NULL || !gemm_operand(a, &ta, &lda))) a = NULL;
+  if (a && !gemm_operand(b, &tb, &ldb) && ((b = cb = dev_clone(op, b0)) == NULL || !gemm_operand(b, &tb, &ldb)))
+    b = NULL;
+  int m = (int)a0->shape[0], k = (int)a0->shape[1], n = (int)b0->shape[1];
+  tensor *out = a && b ? dev_out(op, p, TENSOR_F32, 2, (int64_t[]){ m, n }) : NULL;
+  gpu_status st = GPU_OK;
+  if (out) st = B->sgemm(ta, tb, m, n, k, 1.0f, tensor_f32(a), lda, tensor_f32(b), ldb, 0.0f, tensor_f32(out), n, NULL);
+  tensor_free(ca);
+  tensor_free(cb);
+  return out ? finish(op, B, st, out) : NULL;
 }
 
-static tensor *dev_sum(const char *op, const tensor *a, int axis, int keepdim) {
-  gpu_pool *p = same_device(op, a, NULL);
-  if (p == NULL || !dev_f32_contig(op, "a", a)) return NULL;
+static tensor *dev_sum(const char *op, const tensor *a0, int axis, int keepdim) {
+  gpu_pool *p = same_device(op, a0, NULL);
+  if (p == NULL) return NULL;
   char b[TENSOR_SHAPE_STR];
-  if (axis != TENSOR_ALL || keepdim)
-    return _tensor_err(TENSOR_EINVAL, "%s: on a device, the sum of every element only (TENSOR_ALL, keepdim 0): "
-                                      "axis %d, keepdim %d of %s", op, axis, keepdim, _tensor_desc(a, b)),
+  bool all = axis == TENSOR_ALL || (a0->ndim == 1 && axis == 0);
+  if (keepdim || !(all || (axis == 0 && a0->ndim >= 1)))
+    return _tensor_err(TENSOR_EINVAL, "%s: on a device, the sum of every element or over axis 0 (keepdim 0) only: "
+                                      "axis %d, keepdim %d of %s", op, axis, keepdim, _tensor_desc(a0, b)),
            NULL;
   const gpu_backend *B = gpu_pool_backend(p);
-  tensor *out = dev_out(op, p, TENSOR_F32, 0, NULL);
-  if (out == NULL) return NULL;
-  return finish(op, B, B->sum_all(tensor_f32(out), tensor_f32(a), a->numel, NULL), out);
+  tensor *ca;
+  const tensor *a = dev_borrow(op, a0, &ca);
+  tensor *out = a ? dev_out(op, p, TENSOR_F32, all ? 0 : a->ndim - 1, a->shape + 1) : NULL;
+  gpu_status st = GPU_OK;
+  if (out && all) st = B->sum_all(tensor_f32(out), tensor_f32(a), a->numel, NULL);
+  else if (out) st = B->sum_rows(tensor_f32(out), tensor_f32(a), a->shape[0], out->numel, NULL);
+  tensor_free(ca);
+  return out ? finish(op, B, st, out) : NULL;
 }
 
 static tensor *dev_clone(const char *op, const tensor *a) {
@@ -208,7 +297,7 @@ static tensor_status dev_fill(const char *op, tensor *a, float v) {
 }
 
 static const struct _tensor_devops devops = {
-  .binary = dev_binary, .unary = dev_unary, .matmul = dev_matmul, .sum = dev_sum,
+  .binary = dev_binary, .binary_out = dev_binary_out, .unary = dev_unary, .matmul = dev_matmul, .sum = dev_sum,
   .clone = dev_clone,   .fill = dev_fill,   .release = dev_release, .name = dev_name,
 };
 

@@ -51,6 +51,7 @@ enum {
 };
 struct _tensor_devops {
   tensor *(*binary)(const char *op, int kind, const tensor *a, const tensor *b);
+  tensor_status (*binary_out)(const char *op, int kind, tensor *out, const tensor *a, const tensor *b);
   tensor *(*unary)(const char *op, int kind, const tensor *a, float s);
   tensor *(*matmul)(const char *op, const tensor *a, const tensor *b);
   tensor *(*sum)(const char *op, const tensor *a, int axis, int keepdim);

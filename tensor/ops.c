@@ -148,9 +148,28 @@ static tensor_status binary_out_run(const char *op, tensor *out, const tensor *a
   return TENSOR_OK;
 }
 
+static tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
+                                    const float *c, int dk);
+
 /* Each distinct argument checked once (out is often a). */
 static tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
                                 const float *c) {
+  return binary_out_dev(op, out, a, b, k, c, -1);
+}
+
+/* dk: the device op (_TD_*) when out, a or b is on a device; -1: none */
+static tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
+                                    const float *c, int dk) {
+  bool bad;
+  if (_tensor_dev_dispatch(op, out, a, &bad) || (!bad && _tensor_dev_dispatch(op, b, NULL, &bad))) {
+    if (dk < 0) {
+      const tensor *d = _tensor_on_device(out->storage) ? out : _tensor_on_device(a->storage) ? a : b;
+      _tensor_arg_device(op, d == out ? "out" : d == a ? "a" : "b", d);
+      return TENSOR_EINVAL;
+    }
+    return _tensor_devops->binary_out(op, dk, out, a, b);
+  }
+  if (bad) return tensor_last_status();
   if (!_tensor_arg_f32(op, "out", out) || (a != out && !_tensor_arg_f32(op, "a", a)) ||
       (b != a && b != out && !_tensor_arg_f32(op, "b", b)))
     return tensor_last_status();
@@ -249,7 +268,7 @@ tensor_status tensor_div_out(tensor *o, const tensor *a, const tensor *b) {
     return binary("tensor_" #op "_grad", dy, y, k_##op##_grad, NULL, dk);                      \
   }                                                                                             \
   tensor_status tensor_##op##_grad_out(tensor *out, const tensor *dy, const tensor *y) {        \
-    return binary_out("tensor_" #op "_grad_out", out, dy, y, k_##op##_grad, NULL);             \
+    return binary_out_dev("tensor_" #op "_grad_out", out, dy, y, k_##op##_grad, NULL, dk);    \
   }
 GRAD_API(relu, _TD_RELU_GRAD)
 GRAD_API(tanh, _TD_TANH_GRAD)
@@ -261,9 +280,15 @@ tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tens
   return binary_out("tensor_axpby_out", out, a, b, k_axpby, c);
 }
 
-tensor_status tensor_add_(tensor *a, const tensor *b) { return binary_out("tensor_add_", a, a, b, k_add, NULL); }
-tensor_status tensor_sub_(tensor *a, const tensor *b) { return binary_out("tensor_sub_", a, a, b, k_sub, NULL); }
-tensor_status tensor_mul_(tensor *a, const tensor *b) { return binary_out("tensor_mul_", a, a, b, k_mul, NULL); }
+tensor_status tensor_add_(tensor *a, const tensor *b) {
+  return binary_out_dev("tensor_add_", a, a, b, k_add, NULL, _TD_ADD);
+}
+tensor_status tensor_sub_(tensor *a, const tensor *b) {
+  return binary_out_dev("tensor_sub_", a, a, b, k_sub, NULL, _TD_SUB);
+}
+tensor_status tensor_mul_(tensor *a, const tensor *b) {
+  return binary_out_dev("tensor_mul_", a, a, b, k_mul, NULL, _TD_MUL);
+}
 tensor_status tensor_div_(tensor *a, const tensor *b) { return binary_out("tensor_div_", a, a, b, k_div, NULL); }
 tensor_status tensor_add_scalar_(tensor *a, float s) {
   if (!_tensor_arg_f32("tensor_add_scalar_", "a", a)) return tensor_last_status();

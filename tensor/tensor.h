@@ -100,11 +100,16 @@ static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; 
  * (gpu_pool_new over a backend, gpu/gpu.h), whose "gpu.buffer" blocks hold
  * device tensors' data.  tensor_to copies a tensor to a device (NULL: to
  * host memory) and returns a new contiguous tensor there; ops dispatch on
- * the device of their inputs.  On a device: the elementwise ops (same
- * shapes, or [rows, cols] + [cols] for tensor_add), the scalar ops, the
- * unary ops and their _grad forms, 2-D tensor_matmul, tensor_sum over
- * TENSOR_ALL, tensor_clone, tensor_fill_, and every function that only
- * makes views or reads shapes.  A device tensor given to any other op, or
+ * the device of their inputs.  On a device: tensor_add,
+ * _sub, _mul, _div (same shapes, or [rows, cols] + [cols] for tensor_add),
+ * tensor_add_scalar, _sub_scalar, _mul_scalar, tensor_neg, _relu, _tanh,
+ * _sigmoid, _exp, _log, the relu/tanh/sigmoid _grad ops and their _out
+ * forms, tensor_add_, _sub_, _mul_, 2-D tensor_matmul (a transposed view
+ * read as such), tensor_sum over TENSOR_ALL or axis 0 (keepdim 0),
+ * tensor_clone, tensor_contiguous, tensor_fill_, and every function that
+ * only makes views or reads shapes (tensor/README.md, Devices).  Strided
+ * inputs are copied contiguous on the device first.  Autograd runs on
+ * device tensors built from these ops (its gradients stay on the device).  A device tensor given to any other op, or
  * inputs on two devices, is an error (TENSOR_EINVAL, naming the devices;
  * no finding).  A device storage holds its buffer (ta_hold(storage,
  * "device", buffer)) and counts references to it (ta_ref_*), so a leaked

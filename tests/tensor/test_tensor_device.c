@@ -4,8 +4,9 @@
  *   - each op a device runs gives what the same op gives on CPU tensors,
  *     element by element (the training ops: add with a bias row, sub, mul,
  *     div, the scalar ops, relu, tanh, sigmoid, exp, log, neg and the
- *     gradients of relu, tanh and sigmoid, matmul, sum, clone, fill_, and
- *     views of device tensors);
+ *     gradients of relu, tanh and sigmoid, matmul (a transposed operand
+ *     too), sum over everything and over axis 0, clone, fill_, add_, sub_,
+ *     mul_, the gradients' _out forms, and views of device tensors);
  *   - exact ledger counts: tensor_to onto the device makes one storage, one
  *     header and one gpu.buffer; freeing it frees the header and storage
  *     and the buffer goes back to the pool (its gpu.buffer block freed);
@@ -139,6 +140,7 @@ static void test_ops_match_cpu(void **state) {
   tensor *bias = values(TS(12), 6, 0), *w = values(TS(12, 7), 7, 0);
   tensor *da = tensor_to(a, P), *db = tensor_to(b, P), *dpos = tensor_to(pos, P);
   tensor *dbias = tensor_to(bias, P), *dw = tensor_to(w, P);
+  tensor *at = tensor_transpose(a, 0, 1), *dat = tensor_transpose(da, 0, 1);
   struct {
     tensor *dev, *cpu;
     float tol;
@@ -162,6 +164,9 @@ static void test_ops_match_cpu(void **state) {
     { tensor_sigmoid_grad(db, da), tensor_sigmoid_grad(b, a), 1e-6f },
     { tensor_matmul(da, dw), tensor_matmul(a, w), 1e-5f },
     { tensor_sum(da, TENSOR_ALL, 0), tensor_sum(a, TENSOR_ALL, 0), 1e-5f },
+    { tensor_sum(da, 0, 0), tensor_sum(a, 0, 0), 1e-5f },
+    { tensor_matmul(dat, da), tensor_matmul(at, a), 1e-5f },   /* a transposed view: sgemm's flag */
+    { tensor_relu(dat), tensor_relu(at), 0 },                  /* a strided input: copied contiguous first */
     { tensor_clone(da), tensor_clone(a), 0 },
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
@@ -171,6 +176,19 @@ static void test_ops_match_cpu(void **state) {
     tensor_free(c[i].dev);
     tensor_free(c[i].cpu);
   }
+  /* the in-place and _out forms the device runs */
+  tensor *acc = tensor_clone(a), *dacc = tensor_clone(da);
+  assert_int_equal(tensor_add_(acc, b), TENSOR_OK);
+  assert_int_equal(tensor_add_(dacc, db), TENSOR_OK);
+  assert_int_equal(tensor_mul_(acc, b), TENSOR_OK);
+  assert_int_equal(tensor_mul_(dacc, db), TENSOR_OK);
+  assert_int_equal(tensor_sub_(acc, a), TENSOR_OK);
+  assert_int_equal(tensor_sub_(dacc, da), TENSOR_OK);
+  assert_int_equal(tensor_relu_grad_out(acc, acc, a), TENSOR_OK);
+  assert_int_equal(tensor_relu_grad_out(dacc, dacc, da), TENSOR_OK);
+  expect_same(dacc, acc, 0);
+  tensor_free(acc);
+  tensor_free(dacc);
   /* fill_, and a strided view made contiguous on the device */
   assert_int_equal(tensor_fill_(db, 1.5f), TENSOR_OK);
   tensor *ones = tensor_full(TS(8, 12), 1.5f);
@@ -178,7 +196,7 @@ static void test_ops_match_cpu(void **state) {
   tensor *dt = tensor_transpose(da, 0, 1), *dc = tensor_contiguous(dt);
   tensor *ct = tensor_transpose(a, 0, 1), *cc = tensor_contiguous(ct);
   expect_same(dc, cc, 0);
-  tensor *tensors[] = { ones, dt, dc, ct, cc, da, db, dpos, dbias, dw, a, b, pos, bias, w };
+  tensor *tensors[] = { ones, dt, dc, ct, cc, at, dat, da, db, dpos, dbias, dw, a, b, pos, bias, w };
   for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) tensor_free(tensors[i]);
   assert_int_equal(n_errors, 0);
   assert_int_equal(ta_findings_count(NULL), 0);
@@ -209,13 +227,28 @@ static void test_errors(void **state) {
   snprintf(want, sizeof want, "tensor_add: the inputs are on different devices (the host and device host (pool %p)): "
            "tensor_to one of them first", (void *)P);
   assert_string_equal(last_error, want);
+  assert_null(tensor_sub(d, x));   /* a device tensor and a host one, either way round */
+  snprintf(want, sizeof want, "tensor_sub: the inputs are on different devices (device host (pool %p) and the host): "
+           "tensor_to one of them first", (void *)P);
+  assert_string_equal(last_error, want);
+  assert_null(tensor_matmul(d, x));
+  assert_int_equal(tensor_mul_(d, x), TENSOR_EINVAL);
   assert_null(tensor_mul(d, e));
   snprintf(want, sizeof want, "tensor_mul: the inputs are on different devices (device host (pool %p) and device host "
            "(pool %p)): tensor_to one of them first", (void *)P, (void *)q);
   assert_string_equal(last_error, want);
-  assert_null(tensor_sum(d, 0, 0));
-  assert_string_equal(last_error, "tensor_sum: on a device, the sum of every element only (TENSOR_ALL, keepdim 0): "
-                                  "axis 0, keepdim 0 of f32[4,4]");
+  assert_null(tensor_sum(d, 1, 0));
+  assert_string_equal(last_error, "tensor_sum: on a device, the sum of every element or over axis 0 (keepdim 0) "
+                                  "only: axis 1, keepdim 0 of f32[4,4]");
+  /* an _out form the device does not run */
+  assert_int_equal(tensor_exp_out(d, d), TENSOR_EINVAL);
+  snprintf(want, sizeof want, "tensor_exp_out: out is f32[4,4] on device host (pool %p); this op runs on host "
+           "tensors only (tensor_to(out, NULL) first)", (void *)P);
+  assert_string_equal(last_error, want);
+  assert_int_equal(tensor_add_(x, d), TENSOR_EINVAL);
+  snprintf(want, sizeof want, "tensor_add_: the inputs are on different devices (the host and device host (pool %p)): "
+           "tensor_to one of them first", (void *)P);
+  assert_string_equal(last_error, want);
   tensor *flat = tensor_reshape(d, TS(16));
   assert_null(tensor_add(d, flat));
   assert_int_equal(last_error_status, TENSOR_ESHAPE);
