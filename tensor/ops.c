@@ -148,18 +148,20 @@ static tensor_status binary_out_run(const char *op, tensor *out, const tensor *a
   return TENSOR_OK;
 }
 
-static tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
-                                    const float *c, int dk);
+static inline __attribute__((always_inline)) tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b,
+                                                                 kernel_fn *k, const float *c, int dk);
 
 /* Each distinct argument checked once (out is often a). */
-static tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
-                                const float *c) {
+/* always inlined, as the checks in them are: a check's finding starts at
+ * the public function's caller, whatever the optimisation level */
+static inline __attribute__((always_inline)) tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b,
+                                                              kernel_fn *k, const float *c) {
   return binary_out_dev(op, out, a, b, k, c, -1);
 }
 
 /* dk: the device op (_TD_*) when out, a or b is on a device; -1: none */
-static tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
-                                    const float *c, int dk) {
+static inline __attribute__((always_inline)) tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b,
+                                                                 kernel_fn *k, const float *c, int dk) {
   bool bad;
   if (_tensor_dev_dispatch(op, out, a, &bad) || (!bad && _tensor_dev_dispatch(op, b, NULL, &bad))) {
     if (dk < 0) {
@@ -197,7 +199,8 @@ static tensor *binary_run(const char *op, const tensor *a, const tensor *b, kern
 }
 
 /* dk: the device op (_TD_*) when a or b is a device tensor */
-static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c, int dk) {
+static inline __attribute__((always_inline)) tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k,
+                                                     const float *c, int dk) {
   bool bad;
   if (_tensor_dev_dispatch(op, a, b, &bad)) return _tensor_devops->binary(op, dk, a, b);
   if (bad) return NULL;
@@ -205,7 +208,7 @@ static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_f
 }
 
 /* a op s on a device, when a is there (*done); dk: _TD_ADD_SCALAR or _TD_MUL_SCALAR */
-static tensor *dev_scalar(const char *op, const tensor *a, int dk, float s, bool *done) {
+static inline __attribute__((always_inline)) tensor *dev_scalar(const char *op, const tensor *a, int dk, float s, bool *done) {
   bool bad;
   *done = true;
   if (_tensor_dev_dispatch(op, a, NULL, &bad)) return _tensor_devops->unary(op, dk, a, s);
@@ -314,7 +317,7 @@ static tensor_status unary_out(const char *op, tensor *out, const tensor *a, ker
   return TENSOR_OK;
 }
 
-static tensor *unary(const char *op, const tensor *a, kernel_fn *k, int dk) {
+static inline __attribute__((always_inline)) tensor *unary(const char *op, const tensor *a, kernel_fn *k, int dk) {
   bool bad;
   if (_tensor_dev_dispatch(op, a, NULL, &bad)) return _tensor_devops->unary(op, dk, a, 0.0f);
   if (bad) return NULL;

@@ -114,10 +114,8 @@ static void test_batch_after_view_underflow(void **state) {
   /* The headline is the release that owed (balance by callsite): the
    * view's destructor, whose free took the storage from under data and
    * rows; aux_stack is the use that found it, the next batch. */
-  uintptr_t pcs[TA_MAX_DEPTH];
-  assert_true(ta_stack_frames(f.stack, pcs, TA_MAX_DEPTH) >= 2);
-  assert_string_equal(function_at(ctx, pcs[0]), "_tensor_free");
-  assert_string_equal(function_at(ctx, pcs[1]), "view_destroy_twice");
+  assert_true(stack_has(f.stack, "_tensor_free", 1));
+  assert_true(stack_has(f.stack, "view_destroy_twice", 3));   /* tensor_free between them unless inlined */
   assert_string_equal(stack_frame0(ctx, f.aux_stack), "next_batch");
   assert_true(f.tag == T_STORAGE);
   assert_true(f.history_len >= 4);          /* init, the views' acquires, the extra release */
