@@ -23,7 +23,7 @@ $(BUILD)/libtagalloc-autograd.a: $(AG_OBJ)
 
 $(BUILD)/tests/autograd/%: tests/autograd/%.c $(wildcard tests/*.h tests/autograd/*.h) $(AG_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor -Iautograd $< -o $@ $(AG_LINK) $(TEST_LIBS) $(LIBS)
+	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor -Iautograd -Igpu $< -o $@ $(AG_LINK) $(TEST_LIBS) $(LIBS)
 
 # tools/train_lenet.c -> $(BUILD)/train-lenet (with tools/train_common.h)
 $(BUILD)/train-%: tools/train_%.c $(wildcard tools/train_*.h) $(AG_DEPS)

@@ -78,6 +78,18 @@ static void tape_index_push(ag_tape *t, ag_op *op) {
 /* The backward pass starts from dL/dL = 1: one scalar kept by the tape
  * (off any pool: the tape's own) instead of one made and freed per
  * backward. */
+/* A tensor of v's shape on v's device, every element x (device tensors:
+ * the gradients of a device loss and parameters live where they do). */
+static tensor *filled_like(const tensor *v, float x) {
+  tensor *t = tensor_clone(v);
+  if (t && tensor_fill_(t, x) != TENSOR_OK) {
+    tensor_free(t);
+    return NULL;
+  }
+  return t;
+}
+static tensor *ones_like(const tensor *v) { return filled_like(v, 1.0f); }
+
 static int seed_make(ag_tape *t) {
   tensor_pool *keep = tensor_pool_use(NULL);
   t->seed = tensor_scalar(1.0f);
@@ -286,7 +298,7 @@ ag_var *ag_param_new(tensor *value) {
   } else {
     p = ta_calloc(tag_param, 1, sizeof *p);
   }
-  tensor *g = p ? tensor_zeros(TENSOR_F32, value->ndim, value->shape) : NULL;
+  tensor *g = !p ? NULL : tensor_device(value) ? filled_like(value, 0.0f) : tensor_zeros(TENSOR_F32, value->ndim, value->shape);
   if (g == NULL) {
     ta_free(p);
     tensor_free(value);
@@ -354,11 +366,12 @@ int ag_backward(ag_var *loss) {
    * the loss has an op and no gradient yet; else a new tensor of ones added
    * to the loss's gradient, as any gradient is. */
   const tensor *seed = NULL;
-  if (loss->op && loss->grad == NULL && (t->seed || seed_make(t) == 0) &&
+  bool on_device = tensor_device(loss->value) != NULL;   /* the tape's seed is host memory */
+  if (loss->op && loss->grad == NULL && !on_device && (t->seed || seed_make(t) == 0) &&
       tensor_view_(t->seed, loss->value->ndim, loss->value->shape) == TENSOR_OK)
     seed = t->seed;
   if (seed == NULL) {
-    tensor *one = tensor_full(loss->value->ndim, loss->value->shape, 1.0f);
+    tensor *one = on_device ? ones_like(loss->value) : tensor_full(loss->value->ndim, loss->value->shape, 1.0f);
     if (one == NULL) return -1;
     _ag_accumulate(loss, one, true);
   }

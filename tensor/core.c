@@ -83,7 +83,7 @@ const char *_tensor_desc(const tensor *t, char *buf) {
 
 char *tensor_shape_str(const tensor *t, char *buf, size_t size) {
   char tmp[TENSOR_SHAPE_STR];
-  if (t && !_tensor_live("tensor_shape_str", "t", t)) {
+  if (t && !_tensor_live_any("tensor_shape_str", "t", t)) {
     snprintf(buf, size, "(not a live tensor)");
     return buf;
   }
@@ -208,6 +208,7 @@ void _tensor_free(tensor *t) {
    * event, with the same orphan check). */
   if (n == 0 && s->pool) pooled = _tensor_pool_put(s);
   ta_free(t);
+  if (n == 0 && _tensor_on_device(s)) _tensor_devops->release(s);
   if (n == 0 && !pooled) ta_free(s);
 }
 
@@ -306,7 +307,7 @@ tensor *tensor_randn(int ndim, const int64_t *shape, float std, uint64_t seed) {
 /* ---- facts ----------------------------------------------------------------- */
 
 int tensor_is_contiguous(const tensor *t) {
-  if (!_tensor_arg("tensor_is_contiguous", "t", t)) return 0;
+  if (!_tensor_arg_any("tensor_is_contiguous", "t", t)) return 0;
   return _tensor_contig(t);
 }
 
@@ -321,7 +322,7 @@ int _tensor_contig(const tensor *t) {
 }
 
 int tensor_same_shape(const tensor *a, const tensor *b) {
-  if (!_tensor_arg("tensor_same_shape", "a", a) || (b != a && !_tensor_arg("tensor_same_shape", "b", b)))
+  if (!_tensor_arg_any("tensor_same_shape", "a", a) || (b != a && !_tensor_arg_any("tensor_same_shape", "b", b)))
     return 0;
   return _tensor_same_shape(a, b);
 }
@@ -334,7 +335,7 @@ int _tensor_same_shape(const tensor *a, const tensor *b) {
 }
 
 size_t tensor_nbytes(const tensor *t) {
-  if (t == NULL || !_tensor_live("tensor_nbytes", "t", t)) return 0;
+  if (t == NULL || !_tensor_live_any("tensor_nbytes", "t", t)) return 0;
   return (size_t)t->numel * 4;
 }
 
@@ -379,16 +380,46 @@ float tensor_item(const tensor *t) {
 }
 
 long tensor_storage_refs(const tensor *t) {
-  if (t == NULL || !_tensor_live("tensor_storage_refs", "t", t)) return -1;
+  if (t == NULL || !_tensor_live_any("tensor_storage_refs", "t", t)) return -1;
   return ta_ref_count(t->storage);
 }
 const void *tensor_storage_block(const tensor *t) {
-  if (t == NULL || !_tensor_live("tensor_storage_block", "t", t)) return NULL;
+  if (t == NULL || !_tensor_live_any("tensor_storage_block", "t", t)) return NULL;
   return t->storage;
 }
 size_t tensor_storage_bytes(const tensor *t) {
-  if (t == NULL || !_tensor_live("tensor_storage_bytes", "t", t)) return 0;
+  if (t == NULL || !_tensor_live_any("tensor_storage_bytes", "t", t)) return 0;
   return t->storage->nbytes;
+}
+
+/* ---- devices ------------------------------------------------------------------ */
+
+const struct _tensor_devops *_tensor_devops;
+
+static void device_desc(const tensor *t, char *buf, size_t len) {
+  if (_tensor_on_device(t->storage) && _tensor_devops) _tensor_devops->name(t->storage->device, buf, len);
+  else snprintf(buf, len, "the host");
+}
+
+bool _tensor_arg_device(const char *op, const char *name, const tensor *t) {
+  char b[TENSOR_SHAPE_STR], d[64];
+  device_desc(t, d, sizeof d);
+  _tensor_err(TENSOR_EINVAL, "%s: %s is %s on %s; this op runs on host tensors only (tensor_to(%s, NULL) first)",
+              op, name, _tensor_desc(t, b), d, name);
+  return false;
+}
+
+tensor_status _tensor_dev_mixed(const char *op, const tensor *a, const tensor *b) {
+  char da[64], db[64];
+  device_desc(a, da, sizeof da);
+  device_desc(b, db, sizeof db);
+  return _tensor_err(TENSOR_EINVAL, "%s: the inputs are on different devices (%s and %s): tensor_to one of them first",
+                     op, da, db);
+}
+
+gpu_pool *tensor_device(const tensor *t) {
+  if (t == NULL || !_tensor_live_any("tensor_device", "t", t)) return NULL;
+  return _tensor_on_device(t->storage) ? t->storage->device : NULL;
 }
 
 /* ---- seeded bugs ---------------------------------------------------------------- */
@@ -396,6 +427,7 @@ size_t tensor_storage_bytes(const tensor *t) {
 static const char *const fault_names[TENSOR_FAULT_COUNT] = {
   "none", "reshape-dummy", "slice-dummy", "view-underflow", "tape-stack-inputs", "arena-early-reset",
   "params-in-arena", "scope-escape", "pool-double-release", "optimizer-state-leak", "tape-no-shrink",
+  "gpu-clone-retain",
 };
 int _tensor_fault_id = -1;   /* -1: not read from the environment yet */
 

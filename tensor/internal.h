@@ -16,13 +16,55 @@
 struct tensor_storage {
   void   *data;
   size_t  nbytes;
-  tensor_pool *pool;               /* where it goes back to, or NULL (the heap) */
+  tensor_pool *pool;               /* where it goes back to, or NULL (the heap, or a device) */
   struct pool_key *key;            /* its pool key */
-  tensor_storage *kprev, *knext;   /* the key's stack while kept (knext: below; kprev: above, held "pool.above") */
-  tensor_storage *aprev, *anext;   /* the pool's keep order while kept (aprev: older) */
+  /* A storage on a device is never kept by a tensor pool (pool is NULL), so
+   * its pool links are free: they hold the device instead.  A heap storage
+   * has them zeroed (_tensor_storage_new), so "no pool and a device" tells a
+   * device storage with no flag and no byte more. */
+  union {
+    struct {
+      tensor_storage *kprev, *knext;   /* the key's stack while kept (knext: below; kprev: above, held "pool.above") */
+      tensor_storage *aprev, *anext;   /* the pool's keep order while kept (aprev: older) */
+    };
+    struct {
+      gpu_pool *device;                /* its device: data is a "gpu.buffer" of this pool, held "device" */
+      void *dev_unused[3];
+    };
+  };
 };
 #define STORAGE_HDR 64
 _Static_assert(sizeof(struct tensor_storage) <= STORAGE_HDR, "storage header fits");
+
+/* Is s device memory?  (s live, checked.) */
+static inline bool _tensor_on_device(const tensor_storage *s) { return s->pool == NULL && s->device != NULL; }
+
+/* ---- devices (device.c) ----
+ * The device ops, set by the first tensor_to onto a device: the tensor
+ * library itself needs no gpu/ code until a program makes a device tensor.
+ * kind: one of _TD_*.  s: the scalar of the scalar ops. */
+enum {
+  _TD_ADD, _TD_SUB, _TD_MUL, _TD_DIV,                          /* binary */
+  _TD_RELU_GRAD, _TD_TANH_GRAD, _TD_SIGMOID_GRAD,              /* binary: (dy, y) */
+  _TD_ADD_SCALAR, _TD_MUL_SCALAR,                              /* a op s */
+  _TD_NEG, _TD_EXP, _TD_LOG, _TD_TANH, _TD_RELU, _TD_SIGMOID,  /* unary */
+};
+struct _tensor_devops {
+  tensor *(*binary)(const char *op, int kind, const tensor *a, const tensor *b);
+  tensor_status (*binary_out)(const char *op, int kind, tensor *out, const tensor *a, const tensor *b);
+  tensor *(*unary)(const char *op, int kind, const tensor *a, float s);
+  tensor *(*matmul)(const char *op, const tensor *a, const tensor *b);
+  tensor *(*sum)(const char *op, const tensor *a, int axis, int keepdim);
+  tensor *(*clone)(const char *op, const tensor *a);
+  tensor_status (*fill)(const char *op, tensor *a, float v);
+  void (*release)(tensor_storage *s);   /* the storage's last reference went: its buffer back to the pool */
+  void (*name)(gpu_pool *device, char *buf, size_t len);   /* "host#0x55..": the backend and the pool */
+};
+extern const struct _tensor_devops *_tensor_devops;
+/* The error for a device tensor given to an op that runs on host tensors
+ * only, or for inputs on different devices (no finding: a plain error). */
+bool _tensor_arg_device(const char *op, const char *name, const tensor *t);
+tensor_status _tensor_dev_mixed(const char *op, const tensor *a, const tensor *b);
 
 extern ta_tag _tensor_tag_storage, _tensor_tag_header, _tensor_tag_pool, _tensor_tag_meta, _tensor_tag_scratch;
 void _tensor_init(void);
@@ -55,12 +97,20 @@ bool _tensor_arg_dtype(const char *op, const char *name, const tensor *t);
 #else
 #define _tensor_check_block ta_check_block
 #endif
-static inline __attribute__((always_inline)) bool _tensor_live(const char *op, const char *name,
-                                                               const tensor *t) {
+static inline __attribute__((always_inline)) bool _tensor_live_any(const char *op, const char *name,
+                                                                   const tensor *t) {
   if (!_tensor_check_block(t, _tensor_tag_header, _tensor_tag_header, TA_CHECK_CALLER, op) ||
       !_tensor_check_block(t->storage, _tensor_tag_storage, _tensor_tag_pool, TA_CHECK_CALLER | TA_CHECK_REF, op))
     return _tensor_arg_dead(op, name, t);
   return true;
+}
+/* _tensor_live_any, and host memory: the ops that read or write elements on
+ * the CPU take their tensors through this. */
+#define _tensor_live _tensor_live_host
+static inline __attribute__((always_inline)) bool _tensor_live_host(const char *op, const char *name,
+                                                                    const tensor *t) {
+  if (!_tensor_live_any(op, name, t)) return false;
+  return __builtin_expect(!_tensor_on_device(t->storage), 1) || _tensor_arg_device(op, name, t);
 }
 /* NULL (an error unless one is pending), then the ledger's check. */
 static inline __attribute__((always_inline)) bool _tensor_arg(const char *op, const char *name,
@@ -68,6 +118,33 @@ static inline __attribute__((always_inline)) bool _tensor_arg(const char *op, co
   if (t == NULL) return _tensor_arg_null(op, name);
   return _tensor_live(op, name, t);
 }
+/* The same for the functions that never read elements on the CPU (views,
+ * shapes, counts) and the ops that dispatch on the device: any device. */
+static inline __attribute__((always_inline)) bool _tensor_arg_any(const char *op, const char *name,
+                                                                  const tensor *t) {
+  if (t == NULL) return _tensor_arg_null(op, name);
+  return _tensor_live_any(op, name, t);
+}
+static inline __attribute__((always_inline)) bool _tensor_arg_any_f32(const char *op, const char *name,
+                                                                      const tensor *t) {
+  if (!_tensor_arg_any(op, name, t)) return false;
+  return t->dtype == TENSOR_F32 || _tensor_arg_dtype(op, name, t);
+}
+/* Does an op on a and b (b may be NULL or a) run on a device?  Only asked
+ * once a device tensor exists (_tensor_devops set): no cost otherwise.
+ * Checks a and b as _tensor_arg_any does; false with an error pending when
+ * one is bad, so *bad says which. */
+static inline __attribute__((always_inline)) bool _tensor_dev_dispatch(const char *op, const tensor *a,
+                                                                       const tensor *b, bool *bad) {
+  *bad = false;
+  if (__builtin_expect(_tensor_devops == NULL, 1) || a == NULL) return false;
+  if (!_tensor_arg_any(op, "a", a) || (b && b != a && !_tensor_arg_any(op, "b", b))) {
+    *bad = true;
+    return false;
+  }
+  return _tensor_on_device(a->storage) || (b && _tensor_on_device(b->storage));
+}
+
 static inline __attribute__((always_inline)) bool _tensor_arg_f32(const char *op, const char *name,
                                                                   const tensor *t) {
   if (!_tensor_arg(op, name, t)) return false;

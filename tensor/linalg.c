@@ -149,6 +149,9 @@ static tensor *matmul_run(const char *op, const tensor *a, const tensor *b) {
 }
 
 tensor *tensor_matmul(const tensor *a, const tensor *b) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_matmul", a, b, &bad)) return _tensor_devops->matmul("tensor_matmul", a, b);
+  if (bad) return NULL;
   if (!matmul_args("tensor_matmul", a, b)) return NULL;
   return matmul_run("tensor_matmul", a, b);
 }

@@ -154,9 +154,30 @@ static tensor_status binary_out_run(const char *op, tensor *out, const tensor *a
   return TENSOR_OK;
 }
 
+static inline __attribute__((always_inline)) tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b,
+                                                                 kernel_fn *k, const float *c, int dk);
+
 /* Each distinct argument checked once (out is often a). */
-static tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b, kernel_fn *k,
-                                const float *c) {
+/* always inlined, as the checks in them are: a check's finding starts at
+ * the public function's caller, whatever the optimisation level */
+static inline __attribute__((always_inline)) tensor_status binary_out(const char *op, tensor *out, const tensor *a, const tensor *b,
+                                                              kernel_fn *k, const float *c) {
+  return binary_out_dev(op, out, a, b, k, c, -1);
+}
+
+/* dk: the device op (_TD_*) when out, a or b is on a device; -1: none */
+static inline __attribute__((always_inline)) tensor_status binary_out_dev(const char *op, tensor *out, const tensor *a, const tensor *b,
+                                                                 kernel_fn *k, const float *c, int dk) {
+  bool bad;
+  if (_tensor_dev_dispatch(op, out, a, &bad) || (!bad && _tensor_dev_dispatch(op, b, NULL, &bad))) {
+    if (dk < 0) {
+      const tensor *d = _tensor_on_device(out->storage) ? out : _tensor_on_device(a->storage) ? a : b;
+      _tensor_arg_device(op, d == out ? "out" : d == a ? "a" : "b", d);
+      return TENSOR_EINVAL;
+    }
+    return _tensor_devops->binary_out(op, dk, out, a, b);
+  }
+  if (bad) return tensor_last_status();
   if (!_tensor_arg_f32(op, "out", out) || (a != out && !_tensor_arg_f32(op, "a", a)) ||
       (b != a && b != out && !_tensor_arg_f32(op, "b", b)))
     return tensor_last_status();
@@ -183,8 +204,23 @@ static tensor *binary_run(const char *op, const tensor *a, const tensor *b, kern
   return out;
 }
 
-static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k, const float *c) {
+/* dk: the device op (_TD_*) when a or b is a device tensor */
+static inline __attribute__((always_inline)) tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_fn *k,
+                                                     const float *c, int dk) {
+  bool bad;
+  if (_tensor_dev_dispatch(op, a, b, &bad)) return _tensor_devops->binary(op, dk, a, b);
+  if (bad) return NULL;
   return binary_run(op, a, b, k, c, false);
+}
+
+/* a op s on a device, when a is there (*done); dk: _TD_ADD_SCALAR or _TD_MUL_SCALAR */
+static inline __attribute__((always_inline)) tensor *dev_scalar(const char *op, const tensor *a, int dk, float s, bool *done) {
+  bool bad;
+  *done = true;
+  if (_tensor_dev_dispatch(op, a, NULL, &bad)) return _tensor_devops->unary(op, dk, a, s);
+  if (bad) return NULL;
+  *done = false;
+  return NULL;
 }
 
 /* A scalar as a 0-d tensor on the stack (no header, no storage: never
@@ -193,19 +229,28 @@ static tensor *binary(const char *op, const tensor *a, const tensor *b, kernel_f
   float name##_v = (v); \
   tensor name = { .data = &name##_v, .ndim = 0, .numel = 1, .dtype = TENSOR_F32 }
 
-tensor *tensor_add(const tensor *a, const tensor *b) { return binary("tensor_add", a, b, k_add, NULL); }
-tensor *tensor_sub(const tensor *a, const tensor *b) { return binary("tensor_sub", a, b, k_sub, NULL); }
-tensor *tensor_mul(const tensor *a, const tensor *b) { return binary("tensor_mul", a, b, k_mul, NULL); }
-tensor *tensor_div(const tensor *a, const tensor *b) { return binary("tensor_div", a, b, k_div, NULL); }
+tensor *tensor_add(const tensor *a, const tensor *b) { return binary("tensor_add", a, b, k_add, NULL, _TD_ADD); }
+tensor *tensor_sub(const tensor *a, const tensor *b) { return binary("tensor_sub", a, b, k_sub, NULL, _TD_SUB); }
+tensor *tensor_mul(const tensor *a, const tensor *b) { return binary("tensor_mul", a, b, k_mul, NULL, _TD_MUL); }
+tensor *tensor_div(const tensor *a, const tensor *b) { return binary("tensor_div", a, b, k_div, NULL, _TD_DIV); }
 tensor *tensor_add_scalar(const tensor *a, float s) {
+  bool done;
+  tensor *d = dev_scalar("tensor_add_scalar", a, _TD_ADD_SCALAR, s, &done);
+  if (done) return d;
   SCALAR(x, s);
   return binary_run("tensor_add_scalar", a, &x, k_add, NULL, true);
 }
 tensor *tensor_sub_scalar(const tensor *a, float s) {
+  bool done;
+  tensor *d = dev_scalar("tensor_sub_scalar", a, _TD_ADD_SCALAR, -s, &done);
+  if (done) return d;
   SCALAR(x, s);
   return binary_run("tensor_sub_scalar", a, &x, k_sub, NULL, true);
 }
 tensor *tensor_mul_scalar(const tensor *a, float s) {
+  bool done;
+  tensor *d = dev_scalar("tensor_mul_scalar", a, _TD_MUL_SCALAR, s, &done);
+  if (done) return d;
   SCALAR(x, s);
   return binary_run("tensor_mul_scalar", a, &x, k_mul, NULL, true);
 }
@@ -227,16 +272,16 @@ tensor_status tensor_div_out(tensor *o, const tensor *a, const tensor *b) {
   return binary_out("tensor_div_out", o, a, b, k_div, NULL);
 }
 
-#define GRAD_API(op)                                                                            \
+#define GRAD_API(op, dk)                                                                        \
   tensor *tensor_##op##_grad(const tensor *dy, const tensor *y) {                              \
-    return binary("tensor_" #op "_grad", dy, y, k_##op##_grad, NULL);                          \
+    return binary("tensor_" #op "_grad", dy, y, k_##op##_grad, NULL, dk);                      \
   }                                                                                             \
   tensor_status tensor_##op##_grad_out(tensor *out, const tensor *dy, const tensor *y) {        \
-    return binary_out("tensor_" #op "_grad_out", out, dy, y, k_##op##_grad, NULL);             \
+    return binary_out_dev("tensor_" #op "_grad_out", out, dy, y, k_##op##_grad, NULL, dk);    \
   }
-GRAD_API(relu)
-GRAD_API(tanh)
-GRAD_API(sigmoid)
+GRAD_API(relu, _TD_RELU_GRAD)
+GRAD_API(tanh, _TD_TANH_GRAD)
+GRAD_API(sigmoid, _TD_SIGMOID_GRAD)
 
 tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tensor *b, float t) {
   float c[2] = { s, t };
@@ -244,9 +289,15 @@ tensor_status tensor_axpby_out(tensor *out, const tensor *a, float s, const tens
   return binary_out("tensor_axpby_out", out, a, b, k_axpby, c);
 }
 
-tensor_status tensor_add_(tensor *a, const tensor *b) { return binary_out("tensor_add_", a, a, b, k_add, NULL); }
-tensor_status tensor_sub_(tensor *a, const tensor *b) { return binary_out("tensor_sub_", a, a, b, k_sub, NULL); }
-tensor_status tensor_mul_(tensor *a, const tensor *b) { return binary_out("tensor_mul_", a, a, b, k_mul, NULL); }
+tensor_status tensor_add_(tensor *a, const tensor *b) {
+  return binary_out_dev("tensor_add_", a, a, b, k_add, NULL, _TD_ADD);
+}
+tensor_status tensor_sub_(tensor *a, const tensor *b) {
+  return binary_out_dev("tensor_sub_", a, a, b, k_sub, NULL, _TD_SUB);
+}
+tensor_status tensor_mul_(tensor *a, const tensor *b) {
+  return binary_out_dev("tensor_mul_", a, a, b, k_mul, NULL, _TD_MUL);
+}
 tensor_status tensor_div_(tensor *a, const tensor *b) { return binary_out("tensor_div_", a, a, b, k_div, NULL); }
 tensor_status tensor_add_scalar_(tensor *a, float s) {
   if (!_tensor_arg_f32("tensor_add_scalar_", "a", a)) return tensor_last_status();
@@ -272,24 +323,27 @@ static tensor_status unary_out(const char *op, tensor *out, const tensor *a, ker
   return TENSOR_OK;
 }
 
-static tensor *unary(const char *op, const tensor *a, kernel_fn *k) {
+static inline __attribute__((always_inline)) tensor *unary(const char *op, const tensor *a, kernel_fn *k, int dk) {
+  bool bad;
+  if (_tensor_dev_dispatch(op, a, NULL, &bad)) return _tensor_devops->unary(op, dk, a, 0.0f);
+  if (bad) return NULL;
   if (!_tensor_arg_f32(op, "a", a)) return NULL;
   tensor *out = _tensor_out(op, TENSOR_F32, a->ndim, a->shape);
   if (out) unary_out(op, out, a, k);
   return out;
 }
 
-#define UNARY_API(op, k)                                                                        \
-  tensor *tensor_##op(const tensor *a) { return unary("tensor_" #op, a, k); }                  \
+#define UNARY_API(op, k, dk)                                                                    \
+  tensor *tensor_##op(const tensor *a) { return unary("tensor_" #op, a, k, dk); }              \
   tensor_status tensor_##op##_out(tensor *out, const tensor *a) {                              \
     return unary_out("tensor_" #op "_out", out, a, k);                                         \
   }
-UNARY_API(neg, k_neg)
-UNARY_API(exp, k_exp)
-UNARY_API(log, k_log)
-UNARY_API(tanh, k_tanh)
-UNARY_API(relu, k_relu)
-UNARY_API(sigmoid, k_sigmoid)
+UNARY_API(neg, k_neg, _TD_NEG)
+UNARY_API(exp, k_exp, _TD_EXP)
+UNARY_API(log, k_log, _TD_LOG)
+UNARY_API(tanh, k_tanh, _TD_TANH)
+UNARY_API(relu, k_relu, _TD_RELU)
+UNARY_API(sigmoid, k_sigmoid, _TD_SIGMOID)
 
 tensor_status tensor_relu_(tensor *a) { return unary_out("tensor_relu_", a, a, k_relu); }
 tensor_status tensor_exp_(tensor *a) { return unary_out("tensor_exp_", a, a, k_exp); }
@@ -393,7 +447,12 @@ static tensor *reduce(const char *op, int kind, const tensor *a, int axis, int k
   return out;
 }
 
-tensor *tensor_sum(const tensor *a, int axis, int keepdim) { return reduce("tensor_sum", R_SUM, a, axis, keepdim); }
+tensor *tensor_sum(const tensor *a, int axis, int keepdim) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_sum", a, NULL, &bad)) return _tensor_devops->sum("tensor_sum", a, axis, keepdim);
+  if (bad) return NULL;
+  return reduce("tensor_sum", R_SUM, a, axis, keepdim);
+}
 
 /* Sums of up to SUM_ADD_STACK floats are formed on the stack; larger ones
  * in a tensor, as tensor_sum + tensor_add_ would. */

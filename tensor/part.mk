@@ -10,8 +10,10 @@ TENSOR_OBJ   = $(TENSOR_SRC:%.c=$(BUILD)/obj/%.o)
 # scalar on CPUs without AVX-512; the values are the same either way (the
 # project never reads the floating-point exception flags).
 TENSOR_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3 -fno-trapping-math)
-TENSOR_LIBS  = -lopenblas
-TENSOR_LINK  = $(BUILD)/libtagalloc-tensor.a $(LINKA) $(TENSOR_LIBS)
+TENSOR_LIBS  = -lopenblas -ldl
+# Device tensors (tensor/device.c) run on gpu/: its archive comes after the
+# tensor one, and is only pulled in by a program that calls tensor_to.
+TENSOR_LINK  = $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc-gpu.a $(LINKA) $(TENSOR_LIBS)
 TENSOR_TESTS = $(patsubst tests/tensor/%.c,$(BUILD)/tests/tensor/%,$(wildcard tests/tensor/test_*.c))
 
 PART_ALL   += $(BUILD)/libtagalloc-tensor.a $(TENSOR_TESTS)
@@ -22,13 +24,13 @@ $(BUILD)/obj/tensor/%.o: tensor/%.c tensor/part.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) $(DEPFLAGS) -Itensor -c $< -o $@
 
-$(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ)
+$(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ) | $(BUILD)/libtagalloc-gpu.a
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/tests/tensor/%: tests/tensor/%.c $(wildcard tests/*.h tests/tensor/*.h) $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor $< -o $@ $(TENSOR_LINK) $(TEST_LIBS) $(LIBS)
+	$(CC) $(CFLAGS) $(COMMON) -Itests -Itensor -Igpu $< -o $@ $(TENSOR_LINK) $(TEST_LIBS) $(LIBS)
 
 tensor-tests: $(TENSOR_TESTS)
 

@@ -72,6 +72,7 @@ typedef enum {
 } tensor_status;
 
 typedef struct tensor_storage tensor_storage;   /* refcounted data, see tensor_storage_* */
+typedef struct gpu_pool gpu_pool;               /* a device: gpu/gpu.h's caching pool over a backend */
 typedef struct tensor_pool tensor_pool;
 
 typedef struct tensor {
@@ -93,6 +94,29 @@ typedef struct tensor {
 
 static inline float   *tensor_f32(const tensor *t) { return (float *)t->data; }
 static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; }
+
+/* ---- devices ---------------------------------------------------------------
+ * A tensor lives in host memory or on a device: a gpu/ caching pool
+ * (gpu_pool_new over a backend, gpu/gpu.h), whose "gpu.buffer" blocks hold
+ * device tensors' data.  tensor_to copies a tensor to a device (NULL: to
+ * host memory) and returns a new contiguous tensor there; ops dispatch on
+ * the device of their inputs.  On a device: tensor_add,
+ * _sub, _mul, _div (same shapes, or [rows, cols] + [cols] for tensor_add),
+ * tensor_add_scalar, _sub_scalar, _mul_scalar, tensor_neg, _relu, _tanh,
+ * _sigmoid, _exp, _log, the relu/tanh/sigmoid _grad ops and their _out
+ * forms, tensor_add_, _sub_, _mul_, 2-D tensor_matmul (a transposed view
+ * read as such), tensor_sum over TENSOR_ALL or axis 0 (keepdim 0),
+ * tensor_clone, tensor_contiguous, tensor_fill_, and every function that
+ * only makes views or reads shapes (tensor/README.md, Devices).  Strided
+ * inputs are copied contiguous on the device first.  Autograd runs on
+ * device tensors built from these ops (its gradients stay on the device).  A device tensor given to any other op, or
+ * inputs on two devices, is an error (TENSOR_EINVAL, naming the devices;
+ * no finding).  A device storage holds its buffer (ta_hold(storage,
+ * "device", buffer)) and counts references to it (ta_ref_*), so a leaked
+ * device tensor is a gpu.leak with the stack of the tensor call that made
+ * it.  Link build/libtagalloc-gpu.a (and -ldl) when using devices. */
+tensor   *tensor_to(const tensor *t, gpu_pool *device);
+gpu_pool *tensor_device(const tensor *t);   /* NULL: host memory (or t not live) */
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -392,6 +416,7 @@ typedef enum {
   TENSOR_FAULT_POOL_DOUBLE_RELEASE,
   TENSOR_FAULT_OPTIMIZER_STATE_LEAK,
   TENSOR_FAULT_TAPE_NO_SHRINK,
+  TENSOR_FAULT_GPU_CLONE_RETAIN,   /* train-lenet --device: seed 003, weights cloned into a collection keep a reference */
   TENSOR_FAULT_COUNT
 } tensor_fault;
 /* By name ("reshape-dummy", ...; NULL or "none": off).  Returns

@@ -30,7 +30,7 @@ static inline __attribute__((always_inline)) tensor *dummy_view(const tensor *t,
 }
 
 tensor *tensor_alias(const tensor *t) {
-  if (!_tensor_arg("tensor_alias", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_alias", "t", t)) return NULL;
   return make_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
@@ -107,7 +107,7 @@ static bool view_strides(const tensor *t, int nn, const int64_t *ns, int64_t *ns
 }
 
 tensor *tensor_view(const tensor *t, int ndim, const int64_t *shape) {
-  if (!_tensor_arg("tensor_view", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_view", "t", t)) return NULL;
   int64_t ns[TENSOR_MAX_DIMS], nst[TENSOR_MAX_DIMS];
   if (!resolve_shape("tensor_view", t, ndim, shape, ns)) return NULL;
   if (!view_strides(t, ndim, ns, nst)) {
@@ -120,7 +120,7 @@ tensor *tensor_view(const tensor *t, int ndim, const int64_t *shape) {
 }
 
 tensor_status tensor_view_(tensor *t, int ndim, const int64_t *shape) {
-  if (!_tensor_arg("tensor_view_", "t", t)) return TENSOR_EINVAL;
+  if (!_tensor_arg_any("tensor_view_", "t", t)) return TENSOR_EINVAL;
   int64_t ns[TENSOR_MAX_DIMS], nst[TENSOR_MAX_DIMS];
   if (!resolve_shape("tensor_view_", t, ndim, shape, ns)) return tensor_last_status();
   if (!view_strides(t, ndim, ns, nst)) {
@@ -138,7 +138,7 @@ tensor_status tensor_view_(tensor *t, int ndim, const int64_t *shape) {
 }
 
 tensor *tensor_reshape(const tensor *t, int ndim, const int64_t *shape) {
-  if (!_tensor_arg("tensor_reshape", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_reshape", "t", t)) return NULL;
   int64_t ns[TENSOR_MAX_DIMS], nst[TENSOR_MAX_DIMS];
   if (!resolve_shape("tensor_reshape", t, ndim, shape, ns)) return NULL;
   if (view_strides(t, ndim, ns, nst)) {
@@ -153,7 +153,7 @@ tensor *tensor_reshape(const tensor *t, int ndim, const int64_t *shape) {
 }
 
 tensor *tensor_flatten(const tensor *t) {
-  if (!_tensor_arg("tensor_flatten", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_flatten", "t", t)) return NULL;
   return tensor_reshape(t, 1, &t->numel);
 }
 
@@ -171,7 +171,7 @@ static bool check_axis(const char *op, const tensor *t, int *axis, int extra) {
 }
 
 tensor *tensor_slice(const tensor *t, int axis, int64_t start, int64_t stop, int64_t step) {
-  if (!_tensor_arg("tensor_slice", "t", t) || !check_axis("tensor_slice", t, &axis, 0)) return NULL;
+  if (!_tensor_arg_any("tensor_slice", "t", t) || !check_axis("tensor_slice", t, &axis, 0)) return NULL;
   int64_t n = t->shape[axis];
   int64_t s0 = start < 0 ? start + n : start, s1 = stop < 0 ? stop + n : stop;
   if (step < 1 || s0 < 0 || s1 > n || s0 > s1) {
@@ -192,7 +192,7 @@ tensor *tensor_slice(const tensor *t, int axis, int64_t start, int64_t stop, int
 }
 
 tensor *tensor_select(const tensor *t, int axis, int64_t index) {
-  if (!_tensor_arg("tensor_select", "t", t) || !check_axis("tensor_select", t, &axis, 0)) return NULL;
+  if (!_tensor_arg_any("tensor_select", "t", t) || !check_axis("tensor_select", t, &axis, 0)) return NULL;
   int64_t n = t->shape[axis], i = index < 0 ? index + n : index;
   if (i < 0 || i >= n) {
     char b[TENSOR_SHAPE_STR];
@@ -215,7 +215,7 @@ int64_t tensor_batch_count(const tensor *t, int64_t batch) {
 }
 
 tensor *tensor_batch(const tensor *t, int64_t i, int64_t batch) {
-  if (!_tensor_arg("tensor_batch", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_batch", "t", t)) return NULL;
   char b[TENSOR_SHAPE_STR];
   if (t->ndim == 0 || batch < 1) {
     _tensor_err(TENSOR_EINVAL, "tensor_batch: batch size %lld of %s", (long long)batch, _tensor_desc(t, b));
@@ -234,7 +234,7 @@ tensor *tensor_batch(const tensor *t, int64_t i, int64_t batch) {
 /* ---- axes ---------------------------------------------------------------------- */
 
 tensor *tensor_permute(const tensor *t, const int *perm) {
-  if (!_tensor_arg("tensor_permute", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_permute", "t", t)) return NULL;
   int64_t shape[TENSOR_MAX_DIMS], strides[TENSOR_MAX_DIMS];
   int seen = 0;
   for (int d = 0; d < t->ndim; d++) {
@@ -253,7 +253,7 @@ tensor *tensor_permute(const tensor *t, const int *perm) {
 }
 
 tensor *tensor_transpose(const tensor *t, int a0, int a1) {
-  if (!_tensor_arg("tensor_transpose", "t", t) || !check_axis("tensor_transpose", t, &a0, 0) ||
+  if (!_tensor_arg_any("tensor_transpose", "t", t) || !check_axis("tensor_transpose", t, &a0, 0) ||
       !check_axis("tensor_transpose", t, &a1, 0))
     return NULL;
   int perm[TENSOR_MAX_DIMS];
@@ -264,7 +264,7 @@ tensor *tensor_transpose(const tensor *t, int a0, int a1) {
 }
 
 tensor *tensor_squeeze(const tensor *t, int axis) {
-  if (!_tensor_arg("tensor_squeeze", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_squeeze", "t", t)) return NULL;
   if (axis != TENSOR_ALL) {
     if (!check_axis("tensor_squeeze", t, &axis, 0)) return NULL;
     if (t->shape[axis] != 1) {
@@ -285,7 +285,7 @@ tensor *tensor_squeeze(const tensor *t, int axis) {
 }
 
 tensor *tensor_unsqueeze(const tensor *t, int axis) {
-  if (!_tensor_arg("tensor_unsqueeze", "t", t) || !check_axis("tensor_unsqueeze", t, &axis, 1)) return NULL;
+  if (!_tensor_arg_any("tensor_unsqueeze", "t", t) || !check_axis("tensor_unsqueeze", t, &axis, 1)) return NULL;
   if (t->ndim == TENSOR_MAX_DIMS) {
     char b[TENSOR_SHAPE_STR];
     _tensor_err(TENSOR_ESHAPE, "tensor_unsqueeze: %s has %d dimensions already", _tensor_desc(t, b),
@@ -314,7 +314,7 @@ void _tensor_broadcast_strides(const tensor *t, int ndim, const int64_t *shape, 
 }
 
 tensor *tensor_expand(const tensor *t, int ndim, const int64_t *shape) {
-  if (!_tensor_arg("tensor_expand", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_expand", "t", t)) return NULL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (ndim < t->ndim || ndim > TENSOR_MAX_DIMS || _tensor_check_shape("tensor_expand", ndim, shape) < 0) {
     if (ndim < t->ndim)
@@ -379,13 +379,16 @@ tensor *_tensor_clone(const tensor *t) {
 }
 
 tensor *tensor_clone(const tensor *t) {
-  if (!_tensor_arg("tensor_clone", "t", t)) return NULL;
+  if (!_tensor_arg_any("tensor_clone", "t", t)) return NULL;
+  if (_tensor_on_device(t->storage)) return _tensor_devops->clone("tensor_clone", t);
   return _tensor_clone(t);
 }
 
 tensor *tensor_contiguous(const tensor *t) {
-  if (!_tensor_arg("tensor_contiguous", "t", t)) return NULL;
-  return _tensor_contig(t) ? tensor_alias(t) : _tensor_clone(t);
+  if (!_tensor_arg_any("tensor_contiguous", "t", t)) return NULL;
+  if (_tensor_contig(t)) return tensor_alias(t);
+  if (_tensor_on_device(t->storage)) return _tensor_devops->clone("tensor_contiguous", t);
+  return _tensor_clone(t);
 }
 
 tensor *_tensor_borrow(const tensor *t) {
@@ -410,7 +413,8 @@ tensor_status tensor_copy_(tensor *dst, const tensor *src) {
 }
 
 tensor_status tensor_fill_(tensor *a, float v) {
-  if (!_tensor_arg("tensor_fill_", "a", a)) return TENSOR_EINVAL;
+  if (!_tensor_arg_any("tensor_fill_", "a", a)) return TENSOR_EINVAL;
+  if (_tensor_on_device(a->storage)) return _tensor_devops->fill("tensor_fill_", a, v);
   union { float f; int32_t i; uint32_t u; } x;
   if (a->dtype == TENSOR_F32) x.f = v;
   else x.i = (int32_t)v;

@@ -318,6 +318,6 @@ static inline void tc_free_if_live(tensor *t) {
   "  --json FILE: the measurements; --html FILE: the ledger's report of the run\n"                         \
   "  --fault NAME: a seeded memory bug on (reshape-dummy, slice-dummy, view-underflow, tape-stack-inputs,\n" \
   "    arena-early-reset, params-in-arena, scope-escape, pool-double-release, optimizer-state-leak,\n"    \
-  "    tape-no-shrink)\n"
+  "    tape-no-shrink, gpu-clone-retain: train-lenet --device only)\n"
 
 #endif

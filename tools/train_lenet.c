@@ -29,7 +29,7 @@ typedef struct {
   int epochs, test;
   float momentum;
   const char *data;
-  const char *device, *fault;   /* --device host|cuda|auto (train_lenet_device.h), --fault gpu-clone-retain */
+  const char *device;   /* --device host|cuda|auto (train_lenet_device.h) */
 } options;
 
 static void usage(FILE *f) {
@@ -39,7 +39,6 @@ static void usage(FILE *f) {
              "  --steps N: stop each epoch after N steps; --test N: evaluate on the first N test images\n"
              "  --lr: 0.01 (SGD), 0.001 (Adam); --momentum: SGD's, 0.9\n"
              "  --device host|cuda|auto: train on a gpu/ backend (device memory from the caching pool)\n"
-             "  --fault gpu-clone-retain: with --device, clone the weights into a collection that keeps a reference\n"
              TC_COMMON_USAGE);
 }
 
@@ -52,9 +51,6 @@ static int own_option(void *ctx, const char *a, const char *v) {
   else if (!strcmp(a, "--device")) {
     if (strcmp(v, "host") && strcmp(v, "cuda") && strcmp(v, "auto")) tc_die("--device wants host, cuda or auto, got '%s'", v);
     o->device = v;
-  } else if (!strcmp(a, "--fault")) {
-    if (strcmp(v, "gpu-clone-retain")) tc_die("--fault wants gpu-clone-retain, got '%s'", v);
-    o->fault = v;
   } else return 0;
   return 1;
 }
@@ -65,7 +61,8 @@ static options parse(int argc, char **argv) {
   tc_parse_args(argc, argv, &o.c, usage, own_option, &o);
   if (o.c.adam && !o.c.lr_set) o.c.lr = 1e-3f;
   tc_common_check(&o.c);
-  if (o.fault && !o.device) tc_die("--fault %s needs --device", o.fault);
+  if (tensor_fault_get() == TENSOR_FAULT_GPU_CLONE_RETAIN && !o.device)
+    tc_die("--fault gpu-clone-retain needs --device (it clones the device model's weights)");
   if (o.device && (o.c.checkpoint || o.c.resume || o.c.stop_after || o.c.html))
     tc_die("--device: --checkpoint, --resume, --stop-after and --html are for the CPU run only");
   return o;

@@ -242,7 +242,7 @@ static void lenet_device_main(const options *o, ag_layer *net, dataset *train, d
   gpu_pool *P = gpu_pool_new(B, NULL);
   if (P == NULL) tc_die("device: cannot make the pool");
   dev_model *d = dev_model_new(B, P, net, o->c.adam);
-  dev_clones *clones = o->fault && !strcmp(o->fault, "gpu-clone-retain") ? dev_clone_retain(d) : NULL;
+  dev_clones *clones = tensor_fault_get() == TENSOR_FAULT_GPU_CLONE_RETAIN ? dev_clone_retain(d) : NULL;
   printf("train-lenet: on device %s (%s)\n", B->name, B->device_name());
   int64_t nb = (train->n + o->c.batch - 1) / o->c.batch;
   int64_t steps = o->c.steps > 0 && o->c.steps < nb ? o->c.steps : nb;
