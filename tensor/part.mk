@@ -22,7 +22,7 @@ PART_BENCH += bench-tensor
 
 $(BUILD)/obj/tensor/%.o: tensor/%.c tensor/part.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) $(DEPFLAGS) -Itensor -c $< -o $@
+	$(CC) $(CFLAGS) $(TENSOR_OPT) $(COMMON) $(DEPFLAGS) -Itensor -Igpu -c $< -o $@
 
 $(BUILD)/libtagalloc-tensor.a: $(TENSOR_OBJ) | $(BUILD)/libtagalloc-gpu.a
 	@rm -f $@
