@@ -240,7 +240,7 @@ static void test_gpu_leak_at_exit(void **state) {
   (void)state;
   child_result r;
   child_exec("leak", NULL, &r);
-  const char *want = "GPU leak of 3072 byte(s) in 1 object(s) allocated from:   [tag: gpu.buffer]\n    #0 0x";
+  const char *want = "GPU leak of 3,072 byte(s) in 1 object(s) allocated from:   [tag: gpu.buffer]\n    #0 0x";
   const char *g = strstr(r.err, want);
   if (!g) child_dump(&r);
   assert_non_null(g);
@@ -258,9 +258,9 @@ static void test_pool_retained_at_exit(void **state) {
   (void)state;
   child_result r;
   child_exec("retained", NULL, &r);
-  const char *large = "GPU memory retained by the pool of 20971520 byte(s) in 1 object(s) allocated from:   "
+  const char *large = "GPU memory retained by the pool of 20,971,520 byte(s) in 1 object(s) allocated from:   "
                       "[tag: gpu.segment]\n";
-  const char *small = "GPU memory retained by the pool of 2097152 byte(s) in 1 object(s) allocated from:   "
+  const char *small = "GPU memory retained by the pool of 2,097,152 byte(s) in 1 object(s) allocated from:   "
                       "[tag: gpu.segment]\n";
   const char *g = strstr(r.err, large), *h = strstr(r.err, small);
   if (!g || !h) child_dump(&r);
@@ -294,7 +294,7 @@ static void test_ref_leak_on_device_buffer(void **state) {
   assert_non_null(g);
   assert_non_null(strstr(g, "unmatched acquisitions (1, oldest first):"));
   /* And the buffer it kept is a GPU leak. */
-  assert_non_null(strstr(r.err, "GPU leak of 8192 byte(s) in 1 object(s) allocated from:   [tag: gpu.buffer]\n"));
+  assert_non_null(strstr(r.err, "GPU leak of 8,192 byte(s) in 1 object(s) allocated from:   [tag: gpu.buffer]\n"));
   child_result_free(&r);
 }
 
