@@ -47,7 +47,7 @@ PY
     [ $rc = 1 ] &&
       grep -q '^gpu.purge-referenced: a purge refused 10 device buffer(s) still referenced' <<<"$out" &&
       grep -q '^ref.leak: 10 object(s) with references left at exit' <<<"$out" &&
-      grep -q '^GPU leak of 249344 byte(s) in 10 object(s) allocated from:' <<<"$out" &&
+      grep -q '^GPU leak of 249,344 byte(s) in 10 object(s) allocated from:' <<<"$out" &&
       grep -q 'in dev_clone_retain tools/train_lenet_device.h' <<<"$out" &&
       ! grep -q 'GPU memory retained by the pool' <<<"$out" || { echo "$out" | tail -20; return 1; }
   }
