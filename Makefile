@@ -108,7 +108,7 @@ bench: bench-deps bench-alloc $(PART_BENCH)
 # ---- install -------------------------------------------------------------
 # make install PREFIX=/usr/local DESTDIR=: the tool, the preload (in
 # LIBDIR/tagalloc/, where an installed `tagalloc run` looks for it: beside
-# itself, then ../lib/tagalloc/), the libraries, the public headers (in
+# itself, then ../lib/tagalloc/) and the CUDA shim beside it, the libraries, the public headers (in
 # INCLUDEDIR/tagalloc/), a pkg-config file and the man pages.
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -123,11 +123,12 @@ INSTALL_HEADERS = alloc/tagalloc.h tensor/tensor.h autograd/autograd.h
 MAN1 = man/tagalloc.1 man/tagalloc-run.1 man/tagalloc-report.1 man/tagalloc-diff.1
 MAN7 = man/tagalloc.7
 
-install: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(INSTALL_LIBS:%=$(BUILD)/%)
+install: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(CUDA_SHIM) $(INSTALL_LIBS:%=$(BUILD)/%)
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/tagalloc $(DESTDIR)$(LIBDIR)/pkgconfig \
 	  $(DESTDIR)$(INCLUDEDIR)/tagalloc $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	$(INSTALL) -m 755 $(BUILD)/tagalloc $(DESTDIR)$(BINDIR)/tagalloc
 	$(INSTALL) -m 755 $(BUILD)/libtagalloc-preload.so $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-preload.so
+	$(INSTALL) -m 755 $(CUDA_SHIM) $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-cuda.so
 	$(INSTALL) -m 755 $(BUILD)/libtagalloc.so $(DESTDIR)$(LIBDIR)/libtagalloc.so
 	$(INSTALL) -m 644 $(filter %.a,$(INSTALL_LIBS:%=$(BUILD)/%)) $(DESTDIR)$(LIBDIR)/
 	$(INSTALL) -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/tagalloc/
@@ -138,6 +139,7 @@ install: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(INSTALL_LIBS:%=$(BU
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/tagalloc $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-preload.so \
+	  $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-cuda.so \
 	  $(INSTALL_LIBS:%=$(DESTDIR)$(LIBDIR)/%) $(DESTDIR)$(LIBDIR)/pkgconfig/tagalloc.pc \
 	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/tagalloc/,$(notdir $(INSTALL_HEADERS))) \
 	  $(MAN1:man/%=$(DESTDIR)$(MANDIR)/man1/%) $(MAN7:man/%=$(DESTDIR)$(MANDIR)/man7/%)

@@ -37,6 +37,7 @@ lib/libtagalloc-tensor.a
 lib/libtagalloc.a
 lib/libtagalloc.so
 lib/pkgconfig/tagalloc.pc
+lib/tagalloc/libtagalloc-cuda.so
 lib/tagalloc/libtagalloc-preload.so
 share/man/man1/tagalloc-diff.1
 share/man/man1/tagalloc-report.1
@@ -57,6 +58,20 @@ got=$(python3 -c 'import json; print(json.load(open("out.json"))["processes"][0]
 expect "installed tagalloc run finds its preload and reports the leak" "0 4321 ." "$rc $got .$(cat err)"
 expect "installed tagalloc --version" "tagalloc $(sed -n 's/^#define TA_VERSION "\(.*\)"/\1/p' "$root/alloc/tagalloc.h")" \
   "$("$prefix/bin/tagalloc" --version)"
+
+# the installed tool on a CUDA program (the stand-in driver of tests/cuda,
+# the runtime linked statically): the preload hands the runtime the
+# installed libtagalloc-cuda.so, so the device memory left is found
+cuda=$root/tests/cuda
+if cc -O1 -g -std=gnu11 -D_GNU_SOURCE -I"$cuda" -fPIC -shared -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
+     -o libcuda.so.1 "$cuda/libcuda_standin.c" -lpthread 2> err &&
+   cc -O1 -g -std=gnu11 -D_GNU_SOURCE -I"$cuda" -o static_rt "$cuda/workload.c" "$cuda/rt.c" -ldl 2>> err; then
+  env -u TAGALLOC_PRELOAD LD_LIBRARY_PATH="$tmp" "$prefix/bin/tagalloc" run -q --json cuda.json -- ./static_rt > /dev/null 2> err
+  got=$(python3 -c 'import json; g = [f["bytes"] for f in json.load(open("cuda.json"))["processes"][0]["findings"] if f["kind"] == "gpu.leak"]; print(len(g), sum(g))' 2>&1)
+  expect "installed tagalloc run audits a CUDA program's device memory" "11 6344528 ." "$got .$(cat err)"
+else
+  bad "the stand-in CUDA driver and program build" "$(cat err)"
+fi
 
 # a program built with pkg-config against the installed library
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
