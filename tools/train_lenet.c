@@ -59,8 +59,6 @@ static options parse(int argc, char **argv) {
   options o = { .c = { .batch = 64, .threads = 1, .lr = 0.01f, .seed = 1 }, .epochs = 3, .momentum = 0.9f,
                 .data = DEFAULT_DATA };
   tc_parse_args(argc, argv, &o.c, usage, own_option, &o);
-  /* --fault is a common option (tensor_fault_set's names); this one is the device run's */
-  if (o.c.fault && !strcmp(o.c.fault, "gpu-clone-retain")) o.fault = o.c.fault, o.c.fault = NULL;
   if (o.c.adam && !o.c.lr_set) o.c.lr = 1e-3f;
   tc_common_check(&o.c);
   if (tensor_fault_get() == TENSOR_FAULT_GPU_CLONE_RETAIN && !o.device)
