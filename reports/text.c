@@ -304,10 +304,16 @@ static void write_block(wbuf *w, uint64_t bytes) {
 }
 
 /* A further stack of the finding, labelled, unless 0 or already shown. */
-static void write_section(render *r, const report_group *f, uint32_t stack, const char *label) {
-  if (!stack || stack == f->stack) return;
+/* A stack under its label, when there is one. */
+static void write_labeled(render *r, uint32_t stack, const char *label) {
+  if (!stack) return;
   w_printf(r->w, "%s\n", label);
   write_stack(r->w, r->p, stack, r->max_frames, "    ");
+}
+
+/* The same, unless it is the headline stack already printed. */
+static void write_section(render *r, const report_group *f, uint32_t stack, const char *label) {
+  if (stack != f->stack) write_labeled(r, stack, label);
 }
 
 static void write_event(render *r, const ta_ref_event *e) {
@@ -468,20 +474,13 @@ static void write_finding(render *r, const report_group *f) {
     w_put(w, "\n", 1);
     /* three labels: the access (when it was seen), the free, the allocation */
     if (f->stack && f->stack != f->free_stack) {
-      w_printf(w, "accessed at:\n");
-      write_stack(w, p, f->stack, r->max_frames, "    ");
+      write_labeled(r, f->stack, "accessed at:");
     } else {
       w_printf(w, "accessed at: not seen (a write into the freed block, found when the block left the "
                   "quarantine or at exit; --guard stops at the access)\n");
     }
-    if (f->free_stack) {
-      w_printf(w, "freed at:\n");
-      write_stack(w, p, f->free_stack, r->max_frames, "    ");
-    }
-    if (f->alloc_stack) {
-      w_printf(w, "allocated at:\n");
-      write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
-    }
+    write_labeled(r, f->free_stack, "freed at:");
+    write_labeled(r, f->alloc_stack, "allocated at:");
   } else if (kind_is(f, "heap.overflow")) {
     w_color(w, C_TITLE);
     w_printf(w, "heap.overflow: block ");
@@ -494,25 +493,17 @@ static void write_finding(render *r, const report_group *f) {
     /* the access (guard mode: the faulting instruction), or the free where
      * the pad was found written, then the free and the allocation */
     if (f->stack && f->stack == f->free_stack) {
-      w_printf(w, "found at its free:\n");
-      write_stack(w, p, f->stack, r->max_frames, "    ");
+      write_labeled(r, f->stack, "found at its free:");
     } else {
       if (f->stack) {
-        w_printf(w, "accessed at:\n");
-        write_stack(w, p, f->stack, r->max_frames, "    ");
+        write_labeled(r, f->stack, "accessed at:");
       } else {
         w_printf(w, "accessed at: not seen (found when the block %s; --guard stops at the access)\n",
                  f->free_stack ? "left the quarantine or at exit" : "was checked at exit");
       }
-      if (f->free_stack) {
-        w_printf(w, "freed at:\n");
-        write_stack(w, p, f->free_stack, r->max_frames, "    ");
-      }
+      write_labeled(r, f->free_stack, "freed at:");
     }
-    if (f->alloc_stack) {
-      w_printf(w, "allocated at:\n");
-      write_stack(w, p, f->alloc_stack, r->max_frames, "    ");
-    }
+    write_labeled(r, f->alloc_stack, "allocated at:");
   } else if (kind_is(f, "arena.after-reset")) {
     w_color(w, C_TITLE);
     w_printf(w, "arena.after-reset: pointer ");
