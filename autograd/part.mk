@@ -48,25 +48,31 @@ bench-autograd: $(BUILD)/train-lenet $(BUILD)/train-charlm
 	/usr/bin/python3 bench/autograd/run.py --build $(BUILD)
 
 # make demo-faults: one page per seeded bug (tensor.h: tensor_fault_set),
-# build/faults/NAME.html, each from 10 steps of train-lenet with --fault NAME
-# (optimizer-state-leak: resumed from a checkpoint of 3 steps).  Each run
-# exits 1: the ledger found the bug.  tape-no-shrink is growth, found in a
-# trace: 40 steps under TAGALLOC_TRACE (a mark per step), rendered by
-# tagalloc report (exit 0: growth is a warning).
+# build/faults/NAME.html, each the page of the trace of 10 steps of
+# train-lenet with --fault NAME (optimizer-state-leak: resumed from a
+# checkpoint of 3 steps), rendered by tagalloc report, so that it has the
+# run's timeline and duration; NAME.txt is the run's own exit report.  Each
+# run exits 1: the ledger found the bug.  tape-no-shrink is growth: 40
+# steps (a mark per step; exit 0: growth is a warning).
 FAULTS = reshape-dummy slice-dummy view-underflow tape-stack-inputs arena-early-reset params-in-arena \
          scope-escape pool-double-release
 demo-faults: $(BUILD)/train-lenet $(BUILD)/tagalloc
 	@mkdir -p $(BUILD)/faults
 	@for f in $(FAULTS); do \
-	  $(BUILD)/train-lenet --epochs 1 --steps 10 --test 100 --fault $$f --html $(BUILD)/faults/$$f.html \
-	    >/dev/null 2>$(BUILD)/faults/$$f.txt; \
+	  rm -f $(BUILD)/faults/$$f.trace; \
+	  TAGALLOC_TRACE=$(BUILD)/faults/$$f.trace $(BUILD)/train-lenet --epochs 1 --steps 10 --test 100 \
+	    --fault $$f >/dev/null 2>$(BUILD)/faults/$$f.txt; \
+	  $(BUILD)/tagalloc report -q $(BUILD)/faults/$$f.trace --html $(BUILD)/faults/$$f.html; \
 	  test -s $(BUILD)/faults/$$f.html || { echo "demo-faults: no page for $$f"; exit 1; }; \
 	  echo "demo-faults: $(BUILD)/faults/$$f.html"; \
 	done
 	@$(BUILD)/train-lenet --epochs 1 --steps 6 --test 100 --checkpoint $(BUILD)/faults/osl.ck --stop-after 3 >/dev/null 2>&1
-	@$(BUILD)/train-lenet --epochs 1 --steps 6 --test 100 --resume $(BUILD)/faults/osl.ck \
-	  --fault optimizer-state-leak --html $(BUILD)/faults/optimizer-state-leak.html \
+	@rm -f $(BUILD)/faults/optimizer-state-leak.trace
+	@TAGALLOC_TRACE=$(BUILD)/faults/optimizer-state-leak.trace $(BUILD)/train-lenet --epochs 1 --steps 6 \
+	  --test 100 --resume $(BUILD)/faults/osl.ck --fault optimizer-state-leak \
 	  >/dev/null 2>$(BUILD)/faults/optimizer-state-leak.txt; \
+	$(BUILD)/tagalloc report -q $(BUILD)/faults/optimizer-state-leak.trace \
+	  --html $(BUILD)/faults/optimizer-state-leak.html; \
 	test -s $(BUILD)/faults/optimizer-state-leak.html && echo "demo-faults: $(BUILD)/faults/optimizer-state-leak.html"
 	@rm -f $(BUILD)/faults/tape-no-shrink.trace
 	@TAGALLOC_TRACE=$(BUILD)/faults/tape-no-shrink.trace $(BUILD)/train-lenet --epochs 1 --steps 40 --test 100 \
