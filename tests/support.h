@@ -7,6 +7,7 @@
  *   find_arg, find_kind  the first finding of a kind, copied (slot and history
  *                        too), for ta_findings_visit; the_finding(kind) for short
  *   stack_frame0()       the function of frame #0 of a ledger stack
+ *   stack_has_function() is a function among the first frames of a stack
  *
  * Everything is static: each test program gets its own copy of what it uses. */
 #ifndef TAGALLOC_TEST_SUPPORT_H
@@ -120,6 +121,20 @@ static inline const char *stack_frame0(report_ctx *ctx, uint32_t stack) {
   uintptr_t pcs[TA_MAX_DEPTH];
   if (stack == 0 || ta_stack_frames(stack, pcs, TA_MAX_DEPTH) == 0) return "<no stack>";
   return function_at(ctx, pcs[0]);
+}
+
+/* Is fn among the first `top` frames of a ledger stack (inlined frames
+ * included)? */
+static inline int stack_has_function(report_ctx *ctx, uint32_t stack, const char *fn, size_t top) {
+  uintptr_t pcs[TA_MAX_DEPTH];
+  size_t n = ta_stack_frames(stack, pcs, TA_MAX_DEPTH);
+  for (size_t i = 0; i < n && i < top; i++) {
+    report_frame fr[REPORT_MAX_INLINE];
+    int k = report_symbolize(ctx, pcs[i], fr, REPORT_MAX_INLINE);
+    for (int j = 0; j < k; j++)
+      if (fr[j].function && strcmp(fr[j].function, fn) == 0) return 1;
+  }
+  return 0;
 }
 
 #endif

@@ -17,17 +17,7 @@
 static report_ctx *ctx;
 
 /* Is fn among the first `top` frames of stack? */
-static int stack_has(uint32_t stack, const char *fn, size_t top) {
-  uintptr_t pcs[TA_MAX_DEPTH];
-  size_t n = ta_stack_frames(stack, pcs, TA_MAX_DEPTH);
-  for (size_t i = 0; i < n && i < top; i++) {
-    report_frame fr[REPORT_MAX_INLINE];
-    int k = report_symbolize(ctx, pcs[i], fr, REPORT_MAX_INLINE);
-    for (int j = 0; j < k; j++)
-      if (fr[j].function && strcmp(fr[j].function, fn) == 0) return 1;
-  }
-  return 0;
-}
+static int stack_has(uint32_t stack, const char *fn, size_t top) { return stack_has_function(ctx, stack, fn, top); }
 
 static int setup(void **state) {
   messages_setup(state);
