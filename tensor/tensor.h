@@ -311,6 +311,22 @@ tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels);
 tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels);
 /* weight [V,D] (f32), indices (i32, any shape up to 5 dims) -> shape + [D]. */
 tensor *tensor_embedding(const tensor *weight, const tensor *indices);
+/* Its backward: dweight [V,D] (contiguous) += each row of dout (indices'
+ * shape + [D]) at its index, a scatter-add (repeated indices sum; an index
+ * outside [0, V) is skipped: the forward refused it). */
+tensor_status tensor_embedding_grad_(tensor *dweight, const tensor *dout, const tensor *indices);
+
+/* ---- optimizer updates (in place, torch.optim's arithmetic) ------------------ */
+
+/* One parameter p by its gradient g (contiguous f32, one shape):
+ * d = g + weight_decay * p; with momentum: buf = first ? d : momentum * buf + d,
+ * d = buf (buf may be NULL when momentum is 0); p -= lr * d. */
+tensor_status tensor_sgd_step_(tensor *p, const tensor *g, tensor *buf, float lr, float momentum, float weight_decay,
+                               int first);
+/* Adam at step t (1 ..): d = g + weight_decay * p; m = beta1 m + (1 - beta1) d;
+ * v = beta2 v + (1 - beta2) d d; p -= (lr / (1 - beta1^t)) m / (sqrt(v) / sqrt(1 - beta2^t) + eps). */
+tensor_status tensor_adam_step_(tensor *p, const tensor *g, tensor *m, tensor *v, float lr, float beta1, float beta2,
+                                float eps, float weight_decay, int64_t t);
 
 /* ---- scopes ---------------------------------------------------------------- */
 
