@@ -102,14 +102,21 @@ static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; 
  * host memory) and returns a new contiguous tensor there; ops dispatch on
  * the device of their inputs.  On a device: tensor_add,
  * _sub, _mul, _div (same shapes, or [rows, cols] + [cols] for tensor_add),
- * tensor_add_scalar, _sub_scalar, _mul_scalar, tensor_neg, _relu, _tanh,
- * _sigmoid, _exp, _log, the relu/tanh/sigmoid _grad ops and their _out
- * forms, tensor_add_, _sub_, _mul_, 2-D tensor_matmul (a transposed view
- * read as such), tensor_sum over TENSOR_ALL or axis 0 (keepdim 0),
- * tensor_clone, tensor_contiguous, tensor_fill_, and every function that
- * only makes views or reads shapes (tensor/README.md, Devices).  Strided
- * inputs are copied contiguous on the device first.  Autograd runs on
- * device tensors built from these ops (its gradients stay on the device).  A device tensor given to any other op, or
+ * tensor_add_scalar, _sub_scalar, _mul_scalar and the in-place
+ * add_scalar_, mul_scalar_, tensor_neg, _relu, _tanh, _sigmoid, _exp, _log,
+ * the relu/tanh/sigmoid _grad ops and their _out forms, tensor_add_, _sub_,
+ * _mul_, 2-D tensor_matmul, _matmul_t, _gemm_out, _gemm_t_out (a
+ * transposed view read as such), tensor_sum over TENSOR_ALL or axis 0
+ * (keepdim 0), tensor_sum_add_, tensor_argmax of 2-D rows, tensor_clone,
+ * tensor_contiguous, tensor_fill_, tensor_item (copied back: it waits),
+ * the training ops (conv2d and its gradients, max and average pooling and
+ * their gradients, softmax over the last axis, cross-entropy and its
+ * gradient, embedding and tensor_embedding_grad_, tensor_sgd_step_,
+ * tensor_adam_step_; a device label or index out of range gives NaN
+ * instead of an error), and every function that only makes views or reads
+ * shapes (tensor/README.md, Devices).  Strided inputs are copied contiguous
+ * on the device first.  Autograd runs on device tensors (its gradients stay
+ * on the device; ag_layer_to moves a model).  A device tensor given to any other op, or
  * inputs on two devices, is an error (TENSOR_EINVAL, naming the devices;
  * no finding).  A device storage holds its buffer (ta_hold(storage,
  * "device", buffer)) and counts references to it (ta_ref_*), so a leaked
