@@ -390,16 +390,9 @@ bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take) {
   case OP_AVG_POOL:
     give(a, tensor_avg_pool2d_grad(dy, op->ia[0], op->ia[1], 4, a->value->shape), true);
     break;
-  case OP_SOFTMAX: {
-    /* dx = y * (dy - sum(dy * y)) */
-    tensor *p = tensor_mul(dy, y), *s = p ? tensor_sum(p, op->ia[0], 1) : NULL;
-    tensor *d = s ? tensor_sub(dy, s) : NULL;
-    if (d) tensor_mul_(d, y);
-    tensor_free(p);
-    tensor_free(s);
-    give(a, d, true);
+  case OP_SOFTMAX:
+    give(a, tensor_softmax_grad(dy, y, op->ia[0]), true);   /* y * (dy - sum(dy * y)) */
     break;
-  }
   case OP_LOG_SOFTMAX: {
     /* dx = dy - exp(y) * sum(dy) */
     tensor *s = tensor_sum(dy, op->ia[0], 1), *e = s ? tensor_exp(y) : NULL;

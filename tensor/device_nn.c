@@ -419,6 +419,29 @@ tensor *_tdev_softmax(const char *op, const tensor *x0, int axis) {
   return y ? _tdev_finish(op, B, st, y) : NULL;
 }
 
+tensor *_tdev_softmax_grad(const char *op, const tensor *dy0, const tensor *y0, int axis) {
+  gpu_pool *p = _tdev_same(op, dy0, y0);
+  if (p == NULL) return NULL;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (!_tensor_same_shape(dy0, y0))
+    return _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy0, b1), _tensor_desc(y0, b2)),
+           NULL;
+  if (y0->ndim < 1 || _tensor_axis(axis, y0->ndim) != y0->ndim - 1)
+    return _tensor_err(TENSOR_EINVAL, "%s: on a device, over the last axis only: axis %d of %s", op, axis,
+                       _tensor_desc(y0, b1)),
+           NULL;
+  const gpu_backend *B = backend(p);
+  tensor *cd, *cy = NULL;
+  const tensor *dy = _tdev_borrow(op, dy0, &cd), *y = dy ? _tdev_borrow(op, y0, &cy) : NULL;
+  tensor *dx = y ? _tdev_out(op, p, TENSOR_F32, y->ndim, y->shape) : NULL;
+  int64_t cols = y0->shape[y0->ndim - 1];
+  gpu_status st = GPU_OK;
+  if (dx && dx->numel) st = B->softmax_bwd(tensor_f32(dx), tensor_f32(dy), tensor_f32(y), dx->numel / cols, cols, NULL);
+  tensor_free(cd);
+  tensor_free(cy);
+  return dx ? _tdev_finish(op, B, st, dx) : NULL;
+}
+
 tensor *_tdev_xent(const char *op, const tensor *logits0, const tensor *labels0, bool grad) {
   gpu_pool *p = _tdev_same(op, logits0, labels0);
   if (p == NULL) return NULL;

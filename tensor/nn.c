@@ -112,6 +112,28 @@ tensor *tensor_softmax(const tensor *x, int axis) {
   if (bad) return NULL;
   return softmax_any("tensor_softmax", x, axis, false);
 }
+tensor *tensor_softmax_grad(const tensor *dy, const tensor *y, int axis) {
+  const char *op = "tensor_softmax_grad";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, y, &bad)) return _tensor_devops->softmax_grad(op, dy, y, axis);
+  if (bad) return NULL;
+  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg_f32(op, "y", y)) return NULL;
+  if (!_tensor_same_shape(dy, y)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
+    return NULL;
+  }
+  tensor *p = tensor_mul(dy, y), *s = p ? tensor_sum(p, axis, 1) : NULL;
+  tensor *d = s ? tensor_sub(dy, s) : NULL;
+  if (d && tensor_mul_(d, y) != TENSOR_OK) {
+    tensor_free(d);
+    d = NULL;
+  }
+  tensor_free(p);
+  tensor_free(s);
+  return d;
+}
+
 tensor *tensor_log_softmax(const tensor *x, int axis) { return softmax_any("tensor_log_softmax", x, axis, true); }
 
 /* Checks logits [N,C] f32 and labels [N] i32 with 0 <= label < C; returns

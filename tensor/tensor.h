@@ -110,7 +110,8 @@ static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; 
  * (keepdim 0), tensor_sum_add_, tensor_argmax of 2-D rows, tensor_clone,
  * tensor_contiguous, tensor_fill_, tensor_item (copied back: it waits),
  * the training ops (conv2d and its gradients, max and average pooling and
- * their gradients, softmax over the last axis, cross-entropy and its
+ * their gradients, softmax and tensor_softmax_grad over the last axis,
+ * cross-entropy and its
  * gradient, embedding and tensor_embedding_grad_, tensor_sgd_step_,
  * tensor_adam_step_; a device label or index out of range gives NaN
  * instead of an error), and every function that only makes views or reads
@@ -311,6 +312,9 @@ tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, co
 /* ---- neural-net ops ---------------------------------------------------------- */
 
 tensor *tensor_softmax(const tensor *x, int axis);
+/* Its backward from dy and the forward's output y (same shape):
+ * dx = y * (dy - sum(dy * y, axis)). */
+tensor *tensor_softmax_grad(const tensor *dy, const tensor *y, int axis);
 tensor *tensor_log_softmax(const tensor *x, int axis);
 /* logits [N,C] (f32), labels [N] (i32, 0 <= label < C) -> the mean of the
  * per-row losses, a scalar.  The grad form gives dL/dlogits [N,C]. */

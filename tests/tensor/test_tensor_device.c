@@ -14,7 +14,8 @@
  *     relative to max(1, |value|) (the backend sums in its own order):
  *     conv2d (stride 1 with padding, stride 2 without) and its three
  *     gradients, max pooling (its argmax exactly) and average pooling and
- *     their gradients, softmax, cross-entropy and its gradient, embedding
+ *     their gradients, softmax and its gradient, cross-entropy and its
+ *     gradient, embedding
  *     and its scatter-add gradient (repeated indices), argmax (exactly),
  *     matmul_t and gemm_t_out (accumulating), sum_add_, and two steps of
  *     SGD with momentum and of Adam (parameters and state);
@@ -279,6 +280,13 @@ static void test_nn_ops_match_cpu(void **state) {
   /* softmax, cross-entropy, argmax */
   tensor *lg = values(TS(6, 5), 31, 0), *lgd = tensor_to(lg, P);
   tensor *lab = tensor_from_i32((const int32_t[]){ 0, 4, 2, 2, 1, 3 }, TS(6)), *labd = tensor_to(lab, P);
+  tensor *sg = values(TS(6, 5), 38, 0), *sgd = tensor_to(sg, P);
+  tensor *sy = tensor_softmax(lg, 1), *syd = tensor_to(sy, P);
+  tensor *sdx = tensor_softmax_grad(sg, sy, 1), *sdxd = tensor_softmax_grad(sgd, syd, -1);
+  assert_non_null(sdxd);
+  expect_same(sdxd, sdx, NN_TOL);
+  tensor *sm[] = { sg, sgd, sy, syd, sdx, sdxd };
+  for (size_t i = 0; i < sizeof sm / sizeof *sm; i++) tensor_free(sm[i]);
   tensor *r[4][2] = {
     { tensor_softmax(lg, 1), tensor_softmax(lgd, -1) },
     { tensor_cross_entropy(lg, lab), tensor_cross_entropy(lgd, labd) },
