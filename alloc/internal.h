@@ -3,6 +3,7 @@
 #ifndef TAGALLOC_INTERNAL_H
 #define TAGALLOC_INTERNAL_H
 
+#include "kinds.h"
 #include "tagalloc.h"
 
 #include <pthread.h>

@@ -480,7 +480,7 @@ static void report_overflow(const ta_block *b, const pad_damage *d, int when) {
   _ta_snprintf(detail, sizeof detail, "wrote %zu byte(s) past the end of the %zu-byte block: offsets %zu..%zu, first 0x%02x%s",
                d->count, (size_t)b->size, (size_t)b->size + d->first, (size_t)b->size + d->last, d->value,
                when == PAD_AT_QUARANTINE ? " (left the quarantine)" : when == PAD_AT_EXIT ? " (at exit)" : "");
-  ta_error_info e = { .kind = "heap.overflow", .bytes = b->size, .tag = b->tag,
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_HEAP_OVERFLOW), .bytes = b->size, .tag = b->tag,
                       .stack = when == PAD_AT_FREE ? b->free_stack : 0, .alloc_stack = b->stack,
                       .free_stack = b->state == TA_FREED ? b->free_stack : 0, .addr = b->addr,
                       .detail = detail };
@@ -560,14 +560,14 @@ static void report_bad_free(uintptr_t a, uint32_t stack, const ta_block *old) {
   ta_error_info e = { .stack = stack, .addr = a };
   char detail[96] = "";
   if (old) {                                   /* a freed block: double free */
-    e.kind = "free.double";
+    e.kind = ta_kind_name(TA_KIND_FREE_DOUBLE);
     e.bytes = old->size;
     e.tag = old->tag;
     e.alloc_stack = old->stack;
     e.free_stack = old->free_stack;
   } else {
     ta_block in;
-    e.kind = "free.invalid";
+    e.kind = ta_kind_name(TA_KIND_FREE_INVALID);
     if (_ta_block_find(a, &in)) {
       _ta_snprintf(detail, sizeof detail, "interior pointer at offset %zu of a %zu-byte %s block",
                    (size_t)(a - in.addr), (size_t)in.size, in.state == TA_LIVE ? "live" : "freed");
@@ -590,7 +590,7 @@ static void report_write_after_free(const ta_block *b, int64_t at, unsigned char
                (size_t)at, (size_t)b->size, value, (unsigned)_ta_opt.poison);
   /* The write itself was not seen (stack 0): the report says so, and
    * shows the free and the allocation under their own labels. */
-  ta_error_info e = { .kind = "use.after-free", .bytes = b->size, .tag = b->tag,
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_USE_AFTER_FREE), .bytes = b->size, .tag = b->tag,
                       .stack = 0, .alloc_stack = b->stack,
                       .free_stack = b->free_stack, .addr = b->addr, .detail = detail };
   _ta_finding_error(&e);
@@ -1707,7 +1707,7 @@ TA_NOINLINE int ta_check(const void *ptr) {
     uint64_t dsize = 0;
     uint32_t dstack = 0;
     _ta_arena_dead_block(p, &daddr, &dsize, &dstack);
-    ta_error_info e = { .kind = "arena.after-reset", .bytes = dsize, .tag = atag, .stack = stack,
+    ta_error_info e = { .kind = ta_kind_name(TA_KIND_ARENA_AFTER_RESET), .bytes = dsize, .tag = atag, .stack = stack,
                         .alloc_stack = dstack, .free_stack = reset_stack, .addr = p,
                         .detail = "a pointer into arena memory reset since" };
     _ta_finding_error(&e);
@@ -1719,7 +1719,7 @@ TA_NOINLINE int ta_check(const void *ptr) {
   char detail[96];
   _ta_snprintf(detail, sizeof detail, "a pointer at offset %zu of a freed %zu-byte block",
                (size_t)(p - b.addr), (size_t)b.size);
-  ta_error_info e = { .kind = "use.after-free", .bytes = b.size, .tag = b.tag, .stack = stack,
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_USE_AFTER_FREE), .bytes = b.size, .tag = b.tag, .stack = stack,
                       .alloc_stack = b.stack, .free_stack = b.free_stack, .addr = p,
                       .detail = detail };
   _ta_finding_error(&e);
@@ -1765,8 +1765,8 @@ static TA_NOINLINE void check_report(uintptr_t p, ta_tag tag, unsigned flags, co
       return;
     }
     _ta_snprintf(detail, sizeof detail, "%s: a freed %s (%zu bytes)", w, ta_tag_name(b.tag), (size_t)b.size);
-    ta_error_info e = { .kind = (flags & TA_CHECK_FREE) ? "free.double" : "use.after-free", .bytes = b.size,
-                        .tag = b.tag, .stack = stack, .alloc_stack = b.stack, .free_stack = b.free_stack,
+    ta_error_info e = { .kind = ta_kind_name((flags & TA_CHECK_FREE) ? TA_KIND_FREE_DOUBLE : TA_KIND_USE_AFTER_FREE),
+                        .bytes = b.size, .tag = b.tag, .stack = stack, .alloc_stack = b.stack, .free_stack = b.free_stack,
                         .addr = p, .detail = detail };
     _ta_finding_error(&e);
     return;
@@ -1784,14 +1784,15 @@ static TA_NOINLINE void check_report(uintptr_t p, ta_tag tag, unsigned flags, co
     if (dead) _ta_snprintf(detail, sizeof detail, "%s: a %s of an arena generation reset since", w,
                            ta_tag_name(atag != TA_ANY ? atag : tag));
     else _ta_snprintf(detail, sizeof detail, "%s: not a block of the arena's current generation", w);
-    ta_error_info e = { .kind = "arena.after-reset", .bytes = dsize, .tag = atag != TA_ANY ? atag : tag,
-                        .stack = stack, .alloc_stack = dstack, .free_stack = reset_stack, .addr = p,
+    ta_error_info e = { .kind = ta_kind_name(TA_KIND_ARENA_AFTER_RESET), .bytes = dsize,
+                        .tag = atag != TA_ANY ? atag : tag, .stack = stack, .alloc_stack = dstack,
+                        .free_stack = reset_stack, .addr = p,
                         .detail = detail };
     _ta_finding_error(&e);
     _ta_arena_retire(p);
     return;
   }
-  const char *kind = (flags & TA_CHECK_FREE) ? "free.invalid" : "use.after-free";
+  const char *kind = ta_kind_name((flags & TA_CHECK_FREE) ? TA_KIND_FREE_INVALID : TA_KIND_USE_AFTER_FREE);
   if (found)   /* live, another tag: the memory was handed out again */
     _ta_snprintf(detail, sizeof detail, "%s: want a live %s, found a %s (freed, reused)", w, want,
                  ta_tag_name(b.tag));

@@ -932,7 +932,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       if (!b[i].arena && _ta_hold_is_orphan(b[i].addr, &ostack, &holder, &slot)) {
         sum.orphan_bytes += b[i].size;
         sum.orphan_blocks++;
-        _ta_findings_leak("leak.orphan", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, ostack,
+        _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_ORPHAN), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, ostack,
                           holder, slot, NULL, 0);
         continue;
       }
@@ -944,17 +944,20 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
         case S_POSSIBLE:
           sum.possible_bytes += b[i].size;
           sum.possible_blocks++;
-          _ta_findings_leak("leak.possible", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_POSSIBLE), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr,
+                            0, 0, NULL, NULL, 0);
           break;
         case S_INDIRECT:
           sum.indirect_bytes += b[i].size;
           sum.indirect_blocks++;
-          _ta_findings_leak("leak.indirect", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_INDIRECT), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr,
+                            0, 0, NULL, NULL, 0);
           break;
         default:
           sum.direct_bytes += b[i].size;
           sum.direct_blocks++;
-          _ta_findings_leak("leak.direct", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_DIRECT), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr,
+                            0, 0, NULL, NULL, 0);
           break;
       }
     }
