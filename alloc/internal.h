@@ -4,6 +4,7 @@
 #define TAGALLOC_INTERNAL_H
 
 #include "kinds.h"
+#include "procmaps.h"
 #include "tagalloc.h"
 
 #include <pthread.h>

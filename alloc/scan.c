@@ -333,36 +333,25 @@ static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
+typedef struct {
+  mvec *maps, *wmaps;
+} maps_out;
+
+static int add_map(const ta_maps_entry *e, void *arg) {
+  maps_out *o = arg;
+  if (e->perms[0] != 'r') return 0;
+  if (strstr(e->path, "[vvar]") || strstr(e->path, "[vsyscall]")) return 0;
+  range *r = mvec_push(o->maps);
+  if (r) { r->lo = e->lo; r->hi = e->hi; }
+  if (e->perms[1] == 'w' && (r = mvec_push(o->wmaps)) != NULL) { r->lo = e->lo; r->hi = e->hi; }
+  return 0;
+}
+
 /* Readable mappings, and of those the writable ones, sorted (the kernel
  * lists them in order). */
 static void read_maps(mvec *maps, mvec *wmaps) {
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  static char buf[1 << 16];
-  char line[512];
-  size_t ll = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    for (ssize_t i = 0; i < n; i++) {
-      if (buf[i] != '\n') {
-        if (ll < sizeof line - 1) line[ll++] = buf[i];
-        continue;
-      }
-      line[ll] = '\0';
-      ll = 0;
-      char *p = line;
-      uintptr_t lo = strtoul(p, &p, 16);
-      if (*p++ != '-') continue;
-      uintptr_t hi = strtoul(p, &p, 16);
-      if (*p++ != ' ' || p[0] != 'r') continue;
-      if (strstr(p, "[vvar]") || strstr(p, "[vsyscall]")) continue;
-      range *r = mvec_push(maps);
-      if (r) { r->lo = lo; r->hi = hi; }
-      if (p[1] == 'w' && (r = mvec_push(wmaps)) != NULL) { r->lo = lo; r->hi = hi; }
-    }
-  }
-  close(fd);
+  maps_out o = { maps, wmaps };
+  _ta_maps_each(add_map, &o);
 }
 
 /* The readable mapping containing p, or {0,0}. */
