@@ -74,12 +74,14 @@ static void test_walk_own_maps(void **state) {
   assert_true(n > 0);
   exe[n] = '\0';
   assert_string_equal(f.path, exe);
-  /* a stack variable: a writable mapping, "[stack]" on the main thread */
+  /* a stack variable: a private writable mapping, "[stack]" on the main
+   * thread (anonymous under valgrind, which gives the program a stack of
+   * its own making) */
   int local = 0;
   finder s = { .a = (uintptr_t)&local };
   assert_int_equal(_ta_maps_each(find, &s), 7);
   assert_string_equal(s.found.perms, "rw-p");
-  assert_string_equal(s.path, "[stack]");
+  if (strcmp(s.path, "[stack]") != 0) assert_string_equal(s.path, "");
   /* the walk stops at the first nonzero return: the stack comes after the code */
   assert_true(s.lines > f.lines);
   /* no mapping at address 0: every line seen, 0 returned */
