@@ -31,13 +31,12 @@ $(BUILD)/train-%: tools/train_%.c $(wildcard tools/train_*.h) $(AG_DEPS)
 
 autograd-tests: $(AG_TESTS) $(AG_TOOLS)
 
-# The tests, then the same built with AddressSanitizer and UBSan.
-# (the CLI renders tape-no-shrink's trace: the plain one for both runs, a
-# trace being the same whatever wrote it)
+# The tests, then the same built with AddressSanitizer and UBSan (the CLI,
+# which renders tape-no-shrink's trace, too).
 test-autograd: $(BUILD)/libtagalloc.a autograd-tests $(BUILD)/tagalloc
 	@tests/autograd/run.sh $(BUILD)
-	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a autograd-tests
-	$(ASAN_RUN) AUTOGRAD_TEST_CLI=$(BUILD)/tagalloc tests/autograd/run.sh $(ASAN_BUILD)
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a autograd-tests $(ASAN_BUILD)/tagalloc
+	$(ASAN_RUN) tests/autograd/run.sh $(ASAN_BUILD)
 
 .PHONY: test-autograd autograd-tests
 

@@ -34,6 +34,14 @@ PRELOAD_LIBS = $(LIBS)
 CLI_LIBS = $(LIBS)
 endif
 
+# A sanitizer build's CLI links libjemalloc.so instead: the archive's
+# malloc would replace the sanitizer's in the executable, and the dynamic
+# loader's first malloc, made while libasan starts, reached jemalloc before
+# anything was set up (a segfault before main, even for --version).
+ifneq ($(findstring sanitize,$(CFLAGS)),)
+CLI_LIBS = $(LIBS)
+endif
+
 $(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile
 	@mkdir -p $(dir $@)
 	objcopy $(JEMALLOC_CLASH:%=--localize-symbol=%) $< $@
