@@ -418,9 +418,20 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
  * depot's index is cold whenever the program's own work (a matrix product
  * between two tensor allocations) has pushed it out of the CPU's caches.
  * Stacks deeper than MEMO_FRAMES go to the depot.  The thread's path is
- * kept here too. */
+ * kept here too.
+ *
+ * The memo is used while it pays: a miss costs a hash of every frame and
+ * a copy of them into an entry (a line or four of an array of 72 KB, out
+ * of L1), and where stacks do not repeat within 256 puts (the tree's
+ * 2^20 stacks, each new in its round) it never answers.  A hit earns
+ * MEMO_HIT credit, a miss costs one; without credit one put in
+ * MEMO_RETRY tries it (and keeps its stack).  cc1's memo answers a
+ * quarter of its puts, which keeps it on. */
 #define MEMO_BITS   8
 #define MEMO_FRAMES 32
+#define MEMO_CREDIT_MAX 256
+#define MEMO_HIT   8
+#define MEMO_RETRY 16
 
 typedef struct {
   uint32_t hash, id, n, pad;
@@ -430,6 +441,9 @@ typedef struct {
 struct ta_stack_memo {
   memo_entry e[1u << MEMO_BITS];
   path       path;
+  int32_t    credit;
+  uint32_t   tries;
+  uint64_t   skipped;                 /* puts that did not use the memo (tests) */
 };
 
 /* Four independent lanes, so the multiplies overlap instead of forming one
@@ -467,15 +481,25 @@ uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
   if (t->stack_memo_busy) return stack_put(pcs, n, NULL, false);
   t->stack_memo_busy = 1;
   atomic_signal_fence(memory_order_seq_cst);   /* a nested call (a signal) sees busy */
-  if (TA_UNLIKELY(t->stack_memo == NULL)) t->stack_memo = _ta_meta_calloc(1, sizeof *t->stack_memo);
+  if (TA_UNLIKELY(t->stack_memo == NULL)) {
+    t->stack_memo = _ta_meta_calloc(1, sizeof *t->stack_memo);
+    if (t->stack_memo) t->stack_memo->credit = MEMO_CREDIT_MAX;
+  }
   struct ta_stack_memo *m = t->stack_memo;
   uint32_t id;
-  if (TA_LIKELY(m != NULL && n <= MEMO_FRAMES)) {
+  bool use = m != NULL && n <= MEMO_FRAMES;
+  if (use && m->credit <= 0 && ++m->tries % MEMO_RETRY != 0) {
+    use = false;
+    m->skipped++;
+  }
+  if (TA_LIKELY(use)) {
     uint32_t h = hash_pcs(pcs, n);
     memo_entry *e = &m->e[h & ((1u << MEMO_BITS) - 1)];
     if (e->hash == h && e->n == n && same_pcs(e->pcs, pcs, n)) {
       id = e->id;
+      m->credit = m->credit > MEMO_CREDIT_MAX - MEMO_HIT ? MEMO_CREDIT_MAX : m->credit + MEMO_HIT;
     } else {
+      if (m->credit > 0) m->credit--;
       id = stack_put(pcs, n, &m->path, true);
       e->n = 0;                          /* no entry while it is written */
       memcpy(e->pcs, pcs, n * sizeof *pcs);
@@ -528,6 +552,11 @@ size_t _ta_depot_count(void) { return atomic_load(&count); }
 uint64_t _ta_depot_lookups(void) {
   ta_thread *t = _ta_self;
   return t && t->stack_memo ? t->stack_memo->path.lookups : 0;
+}
+
+uint64_t _ta_depot_memo_skipped(void) {
+  ta_thread *t = _ta_self;
+  return t && t->stack_memo ? t->stack_memo->skipped : 0;
 }
 
 size_t _ta_depot_nodes(void) { return atomic_load(&next_id) - 1; }

@@ -239,6 +239,7 @@ size_t   _ta_depot_depth(uint32_t id);        /* frames of stack id; 0: no such 
 size_t   _ta_depot_count(void);               /* distinct stacks put */
 size_t   _ta_depot_nodes(void);               /* nodes: stacks and their outer parts */
 uint64_t _ta_depot_lookups(void);             /* this thread's lookups in the index (tests) */
+uint64_t _ta_depot_memo_skipped(void);        /* this thread's puts past its memo (tests) */
 /* Bytes the depot's nodes use (12 a node), and in *index_bytes its index's
  * slots (8 a slot); (tests). */
 size_t   _ta_depot_bytes(size_t *index_bytes);

@@ -181,6 +181,33 @@ static void test_bytes(void **state) {
   assert_true(nodes * 16 > slots * 7);           /* it doubled only when 7/8 full */
 }
 
+/* The thread's memo of whole stacks is used while it answers: stacks that
+ * never repeat turn it off but for one put in 16, and a stack that repeats
+ * turns it on again. */
+static void test_memo_credit(void **state) {
+  (void)state;
+  const uintptr_t base = 0x5600000000ull;
+  uintptr_t pcs[4] = { 0, base + 0x100, base + 0x200, base + 0x300 };
+  assert_non_null(_ta_thread());
+  size_t k = 0;
+  for (; k < 300; k++) {                        /* no credit left after these */
+    pcs[0] = base + 0x1000 + 16 * k;
+    assert_true(_ta_depot_put(pcs, 4) != 0);
+  }
+  uint64_t s0 = _ta_depot_memo_skipped();
+  for (; k < 460; k++) {                        /* 160 puts: 10 of them try the memo */
+    pcs[0] = base + 0x1000 + 16 * k;
+    assert_true(_ta_depot_put(pcs, 4) != 0);
+  }
+  assert_int_equal(_ta_depot_memo_skipped() - s0, 150);
+  pcs[0] = base + 0x50;
+  uint32_t id = _ta_depot_put(pcs, 4);
+  for (int i = 0; i < 32; i++) assert_int_equal(_ta_depot_put(pcs, 4), id);
+  uint64_t s1 = _ta_depot_memo_skipped();
+  for (int i = 0; i < 100; i++) assert_int_equal(_ta_depot_put(pcs, 4), id);
+  assert_int_equal(_ta_depot_memo_skipped(), s1);
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -188,6 +215,7 @@ int main(void) {
     cmocka_unit_test(test_same_and_different),
     cmocka_unit_test(test_same_path_hash),
     cmocka_unit_test(test_bytes),
+    cmocka_unit_test(test_memo_credit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
