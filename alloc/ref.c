@@ -253,7 +253,7 @@ size_t ta_ref_balance(const ta_ref_event *ev, size_t n,
 static void underflow(const ref_rec *r, uintptr_t obj, uint32_t stack, const char *why) {
   ta_block b = { 0 };
   bool known = _ta_block_get(obj, &b);
-  ta_error_info e = { .kind = "ref.underflow", .stack = stack, .addr = obj, .detail = why,
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_REF_UNDERFLOW), .stack = stack, .addr = obj, .detail = why,
                       .history = r ? r->ev : NULL, .history_len = r ? r->n : 0 };
   ta_ref_site sites[TA_REF_SITES_MAX];
   size_t extra = SIZE_MAX;
@@ -317,7 +317,7 @@ TA_NOINLINE long ta_ref_acquire(void *obj) {
     pthread_mutex_unlock(&shards[sh].lock);
     ta_block b = { 0 };
     _ta_block_get(a, &b);
-    ta_error_info e = { .kind = "use.after-free", .bytes = b.size, .tag = b.tag, .stack = stack,
+    ta_error_info e = { .kind = ta_kind_name(TA_KIND_USE_AFTER_FREE), .bytes = b.size, .tag = b.tag, .stack = stack,
                         .alloc_stack = b.stack, .free_stack = r->free_stack, .addr = a,
                         .detail = "a refcount acquired on a freed object" };
     _ta_finding_error(&e);

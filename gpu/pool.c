@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kinds.h"
 #include "tagalloc.h"
 
 #define K_LARGE_BUFFER ((size_t)20 << 20)   /* an oversize block serves requests within this of its size */
@@ -807,7 +808,7 @@ __attribute__((noinline)) size_t gpu_pool_purge(gpu_pool *p) {
       char detail[160];
       snprintf(detail, sizeof detail, "gpu_pool_purge refused a buffer still referenced (%ld reference%s)", refs,
                refs == 1 ? "" : "s");
-      ta_finding_add("gpu.purge-referenced", T_BUFFER, (uintptr_t)ptr, gpu_pool_size(p, ptr),
+      ta_finding_add(ta_kind_name(TA_KIND_GPU_PURGE_REFERENCED), T_BUFFER, (uintptr_t)ptr, gpu_pool_size(p, ptr),
                      stack_of(&bufs, (uintptr_t)ptr), here, detail);
     }
   }
@@ -904,7 +905,8 @@ static void pool_exit_check(void) {
     pthread_mutex_lock(&p->lock);
     for (segment *s = p->segs; s; s = s->next_seg)
       if (s->live == 0)
-        ta_finding_add("gpu.pool-retained", T_SEGMENT, s->ptr, s->size, stack_of(&segs, s->ptr), 0,
+        ta_finding_add(ta_kind_name(TA_KIND_GPU_POOL_RETAINED), T_SEGMENT, s->ptr, s->size,
+                       stack_of(&segs, s->ptr), 0,
                        s->pool == SMALL ? "idle cache: a small-pool segment with no live buffer"
                                         : "idle cache: a large-pool segment with no live buffer");
     pthread_mutex_unlock(&p->lock);

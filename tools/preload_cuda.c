@@ -450,7 +450,7 @@ static void map_check_one(int device, uintptr_t addr, size_t size, ta_tag tag, u
   if (h && ta_device_size(tag_vmm, device, (uintptr_t)h)) return;   /* the handle's leak says it */
   char detail[96];
   _ta_snprintf(detail, sizeof detail, "device %d%s: mapped, its handle released", device, c->when);
-  ta_finding_add("gpu.leak", tag, addr, size, stack, 0, detail);
+  ta_finding_add(ta_kind_name(TA_KIND_GPU_LEAK), tag, addr, size, stack, 0, detail);
   c->found++;
 }
 
