@@ -228,13 +228,17 @@ typedef struct {
 /* One file: a versioned header with a CRC-32 of the payload; the model's
  * parameters, the optimizer's state (opt may be NULL), st, and extra bytes
  * of the caller's (the data order).  Written to PATH.tmp, fsynced, renamed
- * over PATH: a crash during a save leaves the previous file whole.
- * Returns 0, or -1 with a message (ag_error). */
+ * over PATH: a crash during a save leaves the previous file whole.  Device
+ * tensors (ag_layer_to) are copied to host memory first: the file is the
+ * same as a host model's.  Returns 0, or -1 with a message (ag_error). */
 int ag_checkpoint_save(const char *path, ag_layer *model, const ag_optim *opt, const ag_ckpt_state *st,
                        const void *extra, size_t extra_len);
 /* Loads into a model of the same architecture and an optimizer of the same
  * kind.  A damaged, truncated or foreign file, or one whose shapes do not
- * fit, is refused with a one-line message and nothing is changed.  *extra
+ * fit, is refused with a one-line message and nothing is changed.  A
+ * device model's values are copied into its device tensors in place (only a
+ * device's failing copy, after the file checked out, leaves it partly
+ * loaded, and says so).  *extra
  * (when extra is not NULL) receives a malloc'd copy of the extra bytes. */
 int ag_checkpoint_load(const char *path, ag_layer *model, ag_optim *opt, ag_ckpt_state *st, void **extra,
                        size_t *extra_len);

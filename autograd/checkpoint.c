@@ -12,7 +12,14 @@
  *            per parameter its first buffer, and for Adam its second (f32)
  *            u64 extra bytes, the bytes
  * Saving writes PATH.tmp, fsyncs it, renames it over PATH and fsyncs the
- * directory: a crash leaves the previous checkpoint whole. */
+ * directory: a crash leaves the previous checkpoint whole.
+ *
+ * A model on a device (ag_layer_to) is saved and loaded as well: each
+ * device tensor (parameter, optimizer state) is copied to host memory for
+ * the payload, before anything is written, and loading copies the file's
+ * values back into the device tensors in place (tensor_copy_), after the
+ * whole file has checked out.  The file is the same either way: a
+ * checkpoint saved on a device loads on the host and the other way round. */
 #include "internal.h"
 
 #include <errno.h>
@@ -54,7 +61,19 @@ static void put32(buf *b, uint32_t v) { put(b, &v, 4); }
 static void put64(buf *b, uint64_t v) { put(b, &v, 8); }
 static void putf(buf *b, float v) { put(b, &v, 4); }
 
-static void put_floats(buf *b, const tensor *t) { put(b, tensor_f32(t), (size_t)t->numel * 4); }
+/* t's values; a device tensor's copied to host memory first.  False (the
+ * tensor library's error) when that copy fails. */
+static bool put_floats(buf *b, const tensor *t) {
+  if (tensor_device(t) == NULL) {
+    put(b, tensor_f32(t), (size_t)t->numel * 4);
+    return true;
+  }
+  tensor *h = tensor_to(t, NULL);
+  if (h == NULL) return false;
+  put(b, tensor_f32(h), (size_t)h->numel * 4);
+  tensor_free(h);
+  return true;
+}
 
 int ag_checkpoint_save(const char *path, ag_layer *model, const ag_optim *opt, const ag_ckpt_state *st,
                        const void *extra, size_t extra_len) {
@@ -75,6 +94,7 @@ int ag_checkpoint_save(const char *path, ag_layer *model, const ag_optim *opt, c
     _ag_err("ag_checkpoint_save: the optimizer has %zu parameters, the model %zu", opt->n, n);
     return -1;
   }
+  bool copied = true;   /* every device tensor copied to host memory */
   put64(&b, st->epoch);
   put64(&b, st->step);
   put64(&b, st->rng.s);
@@ -83,20 +103,25 @@ int ag_checkpoint_save(const char *path, ag_layer *model, const ag_optim *opt, c
     const tensor *t = ps[i]->value;
     put32(&b, (uint32_t)t->ndim);
     put(&b, t->shape, (size_t)t->ndim * 8);
-    put_floats(&b, t);
+    copied = copied && put_floats(&b, t);
   }
   put32(&b, opt == NULL ? 0 : opt->kind == O_SGD ? 1 : 2);
   if (opt) {
     put64(&b, opt->steps);
     float f[6] = { opt->lr, opt->momentum, opt->weight_decay, opt->beta1, opt->beta2, opt->eps };
     for (int i = 0; i < 6; i++) putf(&b, f[i]);
-    for (size_t i = 0; i < n; i++) put_floats(&b, opt->m[i]);
+    for (size_t i = 0; i < n; i++) copied = copied && put_floats(&b, opt->m[i]);
     if (opt->kind == O_ADAM)
-      for (size_t i = 0; i < n; i++) put_floats(&b, opt->v[i]);
+      for (size_t i = 0; i < n; i++) copied = copied && put_floats(&b, opt->v[i]);
   }
   put64(&b, extra_len);
   if (extra_len) put(&b, extra, extra_len);
   free(ps);
+  if (!copied) {   /* nothing written: the previous checkpoint stays */
+    free(b.p);
+    _ag_err("ag_checkpoint_save: cannot copy the device's tensors to host memory for %s: %s", path, tensor_error());
+    return -1;
+  }
   if (b.oom) goto oom;
 
   unsigned char hdr[HDR] = { 0 };
@@ -288,12 +313,70 @@ int ag_checkpoint_load(const char *path, ag_layer *model, ag_optim *opt, ag_ckpt
     memcpy(*extra, data + extra_at, xlen);
   }
 
-  /* All good: load. */
-  r.off = start;
-  for (size_t i = 0; i < n; i++) {
-    tensor *t = ps[i]->value;
-    r.off += 4 + (size_t)t->ndim * 8;
-    get(&r, tensor_f32(t), (size_t)t->numel * 4);
+  /* All good: load.  Each tensor the file fills, and where its values
+   * are; the optimizer's seeded bug first (it makes the state anew). */
+  if (opt && kind && tensor_fault_get() == TENSOR_FAULT_OPTIMIZER_STATE_LEAK)
+    /* the seeded bug: the state made anew for the loaded values, the old
+     * never freed (the optimizer's hold moves to the new: the old is
+     * orphaned here) */
+    for (size_t i = 0; i < n; i++) {
+      tensor *old = opt->m[i];
+      tensor *fresh = tensor_device(old) ? tensor_clone(old) : tensor_zeros(TENSOR_F32, old->ndim, old->shape);
+      if (fresh == NULL) break;
+      opt->m[i] = fresh;
+      _ag_optim_hold(opt, "m", opt->m, i, fresh);
+    }
+  size_t nslots = n * (opt && kind ? (kind == 2 ? 3 : 2) : 1);
+  tensor **dst = calloc(nslots ? nslots : 1, sizeof *dst);
+  const unsigned char **src = calloc(nslots ? nslots : 1, sizeof *src);
+  tensor **staged = calloc(nslots ? nslots : 1, sizeof *staged);   /* device tensors' values in host memory */
+  if (dst == NULL || src == NULL || staged == NULL) {
+    free(dst), free(src), free(staged);
+    why = "out of memory";
+    goto bad_extra;
+  }
+  size_t k = 0, off = start;
+  for (size_t i = 0; i < n; i++, k++) {
+    dst[k] = ps[i]->value;
+    off += 4 + (size_t)dst[k]->ndim * 8;
+    src[k] = data + off;
+    off += (size_t)dst[k]->numel * 4;
+  }
+  if (opt && kind) {
+    off = state_at;
+    for (int w = 0; w < (kind == 2 ? 2 : 1); w++)
+      for (size_t i = 0; i < n; i++, k++) {
+        dst[k] = w == 0 ? opt->m[i] : opt->v[i];
+        src[k] = data + off;
+        off += (size_t)dst[k]->numel * 4;
+      }
+  }
+  /* Every host copy of a device tensor's values first: running out of
+   * memory here changes nothing.  (The payload's floats are 4-aligned.) */
+  bool dev_ok = true;
+  for (k = 0; k < nslots && dev_ok; k++)
+    if (tensor_device(dst[k]) != NULL)
+      dev_ok = (staged[k] = tensor_from_f32((const float *)(const void *)src[k], dst[k]->ndim, dst[k]->shape)) != NULL;
+  if (!dev_ok) {
+    for (k = 0; k < nslots; k++) tensor_free(staged[k]);
+    free(dst), free(src), free(staged);
+    snprintf(whybuf, sizeof whybuf, "no host memory to stage the device's values: %s", tensor_error());
+    why = whybuf;
+    goto bad_extra;
+  }
+  size_t failed = nslots;
+  for (k = 0; k < nslots; k++) {
+    if (staged[k] == NULL) memcpy(tensor_f32(dst[k]), src[k], (size_t)dst[k]->numel * 4);
+    else if (failed == nslots && tensor_copy_(dst[k], staged[k]) != TENSOR_OK) failed = k;
+    tensor_free(staged[k]);
+  }
+  free(dst), free(src), free(staged);
+  if (failed < nslots) {
+    /* the device refused a copy: what came before it is loaded, the rest not */
+    snprintf(whybuf, sizeof whybuf, "copying tensor %zu of %zu to the device failed (the model is partly loaded): %s",
+             failed, nslots, tensor_error());
+    why = whybuf;
+    goto bad_extra;
   }
   if (opt && kind) {
     opt->steps = osteps;
@@ -303,20 +386,6 @@ int ag_checkpoint_load(const char *path, ag_layer *model, ag_optim *opt, ag_ckpt
     opt->beta1 = hp[3];
     opt->beta2 = hp[4];
     opt->eps = hp[5];
-    r.off = state_at;
-    if (tensor_fault_get() == TENSOR_FAULT_OPTIMIZER_STATE_LEAK)
-      /* the seeded bug: the state made anew for the loaded values, the old
-       * never freed (the optimizer's hold moves to the new: the old is
-       * orphaned here) */
-      for (size_t i = 0; i < n; i++) {
-        tensor *fresh = tensor_zeros(TENSOR_F32, opt->m[i]->ndim, opt->m[i]->shape);
-        if (fresh == NULL) break;
-        opt->m[i] = fresh;
-        _ag_optim_hold(opt, "m", opt->m, i, fresh);
-      }
-    for (size_t i = 0; i < n; i++) get(&r, tensor_f32(opt->m[i]), (size_t)opt->m[i]->numel * 4);
-    if (kind == 2)
-      for (size_t i = 0; i < n; i++) get(&r, tensor_f32(opt->v[i]), (size_t)opt->v[i]->numel * 4);
   }
   st->epoch = epoch;
   st->step = step;
@@ -328,6 +397,12 @@ int ag_checkpoint_load(const char *path, ag_layer *model, ag_optim *opt, ag_ckpt
   return 0;
 short_payload:
   why = "its payload ends early or holds a bad count (damaged or foreign)";
+  goto bad;
+bad_extra:
+  if (extra) {
+    free(*extra);
+    *extra = NULL;
+  }
 bad:
   free(ps);
   free(data);

@@ -262,9 +262,42 @@ static tensor_status dev_fill(const char *op, tensor *a, float v) {
   return st == GPU_OK ? TENSOR_OK : _tdev_fail(op, B, st);
 }
 
+/* dst = src in place, one or both on a device: host to device, device to
+ * host, or within one device; same dtype and shape (no broadcast), dst
+ * contiguous, src copied contiguous where it lives first.  Waits for the
+ * copy. */
+static tensor_status dev_copy(const char *op, tensor *dst, const tensor *src) {
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  gpu_pool *to = _tensor_on_device(dst->storage) ? dst->storage->device : NULL;
+  gpu_pool *from = _tensor_on_device(src->storage) ? src->storage->device : NULL;
+  if (to && from && to != from) return _tensor_dev_mixed(op, dst, src);
+  if (dst->dtype != src->dtype)
+    return _tensor_err(TENSOR_EDTYPE, "%s: dtype mismatch: dst %s, src %s", op, _tensor_desc(dst, b1),
+                       _tensor_desc(src, b2));
+  if (!_tensor_same_shape(dst, src))
+    return _tensor_err(TENSOR_ESHAPE, "%s: src %s is not dst's shape %s (between host and device: the same shape)",
+                       op, _tensor_desc(src, b2), _tensor_desc(dst, b1));
+  if (!_tensor_contig(dst))
+    return _tensor_err(TENSOR_EINVAL, "%s: dst is %s, not contiguous: on a device, copy into a contiguous tensor", op,
+                       _tensor_desc(dst, b1));
+  const tensor *s = _tensor_contig(src) ? src : tensor_contiguous(src);
+  if (s == NULL) return tensor_last_status();
+  const gpu_backend *B = gpu_pool_backend(to ? to : from);
+  size_t bytes = (size_t)dst->numel * 4;
+  gpu_status st = GPU_OK;
+  if (bytes) {
+    if (to && from) st = B->memcpy_d2d(dst->data, s->data, bytes, NULL);
+    else if (to) st = B->memcpy_h2d(dst->data, s->data, bytes, NULL);
+    else st = B->memcpy_d2h(dst->data, s->data, bytes, NULL);
+    if (st == GPU_OK) st = B->stream_synchronize(NULL);
+  }
+  if (s != src) tensor_free((tensor *)s);
+  return st == GPU_OK ? TENSOR_OK : _tdev_fail(op, B, st);
+}
+
 static const struct _tensor_devops devops = {
   .binary = dev_binary, .binary_out = dev_binary_out, .unary = dev_unary, .scalar_ = dev_scalar_, .matmul = dev_matmul, .sum = dev_sum,
-  .clone = _tdev_clone,   .fill = dev_fill,   .release = dev_release, .name = dev_name,
+  .clone = _tdev_clone,   .fill = dev_fill, .copy = dev_copy, .release = dev_release, .name = dev_name,
   .gemm = _tdev_gemm, .matmul_t = _tdev_matmul_t, .sum_add = _tdev_sum_add, .argmax = _tdev_argmax,
   .item = _tdev_item, .conv2d = _tdev_conv2d, .conv2d_grad = _tdev_conv2d_grad, .pool = _tdev_pool,
   .pool_grad = _tdev_pool_grad, .softmax = _tdev_softmax,

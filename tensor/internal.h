@@ -59,6 +59,9 @@ struct _tensor_devops {
   tensor *(*sum)(const char *op, const tensor *a, int axis, int keepdim);
   tensor *(*clone)(const char *op, const tensor *a);
   tensor_status (*fill)(const char *op, tensor *a, float v);
+  /* dst = src, same dtype and shape, one or both on a device (the same
+   * device when both); dst contiguous */
+  tensor_status (*copy)(const char *op, tensor *dst, const tensor *src);
   void (*release)(tensor_storage *s);   /* the storage's last reference went: its buffer back to the pool */
   void (*name)(gpu_pool *device, char *buf, size_t len);   /* "host#0x55..": the backend and the pool */
   /* the ops of linalg.c, nn.c and optim.c (device_nn.c; device.h says what each takes) */

@@ -108,7 +108,8 @@ static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; 
  * _mul_, 2-D tensor_matmul, _matmul_t, _gemm_out, _gemm_t_out (a
  * transposed view read as such), tensor_sum over TENSOR_ALL or axis 0
  * (keepdim 0), tensor_sum_add_, tensor_argmax of 2-D rows, tensor_clone,
- * tensor_contiguous, tensor_fill_, tensor_item (copied back: it waits),
+ * tensor_contiguous, tensor_fill_, tensor_copy_ (host to device, device to
+ * host, or within a device: it waits), tensor_item (copied back: it waits),
  * the training ops (conv2d and its gradients, max and average pooling and
  * their gradients, softmax and tensor_softmax_grad over the last axis,
  * cross-entropy and its
@@ -253,7 +254,10 @@ tensor_status tensor_exp_(tensor *a);
 tensor_status tensor_tanh_(tensor *a);
 tensor_status tensor_sigmoid_(tensor *a);
 tensor_status tensor_fill_(tensor *a, float v);          /* f32 or i32 (v converted) */
-tensor_status tensor_copy_(tensor *dst, const tensor *src);  /* src broadcast to dst; same dtype */
+/* src broadcast to dst; same dtype.  With a device tensor on either side
+ * (host to device, device to host, or within one device): the same shape,
+ * dst contiguous; it waits for the copy. */
+tensor_status tensor_copy_(tensor *dst, const tensor *src);
 
 /* ---- reductions ------------------------------------------------------------ */
 

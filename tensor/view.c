@@ -396,6 +396,10 @@ tensor *_tensor_borrow(const tensor *t) {
 }
 
 tensor_status tensor_copy_(tensor *dst, const tensor *src) {
+  if (!_tensor_arg_any("tensor_copy_", "dst", dst) || !_tensor_arg_any("tensor_copy_", "src", src))
+    return TENSOR_EINVAL;
+  if (_tensor_on_device(dst->storage) || _tensor_on_device(src->storage))
+    return _tensor_devops->copy("tensor_copy_", dst, src);
   if (!_tensor_arg("tensor_copy_", "dst", dst) || !_tensor_arg("tensor_copy_", "src", src))
     return TENSOR_EINVAL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];

@@ -21,7 +21,9 @@
  *
  * --device host|cuda|auto: the same model, initial weights, windows and
  * optimizer on a gpu/ backend (train_common.h): the model is moved there,
- * each batch of windows copied there, and the loop is the same. */
+ * each batch of windows copied there, and the loop is the same;
+ * --checkpoint and --resume copy the device's parameters and optimizer
+ * state to host memory for the file and back (autograd/checkpoint.c). */
 #define TRAIN_PROG "train-charlm"
 #include "train_common.h"
 
@@ -74,9 +76,6 @@ static options parse(int argc, char **argv) {
   if (o.c.steps && o.c.steps < o.iters) o.iters = o.c.steps;
   if (!o.c.adam && !o.c.lr_set) o.c.lr = 0.01f;
   tc_common_check(&o.c);
-  if (o.device && (o.c.checkpoint || o.c.resume))
-    tc_die("--device: --checkpoint and --resume are for the CPU run only (a checkpoint reads the parameters in host "
-           "memory)");
   return o;
 }
 

@@ -18,7 +18,10 @@
  *
  * --device host|cuda|auto: the same model, initial weights, data order and
  * optimizer on a gpu/ backend (train_common.h): the model is moved there,
- * each batch copied there, and the loop is the same.  --fault
+ * each batch copied there, and the loop is the same; --checkpoint and
+ * --resume copy the device's parameters and optimizer state to host memory
+ * for the file and back (autograd/checkpoint.c), and the file is the same
+ * as the CPU run's.  --fault
  * gpu-clone-retain reproduces seed 003: the weights are "cloned" into a
  * layer collection that takes a reference to each device buffer and never
  * gives it back; at the end the model lets go, the buffers stay referenced,
@@ -73,9 +76,6 @@ static options parse(int argc, char **argv) {
   tc_common_check(&o.c);
   if (tensor_fault_get() == TENSOR_FAULT_GPU_CLONE_RETAIN && !o.device)
     tc_die("--fault gpu-clone-retain needs --device (it clones the device model's weights)");
-  if (o.device && (o.c.checkpoint || o.c.resume))
-    tc_die("--device: --checkpoint and --resume are for the CPU run only (a checkpoint reads the parameters in host "
-           "memory)");
   return o;
 }
 

@@ -1,6 +1,7 @@
 #!/bin/bash
-# Runs every gpu test program under BUILD/tests/gpu, then train-lenet on the
-# host backend against the CPU run; ends with one line
+# Runs every gpu test program under BUILD/tests/gpu, then train-lenet and
+# train-charlm on the host backend against the CPU run and against their own
+# uninterrupted runs when checkpointed and resumed; ends with one line
 # "gpu: N passed, N failed".  No GPU is needed: the tests run on the host
 # backend (and check the fallback to it).
 # --programs-only (the ASan build): the test programs, not train-lenet.
@@ -64,6 +65,33 @@ PY
       ! grep -q 'GPU memory retained by the pool' <<<"$out" || { echo "$out" | tail -20; return 1; }
   }
   check "train-lenet --fault gpu-clone-retain: the purge refuses referenced buffers" lenet_clone_retain
+  # --checkpoint and --resume on the device (Adam, whose state is on the
+  # device too): stopped after 8 of 12 steps (checkpoints every 3 and at the
+  # stop), then resumed: the same losses and accuracies, bit for bit, as the
+  # uninterrupted device run; the device's file resumes on the CPU alike
+  # (the host backend's arithmetic is the CPU's for these 12 steps).  A
+  # save that fails (PATH.tmp is a folder) exits 2 in one line and leaves
+  # the previous checkpoint as it was.
+  lenet_device_resume() {
+    local ok=1 out args="--epochs 2 --steps 6 --test 200 --seed 3 --optim adam"
+    epochs() { grep -o '"train_loss": [-0-9.e]*, "test_accuracy": [-0-9.e]*' "$1"; }
+    "$BUILD"/train-lenet $args --device host --json "$dir/r-run.json" >/dev/null 2>&1 || return 1
+    out=$("$BUILD"/train-lenet $args --device host --checkpoint "$dir/r.ck" --checkpoint-every 3 --stop-after 8 2>&1)
+    [ $? = 0 ] && grep -q "stopped after 8 steps (--stop-after), saved in $dir/r.ck" <<<"$out" || { echo "$out" | tail -5; return 1; }
+    out=$("$BUILD"/train-lenet $args --device host --resume "$dir/r.ck" --json "$dir/r-res.json" 2>&1)
+    [ $? = 0 ] && grep -q "resumed from $dir/r.ck at epoch 2 step 2" <<<"$out" &&
+      grep -q 'ledger findings: 0$' <<<"$out" || { echo "$out" | tail -5; return 1; }
+    [ "$(epochs "$dir/r-run.json" | wc -l)" = 2 ] && [ "$(epochs "$dir/r-run.json")" = "$(epochs "$dir/r-res.json")" ] ||
+      { echo "    uninterrupted:"; epochs "$dir/r-run.json"; echo "    resumed:"; epochs "$dir/r-res.json"; ok=0; }
+    "$BUILD"/train-lenet $args --resume "$dir/r.ck" --json "$dir/r-cpu.json" >/dev/null 2>&1 &&
+      [ "$(epochs "$dir/r-run.json")" = "$(epochs "$dir/r-cpu.json")" ] || { echo "    the CPU's resume differs"; ok=0; }
+    cp "$dir/r.ck" "$dir/r.before" && mkdir "$dir/r.ck.tmp"
+    out=$("$BUILD"/train-lenet $args --device host --resume "$dir/r.ck" --checkpoint "$dir/r.ck" 2>&1 >/dev/null)
+    [ $? = 2 ] && [ "$out" = "autograd: ag_checkpoint_save: cannot create $dir/r.ck.tmp: Is a directory" ] &&
+      cmp -s "$dir/r.ck" "$dir/r.before" || { echo "    the failed save: $out"; ok=0; }
+    [ $ok = 1 ]
+  }
+  check "train-lenet --device host: --checkpoint, --resume match the uninterrupted run" lenet_device_resume
   # No CUDA here: --device cuda fails in one line.
   lenet_no_cuda() {
     local out
@@ -101,6 +129,22 @@ PY
     [ $ok = 1 ]
   }
   check "train-charlm --device host matches the CPU run" charlm_device_matches_cpu
+  # Stopped after 60 of 120 iterations on the device (checkpoints every 25
+  # and at the stop; Adam's state on the device), then resumed: the same
+  # three points, bit for bit, as the uninterrupted device run.
+  charlm_device_resume() {
+    local out args="--iters 120 --every 40 --val-batches 3 --seed 2 --device host"
+    points() { grep -o '"iter": [0-9]*, "train_loss": [-0-9.e]*, "val_loss": [-0-9.e]*' "$1"; }
+    "$BUILD"/train-charlm $args --json "$dir/r-run.json" >/dev/null 2>&1 || return 1
+    out=$("$BUILD"/train-charlm $args --checkpoint "$dir/r.ck" --checkpoint-every 25 --stop-after 60 2>&1)
+    [ $? = 0 ] && grep -q "stopped after 60 iterations (--stop-after), saved in $dir/r.ck" <<<"$out" || { echo "$out" | tail -5; return 1; }
+    out=$("$BUILD"/train-charlm $args --resume "$dir/r.ck" --json "$dir/r-res.json" 2>&1)
+    [ $? = 0 ] && grep -q "resumed from $dir/r.ck at iteration 60" <<<"$out" &&
+      grep -q 'ledger findings: 0$' <<<"$out" || { echo "$out" | tail -5; return 1; }
+    [ "$(points "$dir/r-run.json" | wc -l)" = 3 ] && [ "$(points "$dir/r-run.json")" = "$(points "$dir/r-res.json")" ] ||
+      { echo "    uninterrupted:"; points "$dir/r-run.json"; echo "    resumed:"; points "$dir/r-res.json"; return 1; }
+  }
+  check "train-charlm --device host: --checkpoint, --resume match the uninterrupted run" charlm_device_resume
   rm -rf "$dir"
 else
   echo "SKIP train-charlm --device: $BUILD/train-charlm or $TEXT missing"

@@ -1,6 +1,9 @@
 /* test_tensor_device.c - tensors on a device (the host backend's device
  * memory through a gpu/ caching pool):
  *   - tensor_to copies both ways, bit for bit; tensor_device names the pool;
+ *   - tensor_copy_ writes into an existing tensor host to device, device to
+ *     host and within the device, bit for bit, in place (the same buffer),
+ *     and refuses another shape, another dtype and two devices;
  *   - each op a device runs gives what the same op gives on CPU tensors,
  *     element by element (the training ops: add with a bias row, sub, mul,
  *     div, the scalar ops, relu, tanh, sigmoid, exp, log, neg and the
@@ -110,6 +113,57 @@ static void test_to_and_back(void **state) {
   tensor_free(d);
   tensor_free(x);
   assert_int_equal(n_errors, 0);
+}
+
+/* tensor_copy_ with a device on either side: in place, bit for bit. */
+static void test_copy_in_place(void **state) {
+  (void)state;
+  gpu_pool *q = gpu_pool_new(gpu_backend_host(), NULL);
+  assert_non_null(q);
+  tensor *x = values(TS(3, 5), 11, 0), *y = values(TS(3, 5), 12, 0);
+  tensor *d = tensor_to(y, P);
+  assert_non_null(d);
+  void *buf = d->data;
+  assert_int_equal(tensor_copy_(d, x), TENSOR_OK);   /* host to device */
+  assert_ptr_equal(d->data, buf);
+  expect_same(d, x, 0);
+  assert_int_equal(tensor_copy_(y, d), TENSOR_OK);   /* device to host */
+  assert_memory_equal(tensor_f32(y), tensor_f32(x), 15 * 4);
+  tensor *xt = tensor_transpose(x, 0, 1), *want = tensor_contiguous(xt);
+  tensor *dt = tensor_to(want, P), *d2 = tensor_to(x, P);
+  assert_int_equal(tensor_fill_(dt, 0.0f), TENSOR_OK);
+  assert_int_equal(tensor_copy_(dt, xt), TENSOR_OK);   /* a strided host source */
+  expect_same(dt, want, 0);
+  assert_int_equal(tensor_fill_(d2, 0.0f), TENSOR_OK);
+  assert_int_equal(tensor_copy_(d2, d), TENSOR_OK);   /* within the device */
+  expect_same(d2, x, 0);
+  assert_int_equal(n_errors, 0);
+  ta_mark m = ta_mark_now();
+  char w[240];
+  assert_int_equal(tensor_copy_(dt, d), TENSOR_ESHAPE);   /* no broadcast to or from a device */
+  snprintf(w, sizeof w, "tensor_copy_: src f32[3,5] is not dst's shape f32[5,3] (between host and device: the same "
+           "shape)");
+  assert_string_equal(last_error, w);
+  tensor *i = tensor_zeros(TENSOR_I32, TS(3, 5));
+  assert_int_equal(tensor_copy_(d, i), TENSOR_EDTYPE);
+  tensor *e = tensor_to(x, q);
+  assert_int_equal(tensor_copy_(e, d), TENSOR_EINVAL);
+  snprintf(w, sizeof w, "tensor_copy_: the inputs are on different devices (device host (pool %p) and device host "
+           "(pool %p)): tensor_to one of them first", (void *)q, (void *)P);
+  assert_string_equal(last_error, w);
+  assert_int_equal(ta_findings_count(NULL), 0);
+  ta_mark_free(m);
+  tensor_free(e);
+  tensor_free(i);
+  tensor_free(d2);
+  tensor_free(dt);
+  tensor_free(want);
+  tensor_free(xt);
+  tensor_free(d);
+  tensor_free(y);
+  tensor_free(x);
+  gpu_pool_empty_cache(q);
+  gpu_pool_destroy(q);
 }
 
 static void test_ledger_counts(void **state) {
@@ -499,6 +553,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_to_and_back, dev_setup, dev_teardown),
+    cmocka_unit_test_setup_teardown(test_copy_in_place, dev_setup, dev_teardown),
     cmocka_unit_test_setup_teardown(test_ledger_counts, dev_setup, dev_teardown),
     cmocka_unit_test_setup_teardown(test_ops_match_cpu, dev_setup, dev_teardown),
     cmocka_unit_test_setup_teardown(test_nn_ops_match_cpu, dev_setup, dev_teardown),
