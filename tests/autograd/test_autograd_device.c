@@ -19,14 +19,21 @@
  * reshape, linear, tanh, linear, cross-entropy) with Adam.  Each step's loss
  * agrees within 1e-5 (relative), every parameter and gradient after the
  * steps within 1e-4 of max(1, |value|); the device run's pool makes no
- * device allocation after its first step, and nothing is left at the end. */
+ * device allocation after its first step, and nothing is left at the end.
+ *
+ * Checkpoints of a device model: a device model and its Adam state saved
+ * after a step load into another device model and into a host model with
+ * the values bit for bit, and the next step of the loaded device model
+ * equals the saved one's (the optimizer's state came back too). */
 #include "harness.h"
 #include "support.h"
 #include "autograd.h"
 #include "gpu.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static tensor *values(int ndim, const int64_t *shape, uint32_t seed) {
   tensor *t = tensor_empty(TENSOR_F32, ndim, shape);
@@ -221,6 +228,81 @@ static void test_softmax_backward_on_device(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
+/* One Adam step of l on loss = sum(l(x) * l(x)). */
+static void adam_step(ag_layer *l, ag_optim *o, const tensor *x) {
+  ag_tape *tape = ag_tape_new(0);
+  ag_tape_use(tape);
+  ag_var *y = ag_layer_forward(l, ag_input(x));
+  ag_var *loss = ag_sum(ag_mul(y, y), TENSOR_ALL, 0);
+  if (loss == NULL) fail_msg("step: %s / %s", ag_error(), tensor_error());
+  ag_optim_zero_grad(o);
+  assert_int_equal(ag_backward(loss), 0);
+  ag_optim_step(o);
+  ag_tape_use(NULL);
+  ag_tape_free(tape);
+}
+
+/* a's and b's parameter values, bit for bit (either may be on a device). */
+static void same_params(ag_layer *a, ag_layer *b) {
+  ag_var *pa[2], *pb[2];
+  assert_int_equal(ag_layer_params(a, pa, 2), 2);
+  assert_int_equal(ag_layer_params(b, pb, 2), 2);
+  for (int i = 0; i < 2; i++) {
+    tensor *ha = tensor_to(pa[i]->value, NULL), *hb = tensor_to(pb[i]->value, NULL);
+    assert_int_equal(ha->numel, hb->numel);
+    for (int64_t j = 0; j < ha->numel; j++)
+      if (memcmp(&tensor_f32(ha)[j], &tensor_f32(hb)[j], 4) != 0)
+        fail_msg("parameter %d element %lld: %.9g, %.9g", i, (long long)j, tensor_f32(ha)[j], tensor_f32(hb)[j]);
+    tensor_free(ha);
+    tensor_free(hb);
+  }
+}
+
+static void test_checkpoint_on_device(void **state) {
+  (void)state;
+  assert_int_equal(gpu_backend_host()->init(0), GPU_OK);
+  gpu_pool *dev = gpu_pool_new(gpu_backend_host(), NULL);
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/ag-device-ckpt-%d", (int)getpid());
+  tensor *xh = values(TS(3, 4), 51), *x = tensor_to(xh, dev);
+  ag_rng r1 = ag_rng_new(3), r2 = ag_rng_new(4), r3 = ag_rng_new(5);
+  ag_layer *a = ag_linear(4, 3, &r1), *b = ag_linear(4, 3, &r2), *c = ag_linear(4, 3, &r3);
+  assert_int_equal(ag_layer_to(a, dev), 0);
+  assert_int_equal(ag_layer_to(b, dev), 0);
+  ag_optim *oa = ag_adam_new(a, 0.05f, 0.9f, 0.999f, 1e-8f, 0.0f), *ob = ag_adam_new(b, 0.05f, 0.9f, 0.999f, 1e-8f, 0.0f);
+  ag_optim *oc = ag_adam_new(c, 0.05f, 0.9f, 0.999f, 1e-8f, 0.0f);
+  adam_step(a, oa, x);
+  ag_ckpt_state st = { .epoch = 1, .step = 1, .rng = r1 }, got;
+  assert_int_equal(ag_checkpoint_save(path, a, oa, &st, "xy", 2), 0);
+  void *extra;
+  size_t elen;
+  assert_int_equal(ag_checkpoint_load(path, b, ob, &got, &extra, &elen), 0);
+  assert_true(elen == 2 && memcmp(extra, "xy", 2) == 0 && got.step == 1);
+  free(extra);
+  assert_int_equal(ag_optim_steps(ob), 1);
+  same_params(a, b);
+  ag_var *pb[2];
+  ag_layer_params(b, pb, 2);
+  assert_ptr_equal(tensor_device(pb[0]->value), dev);   /* loaded in place, on the device */
+  assert_int_equal(ag_checkpoint_load(path, c, oc, &got, NULL, NULL), 0);   /* and into a host model */
+  same_params(a, c);
+  adam_step(a, oa, x);
+  adam_step(b, ob, x);
+  same_params(a, b);   /* the moments came back: the same next step */
+  unlink(path);
+  ag_optim_free(oa);
+  ag_optim_free(ob);
+  ag_optim_free(oc);
+  ag_layer_free(a);
+  ag_layer_free(b);
+  ag_layer_free(c);
+  tensor_free(x);
+  tensor_free(xh);
+  gpu_pool_empty_cache(dev);
+  gpu_pool_destroy(dev);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 /* The data of the model tests: images or windows, labels. */
 typedef struct {
   tensor *x, *y;
@@ -359,6 +441,7 @@ int main(void) {
     cmocka_unit_test(test_param_on_device),
     cmocka_unit_test(test_layer_to_and_back),
     cmocka_unit_test(test_softmax_backward_on_device),
+    cmocka_unit_test(test_checkpoint_on_device),
     cmocka_unit_test(test_lenet_shape_matches_cpu),
     cmocka_unit_test(test_charlm_shape_matches_cpu),
   };
