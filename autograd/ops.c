@@ -398,16 +398,9 @@ bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take) {
   case OP_SOFTMAX:
     give(a, tensor_softmax_grad(dy, y, op->ia[0]), true);   /* y * (dy - sum(dy * y)) */
     break;
-  case OP_LOG_SOFTMAX: {
-    /* dx = dy - exp(y) * sum(dy) */
-    tensor *s = tensor_sum(dy, op->ia[0], 1), *e = s ? tensor_exp(y) : NULL;
-    if (e) tensor_mul_(e, s);
-    tensor *d = e ? tensor_sub(dy, e) : NULL;
-    tensor_free(s);
-    tensor_free(e);
-    give(a, d, true);
+  case OP_LOG_SOFTMAX:
+    give(a, tensor_log_softmax_grad(dy, y, op->ia[0]), true);   /* dy - exp(y) * sum(dy) */
     break;
-  }
   case OP_CROSS_ENTROPY: {
     tensor *g = tensor_cross_entropy_grad(a->value, op->saved);
     if (g) tensor_mul_scalar_(g, tensor_item(dy));

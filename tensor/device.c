@@ -301,7 +301,8 @@ static const struct _tensor_devops devops = {
   .gemm = _tdev_gemm, .matmul_t = _tdev_matmul_t, .sum_add = _tdev_sum_add, .argmax = _tdev_argmax,
   .item = _tdev_item, .conv2d = _tdev_conv2d, .conv2d_grad = _tdev_conv2d_grad, .pool = _tdev_pool,
   .pool_grad = _tdev_pool_grad, .softmax = _tdev_softmax,
-  .softmax_grad = _tdev_softmax_grad, .xent = _tdev_xent, .embedding = _tdev_embedding,
+  .softmax_grad = _tdev_softmax_grad, .log_softmax = _tdev_log_softmax,
+  .log_softmax_grad = _tdev_log_softmax_grad, .xent = _tdev_xent, .embedding = _tdev_embedding,
   .embedding_grad = _tdev_embedding_grad, .sgd = _tdev_sgd, .adam = _tdev_adam,
 };
 

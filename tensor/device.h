@@ -37,6 +37,8 @@ tensor *_tdev_pool_grad(const char *op, const tensor *dy, const tensor *argmax, 
                         const int64_t *x_shape);
 tensor *_tdev_softmax(const char *op, const tensor *x, int axis);
 tensor *_tdev_softmax_grad(const char *op, const tensor *dy, const tensor *y, int axis);
+tensor *_tdev_log_softmax(const char *op, const tensor *x, int axis);
+tensor *_tdev_log_softmax_grad(const char *op, const tensor *dy, const tensor *y, int axis);
 tensor *_tdev_xent(const char *op, const tensor *logits, const tensor *labels, bool grad);
 tensor *_tdev_embedding(const char *op, const tensor *weight, const tensor *indices);
 tensor_status _tdev_embedding_grad(const char *op, tensor *dweight, const tensor *dout, const tensor *indices);

@@ -446,6 +446,119 @@ tensor *_tdev_softmax_grad(const char *op, const tensor *dy0, const tensor *y0, 
   return dx ? _tdev_finish(op, B, st, dx) : NULL;
 }
 
+/* out[rows, cols] = alpha * v[r] (each row's value across its columns) +
+ * beta * out: sgemm of v [rows, 1] and ones [1, cols]; beta 0: out is not
+ * read.  (k 1: one product and one add per element, rounded as the host's
+ * x - v or v * ... would be.) */
+static gpu_status row_broadcast(const char *op, gpu_pool *p, float *out, float alpha, const tensor *v, float beta,
+                                int64_t rows, int64_t cols) {
+  const gpu_backend *B = backend(p);
+  tensor *ones = _tdev_out(op, p, TENSOR_F32, 1, (int64_t[]){ cols });
+  if (ones == NULL) return GPU_ENOMEM;
+  gpu_status st = B->fill(tensor_f32(ones), 1.0f, cols, NULL);
+  if (st == GPU_OK)
+    st = B->sgemm(GPU_NO_TRANS, GPU_NO_TRANS, (int)rows, (int)cols, 1, alpha, tensor_f32(v), 1, tensor_f32(ones),
+                  (int)cols, beta, out, (int)cols, NULL);
+  tensor_free(ones);
+  return st;
+}
+
+/* The last axis's checks of the log-softmax ops: x [.., cols], at most
+ * INT_MAX rows and columns (sgemm's sizes). */
+static bool last_axis(const char *op, const tensor *x, int axis) {
+  char b[TENSOR_SHAPE_STR];
+  if (x->ndim < 1 || _tensor_axis(axis, x->ndim) != x->ndim - 1) {
+    _tensor_err(TENSOR_EINVAL, "%s: on a device, over the last axis only: axis %d of %s", op, axis,
+                _tensor_desc(x, b));
+    return false;
+  }
+  int64_t cols = x->shape[x->ndim - 1];
+  if (cols > INT32_MAX || (cols && x->numel / cols > INT32_MAX)) {
+    _tensor_err(TENSOR_EINVAL, "%s: on a device, at most %d rows and columns: %s", op, INT32_MAX, _tensor_desc(x, b));
+    return false;
+  }
+  return true;
+}
+
+/* log_softmax over the last axis: y = x - lse, lse each row's log-sum-exp.
+ * From the backend's softmax s, lse = sum_j s_j * (x_j - log(s_j + 1e-30)):
+ * each x_j - log(s_j) is lse itself, and the weights s_j sum to 1, so the
+ * average is lse to rounding; an exponential that underflowed (s_j 0)
+ * weighs nothing rather than making log(0).  Then y = x - lse, row by row.
+ * So y is finite wherever the host's is (log(softmax) would be -inf where
+ * softmax underflows). */
+tensor *_tdev_log_softmax(const char *op, const tensor *x0, int axis) {
+  gpu_pool *p = _tdev_same(op, x0, NULL);
+  if (p == NULL) return NULL;
+  if (!last_axis(op, x0, axis)) return NULL;
+  const gpu_backend *B = backend(p);
+  tensor *cx;
+  const tensor *x = _tdev_borrow(op, x0, &cx);
+  tensor *y = x ? _tdev_out(op, p, TENSOR_F32, x->ndim, x->shape) : NULL;
+  int64_t cols = x0->shape[x0->ndim - 1], rows = cols ? x0->numel / cols : 0, n = x0->numel;
+  tensor *s = y && n ? _tdev_out(op, p, TENSOR_F32, x->ndim, x->shape) : NULL;
+  tensor *t = s ? _tdev_out(op, p, TENSOR_F32, x->ndim, x->shape) : NULL;
+  tensor *lse = t ? _tdev_out(op, p, TENSOR_F32, 1, (int64_t[]){ rows }) : NULL;
+  gpu_status st = GPU_OK;
+  if (y && n && lse == NULL) {   /* (_tdev_out said why) */
+    tensor_free(y);
+    y = NULL;
+  }
+  if (lse) {
+    float *xs = tensor_f32(x), *sv = tensor_f32(s), *tv = tensor_f32(t), *yv = tensor_f32(y);
+    st = B->softmax_rows(sv, xs, rows, cols, NULL);
+    if (st == GPU_OK) st = B->add_scalar(tv, sv, 1e-30f, n, NULL);
+    if (st == GPU_OK) st = B->log(tv, tv, n, NULL);
+    if (st == GPU_OK) st = B->sub(tv, xs, tv, n, NULL);
+    if (st == GPU_OK) st = B->mul(tv, tv, sv, n, NULL);
+    if (st == GPU_OK) st = B->sum_cols(tensor_f32(lse), tv, rows, cols, NULL);
+    if (st == GPU_OK) st = B->memcpy_d2d(yv, xs, (size_t)n * 4, NULL);
+    if (st == GPU_OK) st = row_broadcast(op, p, yv, -1.0f, lse, 1.0f, rows, cols);
+  }
+  tensor_free(lse);
+  tensor_free(t);
+  tensor_free(s);
+  tensor_free(cx);
+  return y ? _tdev_finish(op, B, st, y) : NULL;
+}
+
+/* log_softmax's gradient over the last axis: dx = dy - exp(y) * sum(dy),
+ * the sum each row's, as the host op. */
+tensor *_tdev_log_softmax_grad(const char *op, const tensor *dy0, const tensor *y0, int axis) {
+  gpu_pool *p = _tdev_same(op, dy0, y0);
+  if (p == NULL) return NULL;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  if (!_tensor_same_shape(dy0, y0))
+    return _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy0, b1), _tensor_desc(y0, b2)),
+           NULL;
+  if (!last_axis(op, y0, axis)) return NULL;
+  const gpu_backend *B = backend(p);
+  tensor *cd, *cy = NULL;
+  const tensor *dy = _tdev_borrow(op, dy0, &cd), *y = dy ? _tdev_borrow(op, y0, &cy) : NULL;
+  tensor *dx = y ? _tdev_out(op, p, TENSOR_F32, y->ndim, y->shape) : NULL;
+  int64_t cols = y0->shape[y0->ndim - 1], rows = cols ? y0->numel / cols : 0, n = y0->numel;
+  tensor *e = dx && n ? _tdev_out(op, p, TENSOR_F32, y->ndim, y->shape) : NULL;
+  tensor *sum = e ? _tdev_out(op, p, TENSOR_F32, 1, (int64_t[]){ rows }) : NULL;
+  gpu_status st = GPU_OK;
+  if (dx && n && sum == NULL) {   /* (_tdev_out said why) */
+    tensor_free(dx);
+    dx = NULL;
+  }
+  if (sum) {
+    float *ev = tensor_f32(e), *dxv = tensor_f32(dx);
+    st = B->sum_cols(tensor_f32(sum), tensor_f32(dy), rows, cols, NULL);
+    if (st == GPU_OK) st = B->exp(ev, tensor_f32(y), n, NULL);
+    if (st == GPU_OK) st = row_broadcast(op, p, dxv, 1.0f, sum, 0.0f, rows, cols);
+    if (st == GPU_OK) st = B->mul(dxv, ev, dxv, n, NULL);
+    if (st == GPU_OK) st = B->sub(dxv, tensor_f32(dy), dxv, n, NULL);
+  }
+  tensor_free(sum);
+  tensor_free(e);
+  tensor_free(cd);
+  tensor_free(cy);
+  return dx ? _tdev_finish(op, B, st, dx) : NULL;
+}
+
 tensor *_tdev_xent(const char *op, const tensor *logits0, const tensor *labels0, bool grad) {
   gpu_pool *p = _tdev_same(op, logits0, labels0);
   if (p == NULL) return NULL;

@@ -81,6 +81,8 @@ struct _tensor_devops {
                        const int64_t *x_shape);
   tensor *(*softmax)(const char *op, const tensor *x, int axis);
   tensor *(*softmax_grad)(const char *op, const tensor *dy, const tensor *y, int axis);
+  tensor *(*log_softmax)(const char *op, const tensor *x, int axis);
+  tensor *(*log_softmax_grad)(const char *op, const tensor *dy, const tensor *y, int axis);
   tensor *(*xent)(const char *op, const tensor *logits, const tensor *labels, bool grad);
   tensor *(*embedding)(const char *op, const tensor *weight, const tensor *indices);
   tensor_status (*embedding_grad)(const char *op, tensor *dweight, const tensor *dout, const tensor *indices);

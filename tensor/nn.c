@@ -134,7 +134,31 @@ tensor *tensor_softmax_grad(const tensor *dy, const tensor *y, int axis) {
   return d;
 }
 
-tensor *tensor_log_softmax(const tensor *x, int axis) { return softmax_any("tensor_log_softmax", x, axis, true); }
+tensor *tensor_log_softmax(const tensor *x, int axis) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_log_softmax", x, NULL, &bad))
+    return _tensor_devops->log_softmax("tensor_log_softmax", x, axis);
+  if (bad) return NULL;
+  return softmax_any("tensor_log_softmax", x, axis, true);
+}
+tensor *tensor_log_softmax_grad(const tensor *dy, const tensor *y, int axis) {
+  const char *op = "tensor_log_softmax_grad";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, y, &bad)) return _tensor_devops->log_softmax_grad(op, dy, y, axis);
+  if (bad) return NULL;
+  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg_f32(op, "y", y)) return NULL;
+  if (!_tensor_same_shape(dy, y)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
+    return NULL;
+  }
+  /* dx = dy - exp(y) * sum(dy) */
+  tensor *s = tensor_sum(dy, axis, 1), *e = s ? tensor_exp(y) : NULL;
+  tensor *d = e && tensor_mul_(e, s) == TENSOR_OK ? tensor_sub(dy, e) : NULL;
+  tensor_free(s);
+  tensor_free(e);
+  return d;
+}
 
 /* Checks logits [N,C] f32 and labels [N] i32 with 0 <= label < C; returns
  * contiguous copies or aliases. */

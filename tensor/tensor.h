@@ -111,7 +111,8 @@ static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; 
  * tensor_contiguous, tensor_fill_, tensor_copy_ (host to device, device to
  * host, or within a device: it waits), tensor_item (copied back: it waits),
  * the training ops (conv2d and its gradients, max and average pooling and
- * their gradients, softmax and tensor_softmax_grad over the last axis,
+ * their gradients, softmax and tensor_softmax_grad, log-softmax and
+ * tensor_log_softmax_grad over the last axis,
  * cross-entropy and its
  * gradient, embedding and tensor_embedding_grad_, tensor_sgd_step_,
  * tensor_adam_step_; a device label or index out of range gives NaN
@@ -327,6 +328,9 @@ tensor *tensor_softmax(const tensor *x, int axis);
  * dx = y * (dy - sum(dy * y, axis)). */
 tensor *tensor_softmax_grad(const tensor *dy, const tensor *y, int axis);
 tensor *tensor_log_softmax(const tensor *x, int axis);
+/* Its backward from dy and the forward's output y (same shape):
+ * dx = dy - exp(y) * sum(dy, axis). */
+tensor *tensor_log_softmax_grad(const tensor *dy, const tensor *y, int axis);
 /* logits [N,C] (f32), labels [N] (i32, 0 <= label < C) -> the mean of the
  * per-row losses, a scalar.  The grad form gives dL/dlogits [N,C]. */
 tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels);

@@ -10,8 +10,8 @@
  * matmul (and its transposed operands in backward), a bias row added and
  * summed back, relu, tanh and their gradients, mul, the scalar op, sum.
  *
- * softmax's backward runs on the device too (a softmax of a product,
- * weighted and summed).  Then whole models as the training programs have them, built twice from
+ * softmax's and log-softmax's backward run on the device too (a softmax
+ * or log-softmax of a product, weighted and summed).  Then whole models as the training programs have them, built twice from
  * one seed, one copy moved to the device (ag_layer_to), trained three steps
  * side by side: a LeNet-shaped net (conv with padding, relu, max pooling,
  * conv, relu, average pooling, flatten, linear, cross-entropy) with SGD and
@@ -180,9 +180,10 @@ static void test_layer_to_and_back(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
-/* softmax's backward on a device: loss = sum(softmax(x @ w) * t); the
- * gradients of x and w as the CPU's, to 1e-5. */
-static void softmax_grads(gpu_pool *dev, tensor *const in[3], tensor *out[2]) {
+/* softmax's and log-softmax's backward on a device: loss =
+ * sum(softmax(x @ w) * t), or the same with log_softmax; the gradients of x
+ * and w as the CPU's, to 1e-5. */
+static void softmax_grads(gpu_pool *dev, bool log_form, tensor *const in[3], tensor *out[2]) {
   ag_tape *tape = ag_tape_new(0);
   ag_tape_use(tape);
   tensor *m[3];
@@ -191,7 +192,8 @@ static void softmax_grads(gpu_pool *dev, tensor *const in[3], tensor *out[2]) {
     m[i] = dev ? tensor_to(in[i], dev) : tensor_alias(in[i]);
     v[i] = ag_leaf(m[i], i < 2);
   }
-  ag_var *l = ag_sum(ag_mul(ag_softmax(ag_matmul(v[0], v[1]), 1), v[2]), TENSOR_ALL, 0);
+  ag_var *xw = ag_matmul(v[0], v[1]);
+  ag_var *l = ag_sum(ag_mul(log_form ? ag_log_softmax(xw, 1) : ag_softmax(xw, 1), v[2]), TENSOR_ALL, 0);
   if (l == NULL || ag_backward(l) != 0) fail_msg("softmax graph: %s / %s", ag_error(), tensor_error());
   for (int i = 0; i < 2; i++) {
     assert_ptr_equal(tensor_device(v[i]->grad), dev);
@@ -207,20 +209,23 @@ static void test_softmax_backward_on_device(void **state) {
   assert_int_equal(gpu_backend_host()->init(0), GPU_OK);
   gpu_pool *dev = gpu_pool_new(gpu_backend_host(), NULL);
   tensor *in[3] = { values(TS(6, 4), 41), values(TS(4, 7), 42), values(TS(6, 7), 43) };
-  tensor *gc[2], *gd[2];
-  softmax_grads(NULL, in, gc);
-  softmax_grads(dev, in, gd);
-  for (int i = 0; i < 2; i++) {
-    double norm = 0;
-    for (int64_t j = 0; j < gc[i]->numel; j++) {
-      float a = tensor_f32(gc[i])[j], b = tensor_f32(gd[i])[j];
-      norm += fabs(a);
-      if (!(fabsf(a - b) <= 1e-5f * fmaxf(1.0f, fabsf(a))))
-        fail_msg("gradient %d element %lld: CPU %.9g, device %.9g", i, (long long)j, a, b);
+  for (int log_form = 0; log_form < 2; log_form++) {
+    tensor *gc[2], *gd[2];
+    softmax_grads(NULL, log_form, in, gc);
+    softmax_grads(dev, log_form, in, gd);
+    for (int i = 0; i < 2; i++) {
+      double norm = 0;
+      for (int64_t j = 0; j < gc[i]->numel; j++) {
+        float a = tensor_f32(gc[i])[j], b = tensor_f32(gd[i])[j];
+        norm += fabs(a);
+        if (!(fabsf(a - b) <= 1e-5f * fmaxf(1.0f, fabsf(a))))
+          fail_msg("%s: gradient %d element %lld: CPU %.9g, device %.9g", log_form ? "log_softmax" : "softmax", i,
+                   (long long)j, a, b);
+      }
+      assert_true(norm > 0);
+      tensor_free(gc[i]);
+      tensor_free(gd[i]);
     }
-    assert_true(norm > 0);
-    tensor_free(gc[i]);
-    tensor_free(gd[i]);
   }
   for (int i = 0; i < 3; i++) tensor_free(in[i]);
   gpu_pool_empty_cache(dev);

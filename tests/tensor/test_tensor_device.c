@@ -18,7 +18,8 @@
  *     conv2d (stride 1 with padding, stride 2 without) and its three
  *     gradients, max pooling (its argmax exactly) and average pooling and
  *     their gradients, softmax and its gradient, cross-entropy and its
- *     gradient, embedding
+ *     gradient, log-softmax (underflowing rows and large logits included)
+ *     and its gradient, embedding
  *     and its scatter-add gradient (repeated indices), argmax (exactly),
  *     matmul_t and gemm_t_out (accumulating), sum_add_, and two steps of
  *     SGD with momentum and of Adam (parameters and state);
@@ -364,6 +365,41 @@ static void test_nn_ops_match_cpu(void **state) {
   expect_same(sdxd, sdx, NN_TOL);
   tensor *sm[] = { sg, sgd, sy, syd, sdx, sdxd };
   for (size_t i = 0; i < sizeof sm / sizeof *sm; i++) tensor_free(sm[i]);
+  /* log-softmax and its gradient, value by value; rows whose exponentials
+   * underflow (a spread of 1000) and large logits stay finite as the
+   * host's; a 3-D input over its last axis, and a strided (transposed) one */
+  {
+    tensor *ls = tensor_log_softmax(lg, 1), *lsd = tensor_log_softmax(lgd, -1);
+    assert_non_null(lsd);
+    expect_same(lsd, ls, NN_TOL);
+    tensor *ext = tensor_from_f32((const float[]){ 0, -200, 50, 3, -1000, 1e4f, 1e4f - 1, 9000, -1e4f, 1e4f + 2,
+                                                   -3, -3, -3, -3, -3 },
+                                  TS(3, 5));
+    tensor *extd = tensor_to(ext, P), *le = tensor_log_softmax(ext, 1), *led = tensor_log_softmax(extd, 1);
+    assert_non_null(led);
+    assert_true(isfinite(tensor_f32(le)[4]) && tensor_f32(le)[4] < -1000);
+    expect_same(led, le, NN_TOL);
+    tensor *x3 = values(TS(2, 3, 5), 39, 0), *x3d = tensor_to(x3, P);
+    tensor *l3 = tensor_log_softmax(x3, 2), *l3d = tensor_log_softmax(x3d, 2);
+    expect_same(l3d, l3, NN_TOL);
+    tensor *lt = tensor_transpose(lg, 0, 1), *ltd = tensor_transpose(lgd, 0, 1);   /* [5, 6], strided */
+    tensor *lst = tensor_log_softmax(lt, 1), *lstd = tensor_log_softmax(ltd, 1);
+    expect_same(lstd, lst, NN_TOL);
+    tensor *g = values(TS(6, 5), 40, 0), *gd = tensor_to(g, P);
+    tensor *dx = tensor_log_softmax_grad(g, ls, 1), *dxd = tensor_log_softmax_grad(gd, lsd, -1);
+    assert_non_null(dxd);
+    expect_same(dxd, dx, NN_TOL);
+    double norm = 0;
+    for (int64_t i = 0; i < dx->numel; i++) norm += fabsf(tensor_f32(dx)[i]);
+    assert_true(norm > 1);
+    assert_null(tensor_log_softmax(lgd, 0));   /* not the last axis */
+    assert_string_equal(last_error, "tensor_log_softmax: on a device, over the last axis only: axis 0 of f32[6,5]");
+    assert_null(tensor_log_softmax_grad(gd, ltd, 1));
+    assert_int_equal(last_error_status, TENSOR_ESHAPE);
+    n_errors -= 2;   /* expected */
+    tensor *lsm[] = { ls, lsd, ext, extd, le, led, x3, x3d, l3, l3d, lt, ltd, lst, lstd, g, gd, dx, dxd };
+    for (size_t i = 0; i < sizeof lsm / sizeof *lsm; i++) tensor_free(lsm[i]);
+  }
   tensor *r[4][2] = {
     { tensor_softmax(lg, 1), tensor_softmax(lgd, -1) },
     { tensor_cross_entropy(lg, lab), tensor_cross_entropy(lgd, labd) },
@@ -445,11 +481,11 @@ static void test_errors(void **state) {
   assert_non_null(q);
   tensor *x = values(TS(4, 4), 8, 0), *d = tensor_to(x, P), *e = tensor_to(x, q);
   ta_mark m = ta_mark_now();
-  assert_null(tensor_log_softmax(d, 1));
+  assert_null(tensor_max(d, 1, 0));
   assert_int_equal(last_error_status, TENSOR_EINVAL);
   char want[200];
-  snprintf(want, sizeof want, "tensor_log_softmax: x is f32[4,4] on device host (pool %p); this op runs on host "
-           "tensors only (tensor_to(x, NULL) first)", (void *)P);
+  snprintf(want, sizeof want, "tensor_max: a is f32[4,4] on device host (pool %p); this op runs on host "
+           "tensors only (tensor_to(a, NULL) first)", (void *)P);
   assert_string_equal(last_error, want);
   tensor *total = tensor_sum(d, TENSOR_ALL, 0);   /* on the device: tensor_item reads it back */
   assert_non_null(total);
