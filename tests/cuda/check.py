@@ -7,7 +7,9 @@ Each program runs bare, then under `BUILD_DIR/tagalloc run --json` with
 LD_LIBRARY_PATH at OUT_DIR (the stand-in driver): the same exit status and
 stdout, and exactly the findings expected: one gpu.leak group per kind of
 device memory (workload.c), with its bytes, tag, detail and the leaking
-function and file in the top frame; nothing else.
+function and file in the top frame; nothing else.  Then gpu_check.py (the
+GPU machine's) is run here on its paths that need no device.  PASS/FAIL
+lines and the totals come from tally.py, which gpu_check.py shares.
 """
 import json
 import os
@@ -15,6 +17,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+from tally import finish, result
 
 BUILD, OUT = sys.argv[1], sys.argv[2]
 TAGALLOC = os.path.join(BUILD, "tagalloc")
@@ -36,9 +40,6 @@ LEAKS = {
     "leak_map": (4 << 20, "cuda.map", ": mapped, its handle released"),
 }
 
-passed = failed = 0
-
-
 def leaked_lines():
     """function -> the line of workload.c marked LEAKED inside it."""
     out, fn = {}, None
@@ -53,18 +54,6 @@ def leaked_lines():
 
 
 LINES = leaked_lines()
-
-
-def result(name, problems):
-    global passed, failed
-    if problems:
-        failed += 1
-        print(f"FAIL {name}")
-        for p in problems:
-            print(f"    {p}")
-    else:
-        passed += 1
-        print(f"PASS {name}")
 
 
 def run(prog, args, extra=(), env=ENV):
@@ -231,6 +220,43 @@ def check_own_backend():
     result("own_backend: the backend's own allocations are not recorded twice", problems)
 
 
+def check_gpu_check_dry():
+    """gpu_check.py (gpu-audit.sh's, on a machine with a GPU) here: it
+    imports without running anything, --help prints its usage, a program
+    that finds no device makes it SKIP with exit 77, and one that declares
+    no leak is a FAIL its tally (tally.py, this script's) counts: exit 1."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    gpu_check = os.path.join(here, "gpu_check.py")
+    problems = []
+    r = subprocess.run([sys.executable, "-B", "-c", "import gpu_check; print(gpu_check.main.__name__)"], cwd=here,
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 or r.stdout != "main\n":
+        problems.append(f"import gpu_check: exit {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr[-300:]!r}")
+    r = subprocess.run([sys.executable, gpu_check, "--help"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 or not r.stdout.startswith("The checks of gpu-audit.sh, on a machine with a GPU.\n\n"
+                                                    "Usage: gpu_check.py BUILD_DIR COMPUTE_SANITIZER PROGRAM...\n"):
+        problems.append(f"gpu_check.py --help: exit {r.returncode}, stdout {r.stdout[:200]!r}")
+    r = subprocess.run([sys.executable, gpu_check, BUILD], capture_output=True, text=True, timeout=60)
+    if r.returncode != 2 or r.stderr != "usage: gpu_check.py BUILD_DIR COMPUTE_SANITIZER PROGRAM...\n":
+        problems.append(f"gpu_check.py without programs: exit {r.returncode}, stderr {r.stderr!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        progs = {"nodevice": "exit 77", "nothing": "echo DONE"}
+        for name, body in progs.items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(f"#!/bin/sh\n{body}\n")
+            os.chmod(os.path.join(tmp, name), 0o755)
+        r = subprocess.run([sys.executable, gpu_check, BUILD, "/bin/false", os.path.join(tmp, "nodevice")],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 77 or r.stdout != "SKIP gpu-audit: nodevice finds no CUDA device\n":
+            problems.append(f"a program without a device: exit {r.returncode}, stdout {r.stdout!r}")
+        r = subprocess.run([sys.executable, gpu_check, BUILD, "/bin/false", os.path.join(tmp, "nothing")],
+                           capture_output=True, text=True, timeout=60)
+        lines = r.stdout.splitlines()
+        if r.returncode != 1 or len(lines) != 3 or lines[0] != "FAIL nothing bare" or lines[2] != "0 passed, 1 failed":
+            problems.append(f"a program that declares no leak: exit {r.returncode}, stdout {r.stdout!r}")
+    result("gpu_check.py without a GPU: imports, --help, usage, SKIP without a device, a FAIL counted", problems)
+
+
 check_own_backend()
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+check_gpu_check_dry()
+finish()

@@ -2,6 +2,7 @@
 """The checks of gpu-audit.sh, on a machine with a GPU.
 
 Usage: gpu_check.py BUILD_DIR COMPUTE_SANITIZER PROGRAM...
+       gpu_check.py --help
 
 Each PROGRAM (gpu_leaks.cu built by nvcc) prints "LEAK function bytes tag"
 for the one block of each kind it leaks.  Checked:
@@ -13,8 +14,9 @@ for the one block of each kind it leaks.  Checked:
     reports has the size of a declared one (the oracle), and each declared
     leak is listed with whether the sanitizer saw it.
 Prints PASS/FAIL lines, a table per program, the wall times bare and under
-tagalloc, and "N passed, N failed" (exit 1 on a failure, 77 when the
-program finds no device).
+tagalloc, and "N passed, N failed" (tally.py, shared with check.py; exit 1
+on a failure, 77 when the program finds no device).  check.py runs the
+paths that need no device (--help, the usage, SKIP, a FAIL) everywhere.
 """
 import json
 import os
@@ -24,21 +26,9 @@ import sys
 import tempfile
 import time
 
-BUILD, SANITIZER, PROGS = sys.argv[1], sys.argv[2], sys.argv[3:]
-TAGALLOC = os.path.join(BUILD, "tagalloc")
-passed = failed = 0
+from tally import finish, result
 
-
-def result(name, problems):
-    global passed, failed
-    if problems:
-        failed += 1
-        print(f"FAIL {name}")
-        for p in problems:
-            print(f"    {p}")
-    else:
-        passed += 1
-        print(f"PASS {name}")
+BUILD = SANITIZER = TAGALLOC = None
 
 
 def declared(stdout):
@@ -91,7 +81,8 @@ def check_findings(name, doc, want, teardown):
     return seen
 
 
-for prog in PROGS:
+def check_program(prog):
+    """The checks of one PROGRAM; exits 77 when it finds no device."""
     base = os.path.basename(prog)
     t0 = time.monotonic()
     bare = subprocess.run([prog], capture_output=True, text=True, timeout=300)
@@ -102,7 +93,7 @@ for prog in PROGS:
     want = declared(bare.stdout)
     if bare.returncode != 0 or "DONE" not in bare.stdout or len(want) != 9:
         result(f"{base} bare", [f"exit {bare.returncode}, stdout {bare.stdout!r}, stderr {bare.stderr[-500:]!r}"])
-        continue
+        return
     r, doc, audit_s = audited(prog, [])
     if r.returncode != 0 or declared(r.stdout) != want:
         result(f"{base} under tagalloc", [f"exit {r.returncode}, stdout {r.stdout!r}"])
@@ -134,5 +125,21 @@ for prog in PROGS:
     result(f"{base}: compute-sanitizer --leak-check full agrees", problems)
     print(f"    {base}: wall time bare {bare_s:.2f} s, under tagalloc run {audit_s:.2f} s")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+
+def main(argv):
+    global BUILD, SANITIZER, TAGALLOC
+    if len(argv) >= 2 and argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    if len(argv) < 4:
+        print("usage: gpu_check.py BUILD_DIR COMPUTE_SANITIZER PROGRAM...", file=sys.stderr)
+        return 2
+    BUILD, SANITIZER = argv[1], argv[2]
+    TAGALLOC = os.path.join(BUILD, "tagalloc")
+    for prog in argv[3:]:
+        check_program(prog)
+    finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
