@@ -46,7 +46,7 @@ typedef struct {
   const char *trace;  /* TAGALLOC_TRACE: path of the trace, NULL for none */
   long follow;        /* TAGALLOC_FOLLOW: the preload follows exec (keeps LD_PRELOAD) */
   long clock;         /* TAGALLOC_CLOCK: threads number trace events from the TSC where it is the kernel's clock */
-  const char *json;   /* TAGALLOC_JSON: the preload's per-process JSON ("%p": pid), NULL: none */
+  long trace_events;  /* TAGALLOC_TRACE_EVENTS: 0 writes the trace's exit records only (trace.c) */
   long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
   long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
   long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
@@ -520,6 +520,9 @@ extern bool _ta_tracing;
 void _ta_trace_open(void);
 void _ta_trace_close(void);              /* flushes everything (exit) */
 void _ta_trace_modules(void);            /* MODULE records for mappings new since (dlclose) */
+/* How the image ends (the preload: exit status, or -1 and the fatal
+ * signal), written as an EXIT record at close. */
+void _ta_trace_exit_status(int code, int sig);
 void _ta_trace_flush_all_signal(void);   /* best effort, from a fatal signal */
 void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack, uint64_t seq, int arena);
 void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq);

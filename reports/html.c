@@ -489,13 +489,16 @@ int report_html_write(int fd, report_model *m) {
   } else {
     j_lit(&b, "null");
   }
-  uint64_t allocs = 0, frees = 0, peak = 0, errors = 0;
+  uint64_t allocs = 0, frees = 0, peak = 0, errors = 0, loss_records = 0;
+  size_t findings = 0;
   j_lit(&b, ",\"processes\":[");
   for (size_t i = 0; i < m->nprocs; i++) {
     report_process *p = m->procs[i];
     allocs += p->summary.allocs;
     frees += p->summary.frees;
     errors += p->summary.errors;
+    loss_records += p->loss_records;
+    findings += p->findings_count;
     if (p->summary.peak_bytes > peak) peak = p->summary.peak_bytes;
     j_printf(&b, "%s{\"pid\":%ld,\"ppid\":%ld,\"trace\":", i ? "," : "", p->pid, p->ppid);
     j_str(&b, p->trace);
@@ -503,15 +506,18 @@ int report_html_write(int fd, report_model *m) {
     const char *prog = p->argv && p->argc > 0 ? p->argv[0] : NULL;
     j_str(&b, prog && strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog);
     j_printf(&b, ",\"clean_exit\":%d,\"exit_code\":%d,\"signal\":%d,\"allocs\":%llu,\"frees\":%llu,"
-             "\"peak\":%llu,\"start\":%llu,\"end\":%llu,\"unclassified\":%s,\"findings\":%zu}",
+             "\"peak\":%llu,\"start\":%llu,\"end\":%llu,\"unclassified\":%s,\"findings\":%zu,"
+             "\"errors\":%llu,\"loss_records\":%llu}",
              p->clean_exit, p->exit_code, p->signal, (unsigned long long)p->summary.allocs,
              (unsigned long long)p->summary.frees, (unsigned long long)p->summary.peak_bytes,
              (unsigned long long)rel(m, p->start_ns), (unsigned long long)rel(m, p->end_ns),
-             p->unclassified ? "true" : "false", p->findings_count);
+             p->unclassified ? "true" : "false", p->findings_count, (unsigned long long)p->summary.errors,
+             (unsigned long long)p->loss_records);
   }
-  j_printf(&b, "],\"allocs\":%llu,\"frees\":%llu,\"peak\":%llu,\"errors\":%llu,\"duration\":%llu",
+  j_printf(&b, "],\"allocs\":%llu,\"frees\":%llu,\"peak\":%llu,\"errors\":%llu,\"loss_records\":%llu,"
+           "\"findings\":%zu,\"duration\":%llu",
            (unsigned long long)allocs, (unsigned long long)frees, (unsigned long long)peak,
-           (unsigned long long)errors, (unsigned long long)(m->end_ns > m->start_ns ? m->end_ns - m->start_ns : 0));
+           (unsigned long long)errors, (unsigned long long)loss_records, findings, (unsigned long long)(m->end_ns > m->start_ns ? m->end_ns - m->start_ns : 0));
 
   /* kinds over all processes, worst first */
   report_kind_total *kinds = NULL;

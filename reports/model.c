@@ -182,12 +182,17 @@ static int by_rank(const void *a, const void *b) {
   return strcmp(x->kind, y->kind);
 }
 
-/* Per-kind totals and findings_count, from the groups. */
+bool report_group_is_loss_record(const report_group *g) {
+  return report_group_is_leak(g) && strcmp(g->kind, "leak.indirect") != 0;
+}
+
+/* Per-kind totals, findings_count and loss_records, from the groups. */
 static bool count_kinds(report_process *p) {
   free(p->kinds);
   p->kinds = NULL;
   p->nkinds = 0;
   p->findings_count = 0;
+  p->loss_records = 0;
   if (!p->ngroups) return true;
   p->kinds = calloc(p->ngroups, sizeof *p->kinds);
   if (!p->kinds) return false;
@@ -195,6 +200,7 @@ static bool count_kinds(report_process *p) {
     const report_group *g = &p->groups[i];
     /* growth is still reachable memory: a warning, not a problem for the exit status */
     if (strcmp(g->kind, "unclassified") != 0 && strcmp(g->kind, "leak.growth") != 0) p->findings_count++;
+    p->loss_records += report_group_is_loss_record(g);
     report_kind_total *k = NULL;
     for (size_t j = 0; j < p->nkinds && !k; j++)
       if (strcmp(p->kinds[j].kind, g->kind) == 0) k = &p->kinds[j];

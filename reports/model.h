@@ -81,6 +81,13 @@ typedef struct {
  * leak.growth, which is still reachable, nor unclassified). */
 bool report_group_is_leak(const report_group *g);
 
+/* A loss record counted as an error, as memcheck's ERROR SUMMARY counts
+ * them (--errors-for-leak-kinds=definite,possible: one per group): the
+ * groups of definitely and possibly lost, orphaned, refcount-leaked and
+ * GPU-leaked memory; indirectly lost, growing and unclassified memory are
+ * not errors. */
+bool report_group_is_loss_record(const report_group *g);
+
 /* Severity order of the finding kinds, worst first: memory errors, then
  * refcount and hold errors, then leaks, then growth, then unclassified. */
 int report_kind_rank(const char *kind);
@@ -133,6 +140,9 @@ typedef struct report_process {
   report_group *groups;                   /* shown (not suppressed), in the source's order */
   size_t      ngroups;
   size_t      findings_count;             /* groups that are leaks or errors (not unclassified, not leak.growth) */
+  uint64_t    loss_records;               /* groups counted as errors as memcheck's ERROR SUMMARY counts
+                                           * them (report_group_is_loss_record); every renderer's error
+                                           * count is summary.errors + loss_records */
   report_kind_total *kinds;               /* one per kind, worst first */
   size_t      nkinds;
 

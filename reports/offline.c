@@ -17,6 +17,7 @@ struct report_offline {
   ta_summary          summary;
   ta_ref_event      **histories;       /* owned, one per finding that has one */
   ta_ref_site       **sites;           /* owned: the balance by callsite of each ref.* finding */
+  ta_ref_site        *rec_sites;       /* the ledger's balances (REF_SITE records), when the trace has them */
 };
 
 /* ---- the source's callbacks -------------------------------------------------- */
@@ -70,6 +71,7 @@ static int clean_findings(report_offline *o) {
   size_t cap = 0;
   ta_summary *s = &o->summary;
   uint64_t leaked_blocks = 0, leaked_bytes = 0;
+  if (m->nref_sites && !(o->rec_sites = calloc(m->nref_sites, sizeof *o->rec_sites))) return -1;
   for (size_t i = 0; i < m->nfindings; i++) {
     const report_trace_finding *g = &m->findings[i];
     ta_finding f;
@@ -86,6 +88,16 @@ static int clean_findings(report_offline *o) {
     f.holder = (uintptr_t)g->holder;
     f.slot = g->slot[0] ? g->slot : NULL;
     snprintf(f.detail, sizeof f.detail, "%s", g->detail);
+    if (g->nsites && o->rec_sites) {   /* the ledger's balance, as its own report printed it */
+      ta_ref_site *v = o->rec_sites + g->site0;
+      for (size_t k = 0; k < g->nsites; k++) {
+        const tr_ref_site *r = &m->ref_sites[g->site0 + k];
+        v[k] = (ta_ref_site){ .stack = r->stack, .delta = r->delta, .transitions = r->transitions,
+                              .paired = r->paired, .balance = r->balance, .extra = r->extra };
+      }
+      f.sites = v;
+      f.nsites = g->nsites;
+    }
     if (push(o, &cap, &f) != 0) return -1;
     uint64_t *bytes = NULL, *blocks = NULL;
     if (strcmp(f.kind, "leak.direct") == 0) bytes = &s->direct_bytes, blocks = &s->direct_blocks;
@@ -105,6 +117,13 @@ static int clean_findings(report_offline *o) {
   for (size_t i = 0; i < m->nblocks; i++) live_bytes += m->blocks[i].size;
   s->reachable_bytes = live_bytes > leaked_bytes ? live_bytes - leaked_bytes : 0;
   s->reachable_blocks = live_blocks > leaked_blocks ? live_blocks - leaked_blocks : 0;
+  if (m->has_summary) {   /* the ledger's own numbers: what the process's report printed */
+    const tr_summary *r = &m->summary;
+    *s = (ta_summary){ r->direct_bytes, r->direct_blocks, r->indirect_bytes, r->indirect_blocks,
+                       r->possible_bytes, r->possible_blocks, r->reachable_bytes, r->reachable_blocks,
+                       r->orphan_bytes, r->orphan_blocks, r->allocs, r->frees, r->live_bytes, r->peak_bytes,
+                       r->errors };
+  }
   return 0;
 }
 
@@ -411,7 +430,9 @@ static void ref_history(report_offline *o, size_t fi, const obj_event *ev, size_
   f->history_len = k;
   /* The balance by callsite, over the whole story (ta_ref_balance).  The
    * ledger already made the extra release the group's stack; the release
-   * that went below zero is the history's last. */
+   * that went below zero is the history's last.  A trace with the
+   * ledger's own balances (REF_SITE records) keeps them. */
+  if (f->nsites) return;
   ta_ref_event *all = malloc((end - start) * sizeof *all);
   ta_ref_site *sites = malloc(TA_REF_SITES_MAX * sizeof *sites);
   if (all && sites) {
@@ -528,6 +549,7 @@ void report_offline_free(report_offline *o) {
   free(o->histories);
   for (size_t i = 0; o->sites && i < o->nfindings; i++) free(o->sites[i]);
   free(o->sites);
+  free(o->rec_sites);
   free(o->finding_seq);
   free(o->findings);
   free(o->path);

@@ -617,15 +617,6 @@ static const char *end_note(const report_process *p, char *buf, size_t len) {
   return buf;
 }
 
-/* Loss records counted as errors, as memcheck's ERROR SUMMARY counts them
- * (--errors-for-leak-kinds=definite,possible: one per loss record): the
- * groups of definitely and possibly lost, orphaned, refcount-leaked and
- * GPU-leaked memory; indirectly lost, growing and unclassified memory are
- * not errors. */
-static bool is_loss_record(const report_group *g) {
-  return report_group_is_leak(g) && strcmp(g->kind, "leak.indirect") != 0;
-}
-
 void report_text_process(int fd, report_process *p) {
   wbuf w = { .fd = fd, .color = color_for(fd) };
   long pid = p->pid;
@@ -635,11 +626,8 @@ void report_text_process(int fd, report_process *p) {
 
   char note[96];
   end_note(p, note, sizeof note);
-  uint64_t loss_records = 0, growth = 0;
-  for (size_t i = 0; i < p->ngroups; i++) {
-    loss_records += is_loss_record(&p->groups[i]);
-    growth += strcmp(p->groups[i].kind, "leak.growth") == 0;
-  }
+  uint64_t loss_records = p->loss_records, growth = 0;
+  for (size_t i = 0; i < p->ngroups; i++) growth += strcmp(p->groups[i].kind, "leak.growth") == 0;
   if (p->ngroups == 0 && s.errors == 0 && s.direct_blocks == 0 && s.indirect_blocks == 0 &&
       s.possible_blocks == 0 && s.orphan_blocks == 0 && live_blocks == 0) {
     if (note[0]) w_printf(&w, "==%ld== tagalloc: %s\n", pid, note);

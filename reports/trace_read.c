@@ -198,7 +198,8 @@ const char *report_trace_type_name(unsigned type) {
     [TR_THREAD_END] = "THREAD_END", [TR_TIME] = "TIME", [TR_FINDING_EVENT] = "FINDING_EVENT",
     [TR_FINDING] = "FINDING", [TR_END] = "END", [TR_PACKED] = "PACKED", [TR_FRAME] = "FRAME",
     [TR_DEVICE_ALLOC] = "DEVICE_ALLOC", [TR_DEVICE_FREE] = "DEVICE_FREE",
-    [TR_COMMAND] = "COMMAND",
+    [TR_COMMAND] = "COMMAND", [TR_SUMMARY] = "SUMMARY", [TR_REF_SITE] = "REF_SITE",
+    [TR_EXIT] = "EXIT",
   };
   return type < sizeof names / sizeof *names && names[type] ? names[type] : "?";
 }
@@ -224,10 +225,13 @@ static int layout(unsigned type, size_t *fixed) {
   case TR_FINDING_EVENT: *fixed = sizeof(tr_finding_event); return 1;
   case TR_FINDING:       *fixed = sizeof(tr_finding); return 3;
   case TR_END:           *fixed = sizeof(tr_end); return 0;
+  case TR_EXIT:          *fixed = sizeof(tr_exit); return 0;
   case TR_PACKED:        *fixed = sizeof(tr_packed); return 0;
   case TR_DEVICE_ALLOC:  *fixed = sizeof(tr_device_alloc); return 0;
   case TR_DEVICE_FREE:   *fixed = sizeof(tr_device_free); return 0;
   case TR_COMMAND:       *fixed = sizeof(tr_command); return 0;   /* argc strings, read below */
+  case TR_SUMMARY:       *fixed = sizeof(tr_summary); return 0;
+  case TR_REF_SITE:      *fixed = sizeof(tr_ref_site); return 0;
   default:               return -1;
   }
 }
@@ -572,7 +576,7 @@ typedef struct {
   report_trace_model *m;
   ev *evs;
   size_t nevs, capevs;
-  size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors;
+  size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors, cap_ref_sites;
   bool oom;
   bool unsorted;               /* ALLOC/FREE/MARK not in increasing seq order in the file */
   uint64_t nevents;
@@ -817,8 +821,30 @@ static int on_record(const report_trace_rec *r, void *arg) {
     e->free_stack = x.free_stack;
     e->aux_stack = x.aux_stack;
     e->tag = x.tag;
+    e->site0 = m->nref_sites;
+    e->nsites = 0;
     return b->oom;
   }
+  case TR_REF_SITE: {   /* belongs to the FINDING before it */
+    if (m->nfindings == 0) return false;
+    tr_ref_site *e = PUSH(m->ref_sites, m->nref_sites, b->cap_ref_sites);
+    if (e == NULL) break;
+    memcpy(e, p, sizeof *e);
+    m->findings[m->nfindings - 1].nsites++;
+    return b->oom;
+  }
+  case TR_EXIT: {
+    tr_exit x;
+    memcpy(&x, p, sizeof x);
+    m->has_exit = true;
+    m->exit_code = x.exit_code;
+    m->exit_signal = x.signal;
+    return false;
+  }
+  case TR_SUMMARY:
+    memcpy(&m->summary, p, sizeof m->summary);
+    m->has_summary = true;
+    return false;
   case TR_DEVICE_ALLOC:
   case TR_DEVICE_FREE:
     device_event(b, r);
@@ -1434,6 +1460,8 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
     report_trace_model_free(m);
     return NULL;
   }
+  m->has_events = m->allocs || m->frees || m->refs || m->holds || m->arena_resets || m->nmarks ||
+                  m->thread_starts || m->device_allocs || m->nfinding_events;
   return m;
 }
 
@@ -1473,6 +1501,7 @@ void report_trace_model_free(report_trace_model *m) {
     free((void *)m->findings[i].detail);
   }
   free(m->findings);
+  free(m->ref_sites);
   if (m->index) {
     for (size_t i = 0; i < m->index->nmade; i++) {
       free((void *)m->index->madev[i]->frames);

@@ -139,6 +139,7 @@ typedef struct {             /* a FINDING record: one group, written at a clean 
   uint64_t bytes, blocks, addr, holder;
   uint32_t stack, alloc_stack, free_stack, aux_stack;
   uint16_t tag;
+  size_t   site0, nsites;    /* its REF_SITE records: m->ref_sites[site0 .. site0 + nsites) */
 } report_trace_finding;
 
 typedef struct {             /* a FINDING_EVENT record: an error as it happened */
@@ -231,6 +232,13 @@ typedef struct {
   size_t   nfinding_events;
   report_trace_finding *findings;      /* the exit groups, in file order */
   size_t   nfindings;
+  tr_ref_site *ref_sites;              /* the REF_SITE records (the ledger's refcount balances) */
+  size_t   nref_sites;
+  bool     has_summary;                /* a SUMMARY record was read: the ledger's numbers at exit */
+  tr_summary summary;
+  bool     has_events;                 /* any event record (an exit-only trace has none) */
+  bool     has_exit;                   /* an EXIT record: how the image ended, as the preload saw it */
+  int      exit_code, exit_signal;     /* exit_code -1: no exit (exec, fatal signal); signal 0: none */
   /* the end */
   bool     clean_exit;                 /* an END record was read */
   uint64_t end_seq, end_ns;

@@ -8,7 +8,7 @@
  * interposed to start main through a hook that tail-calls it, so no frame
  * of ours stays under main), after _dl_fini's registration, so it runs
  * before it.  _exit/_Exit/quick_exit are interposed: the exit work
- * (quarantine check, scan, report, trace, JSON) runs, then the real exit.
+ * (quarantine check, scan, report, trace) runs, then the real exit.
  * Before the scan, the runtime's own blocks are freed, as memcheck's
  * freeres does (see exit_before).
  *
@@ -54,12 +54,12 @@
  * since the fork still live, no new error - is a fork+exec helper (a shell,
  * make, posix_spawn fallbacks): its report would be its parent's heap
  * again, so it reports nothing and removes its trace.  Any other child
- * reports as its own process (label and JSON with its pid).
+ * reports as its own process (label and trace with its pid).
  *
  * exec (execve, execv, execvp, execvpe, execl, execlp, execle, fexecve,
  * execveat).  When the exec will probably succeed (the file, or the PATH
  * search, finds an executable regular file), the exit work runs for the
- * image that is going away, and its JSON and trace are named "%p" ->
+ * image that is going away, and its trace is named "%p" ->
  * "PID.N" (N = 1, 2, ... the first free), so that the next image, with the
  * same pid, does not overwrite them.  If the exec fails after all, the
  * names go back to "PID" and the program goes on (its report stays the one
@@ -84,9 +84,11 @@
  * others close fd 2 at exit), or to fd 2 when that one is gone; it starts
  * with a label line "==PID== tagalloc: PROGRAM ARGS (parent PPID)".  The
  * ledger's messages go there too, but for failed allocations of the
- * program's (it gets NULL/ENOMEM as from glibc).  With TAGALLOC_JSON the
- * process's object (reports/source_json.c) is written to a temporary file
- * and renamed, so a reader never sees half of one. */
+ * program's (it gets NULL/ENOMEM as from glibc).  The findings leave the
+ * process once, in its trace (alloc/trace.c: FINDING, REF_SITE, SUMMARY and
+ * END records at exit; `tagalloc run` asks for an exit-only trace when no
+ * output needs the events): the JSON, the page and the folded stacks are
+ * made from it by the command-line tool. */
 #include "preload.h"
 #include "report.h"
 
@@ -211,13 +213,6 @@ static void read_cmdline(void) {
   cmdline[cmdline_len] = '\0';
 }
 
-/* Splits cmdline into argv (pointers into it); returns argc. */
-static int split_cmdline(const char **argv, int max) {
-  int n = 0;
-  for (size_t i = 0; i < cmdline_len && n < max; i += strlen(cmdline + i) + 1) argv[n++] = cmdline + i;
-  return n;
-}
-
 /* stderr as it was at load (see the top). */
 static int err_fd = -1;
 static dev_t err_dev;
@@ -266,42 +261,6 @@ static void preload_reporter(int fd) {
   report_process_info info = { .ppid = -1, .exit_code = exit_code, .signal = fatal_signal,
                                .clean_exit = fatal_signal ? 0 : 1 };   /* the report names the signal */
   report_text_render_info(fd, &src, &info);
-}
-
-/* The per-process JSON, from the exit work (guard raised). */
-static void write_json(void) {
-  if (!_ta_opt.json) return;
-  char path[PATH_MAX], tmp[PATH_MAX + 32];
-  if (!expand_path(_ta_opt.json, exec_suffix, path, sizeof path)) return;
-  _ta_snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    _ta_error(TA_EINVAL, "cannot write the JSON report %s: %s", tmp, strerror(errno));
-    return;
-  }
-  read_cmdline();
-  const char *argv[1024];
-  int argc = split_cmdline(argv, 1024);
-  report_source src;
-  report_source_ledger(&src);
-  report_process_info info = {
-    .ppid = (long)getppid(),
-    .argv = cmdline_len ? argv : NULL,
-    .argc = argc,
-    .exit_code = exit_code,
-    .signal = fatal_signal,
-    .clean_exit = fatal_signal ? 0 : 1,   /* a fatal signal's report is not a clean exit */
-    .trace = NULL,
-  };
-  bool ok = report_source_json(fd, &src, &info) == 0;
-  if (ok) {
-    ssize_t w;
-    do w = write(fd, "\n", 1); while (w < 0 && errno == EINTR);
-  }
-  ok = close(fd) == 0 && ok;
-  if (ok && rename(tmp, path) == 0) return;
-  _ta_error(TA_EINVAL, "cannot write the JSON report %s: %s", path, strerror(errno));
-  unlink(tmp);
 }
 
 /* The ledger's messages go where the report goes.  An allocation the
@@ -354,6 +313,7 @@ void _pl_exit_work(void) {
   ta_thread *t = _ta_self;
   if (t && t->guard > 0) return;          /* inside the ledger: it cannot run now */
   ta_reporter_set(preload_reporter);
+  _ta_trace_exit_status(exit_code, fatal_signal);
   _ta_exit_now(false);
 }
 
@@ -365,6 +325,7 @@ static void on_exit_status(int status, void *arg) {
   exit_code = status & 0xff;
   libc_freeres_ok = true;
   ta_reporter_set(preload_reporter);
+  _ta_trace_exit_status(exit_code, 0);
 }
 
 /* A fork child that leaves nothing of its own (see the top of the file). */
@@ -992,13 +953,10 @@ static bool before_exec(const char *file, bool search) {
     quiet_end();
     return false;
   }
-  /* "PID.N": the first N free for both the JSON and the trace */
+  /* "PID.N": the first N free for the trace */
   int n = 1;
-  for (char a[PATH_MAX], b[PATH_MAX]; n < 10000; n++) {
-    bool used = (has_pid(_ta_opt.json) && expand_path(_ta_opt.json, n, a, sizeof a) && path_exists(a)) ||
-                (has_pid(_ta_opt.trace) && expand_path(_ta_opt.trace, n, b, sizeof b) && path_exists(b));
-    if (!used) break;
-  }
+  for (char b[PATH_MAX]; n < 10000; n++)
+    if (!(has_pid(_ta_opt.trace) && expand_path(_ta_opt.trace, n, b, sizeof b) && path_exists(b))) break;
   exec_suffix = n;
   exit_code = -1;
   _pl_exit_work();
@@ -1010,11 +968,6 @@ static bool before_exec(const char *file, bool search) {
 static void exec_failed(bool reported) {
   if (!reported) return;
   int e = errno;
-  if (has_pid(_ta_opt.json)) {
-    char from[PATH_MAX], to[PATH_MAX];
-    if (expand_path(_ta_opt.json, exec_suffix, from, sizeof from) && expand_path(_ta_opt.json, 0, to, sizeof to))
-      rename(from, to);
-  }
   rename_trace(exec_suffix, 0);
   exec_suffix = 0;
   errno = e;
@@ -1226,7 +1179,6 @@ __attribute__((constructor(102))) static void preload_init(void) {
   _ta_stop_init();                          /* before any signal: it calls dlsym */
   install_fatal_handlers();
   install_term_handlers();
-  _ta_exit_hook = write_json;
   _ta_exit_before = exit_before;
   ta_reporter_set(preload_reporter);
   _pl_ctor_done();

@@ -173,13 +173,15 @@ expect "diff: a surrogate pair is the same callsite as its UTF-8" "0 tagalloc di
 # 1,600 writes); full all of them.
 # kinds FILE: "kind:blocks:free_stack ..." of the one process, by kind
 kinds() { "$py" -c 'import json; p=json.load(open("'"$1"'")); p=p["processes"][0] if "processes" in p else p; print(" ".join("%s:%d:%d" % (f["kind"], f["blocks"], bool(f.get("free_stack"))) for f in sorted(p["findings"], key=lambda f: f["kind"])))' 2>&1; }
-# traced MODE-OPTIONS...: does the audited process get a trace to write?
-traced() { "$ta" run -q "$@" -- env | grep -c '^TAGALLOC_TRACE='; }
+# traced MODE-OPTIONS...: does the audited process trace its events?  (Every
+# process writes a trace, its one record of its findings; the events only
+# where an output or the mode needs them.)
+traced() { "$ta" run -q "$@" -- env | grep -c '^TAGALLOC_TRACE_EVENTS=1'; }
 if cc -g -O0 -Wno-free-nonheap-object -o modes "$here/progs/modes.c"; then
   "$ta" run -q --json m.json -- ./modes 2> err; rc=$?
   expect "--check: the default is leaks (no use after free, no free stacks, no trace)" \
     "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
-  expect "--check: a trace in leaks mode only for --trace, --html, --folded-peak; always in errors and full" \
+  expect "--check: trace events in leaks mode only for --trace, --html, --folded-peak; always in errors and full" \
     "0 1 1 1 0 1 1" "$(traced) $(traced --trace t.trace) $(traced --html h.html) $(traced --folded-peak -) $(traced --folded -) $(traced --check=errors) $(traced --check=full)"
   "$ta" run -q --check errors --json m.json -- ./modes 2> err; rc=$?
   expect "--check=errors: one write after free in 16, free stacks" \
@@ -193,7 +195,8 @@ if cc -g -O0 -Wno-free-nonheap-object -o modes "$here/progs/modes.c"; then
   TAGALLOC_CHECK=full "$ta" run -q --check=leaks --json m.json -- ./modes 2> err; rc=$?
   expect "--check wins over TAGALLOC_CHECK" \
     "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
-  LD_PRELOAD=$pre TAGALLOC_JSON=m.json TAGALLOC_REPORT=0 ./modes 2> err; rc=$?
+  LD_PRELOAD=$pre TAGALLOC_TRACE=m.trace TAGALLOC_REPORT=0 ./modes 2> err; rc=$?
+  "$ta" report -q --json m.json m.trace
   expect "the preload alone: full" \
     "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:1600:1" "$rc $(kinds m.json)"
 else
