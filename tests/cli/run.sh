@@ -205,6 +205,14 @@ fi
 "$ta" run --check=some -- true > out 2> err; rc=$?
 expect "--check: a bad mode is a usage error" "2 tagalloc: run: --check some: expected leaks, errors or full" "$rc $(cat err)"
 
+# ---- the preload links only its own stderr report --------------------------------------------
+# No renderer of traces in it (trace reader, JSON, HTML, folded stacks), and
+# no report_* symbol exported: a program that links libtagalloc keeps its own.
+expect "the preload exports no report_* function" "0" \
+  "$(nm -D --defined-only "$pre" | grep -c ' report_')"
+expect "the preload has no trace reader, JSON, HTML or folded renderer" "" \
+  "$(nm "$pre" | grep -oE ' (report_trace_open|report_offline_open|report_json_process|report_html_write|report_folded_write|report_model_add_offline)$')"
+
 # ---- every option of the table is documented ------------------------------------------------
 missing=
 for n in $(grep -o '{ "[a-z_]*", *OPT_' "$root/alloc/options.c" | sed 's/{ "\([a-z_]*\)".*/\1/'); do
