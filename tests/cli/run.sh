@@ -3,8 +3,10 @@
 # standard output, --quiet, colour only on a terminal, the warning for an
 # unknown TAGALLOC_ variable, --skip, the roll-up of a run with several
 # processes, thousands separators and the still-reachable line, symbolized
-# assertion stacks, and `tagalloc diff` keys that survive an added line and
-# another build folder.  Ends with "N passed, N failed".
+# assertion stacks, `tagalloc diff` keys that survive an added line and
+# another build folder, one report model behind the text, --json, --html and
+# `tagalloc report` of a run (agree.py), and the preload's exports.  Ends
+# with "N passed, N failed".
 #   tests/cli/run.sh BUILD_DIR
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
@@ -204,6 +206,26 @@ else
 fi
 "$ta" run --check=some -- true > out 2> err; rc=$?
 expect "--check: a bad mode is a usage error" "2 tagalloc: run: --check some: expected leaks, errors or full" "$rc $(cat err)"
+
+# ---- one model behind every rendering -----------------------------------------------------------
+# progs/agree.c: two groups of direct leaks, an indirect leak, a double free,
+# an invalid free.  The process's own text report, run's --json and --html,
+# and `tagalloc report`'s JSON and text of the kept trace: the same findings
+# (kind, bytes, blocks, top frame), the same error and loss-record counts.
+if cc -g -O0 -Wno-free-nonheap-object -o agree "$here/progs/agree.c"; then
+  "$ta" run --json ag.json --html ag.html --trace ag.trace -- ./agree 2> ag-run.txt
+  "$ta" report --json ag-rep.json ag.trace > ag-rep.txt 2>&1
+  expect "run's text, --json, --html and report of the trace agree, finding by finding" \
+    "agree: 6 findings, 2 errors, 3 loss records" \
+    "$("$py" "$here/agree.py" ag-run.txt ag.json ag.html ag-rep.json ag-rep.txt 2>&1)"
+  # the same without a kept trace (an exit-only trace): the same JSON
+  "$ta" run -q --json ag2.json -- ./agree 2> /dev/null
+  expect "run --json from an exit-only trace: the same findings" \
+    "$("$py" -c 'import json; p=json.load(open("ag.json"))["processes"][0]; print([(f["kind"], f["bytes"], f["blocks"]) for f in p["findings"]], p["errors"], p["loss_records"], p["summary"])')" \
+    "$("$py" -c 'import json; p=json.load(open("ag2.json"))["processes"][0]; print([(f["kind"], f["bytes"], f["blocks"]) for f in p["findings"]], p["errors"], p["loss_records"], p["summary"])')"
+else
+  bad "cannot build agree.c"
+fi
 
 # ---- the preload links only its own stderr report --------------------------------------------
 # No renderer of traces in it (trace reader, JSON, HTML, folded stacks), and
