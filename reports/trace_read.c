@@ -133,8 +133,12 @@ report_trace *report_trace_open(const char *path, char *err, size_t errlen) {
   }
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    /* Mapped, not read: an iteration reads it front to back and lets go of
+     * the pages behind it (report_trace_next), so that a pass over a trace
+     * of any size holds a window of it, not the whole file. */
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p != MAP_FAILED) {
+      madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
       t->map = p;
       t->map_len = (size_t)st.st_size;
       t->data = p;
@@ -325,6 +329,18 @@ static bool packed_next(report_trace_iter *it, report_trace_rec *r) {
   return true;
 }
 
+/* The mapped pages of the records before off are done with: they are
+ * given back (a clean page of a private file mapping comes back from the
+ * file if a reader looks again: the model keeps pointers to strings and
+ * STACK frames in it, and may).  Every READ_WINDOW bytes. */
+#define READ_WINDOW (4u << 20)
+static void release_behind(report_trace_iter *it, uint64_t off) {
+  const report_trace *t = it->t;
+  uint64_t page = 4096, lo = it->released & ~(page - 1), hi = off & ~(page - 1);
+  if (hi > lo) madvise((char *)t->map + lo, hi - lo, MADV_DONTNEED);
+  it->released = hi;
+}
+
 bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
   const report_trace *t = it->t;
   while (!it->done) {
@@ -333,6 +349,7 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
       continue;
     }
     uint64_t off = it->off, left = t->size - off;
+    if (t->map && off - it->released >= READ_WINDOW) release_behind(it, off);
     if (left == 0) {
       it->done = true;
       return false;

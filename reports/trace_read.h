@@ -48,7 +48,9 @@ extern "C" {
 
 /* ---- the file and its records ------------------------------------------- */
 
-typedef struct report_trace report_trace;   /* an open trace (whole file in memory or mapped) */
+/* An open trace: mapped (an iteration holds a window of it in memory, not
+ * the whole file), or read whole when it cannot be mapped. */
+typedef struct report_trace report_trace;
 
 /* Opens and checks the file header.  NULL on failure, with one line in err
  * (may be NULL), e.g. "TRACE: not a tagalloc trace (bad magic): run.trace" or
@@ -80,6 +82,7 @@ typedef struct {
 typedef struct {
   const report_trace *t;
   uint64_t off;              /* offset of the next record */
+  uint64_t released;         /* a mapped file's pages below this were given back (madvise) */
   uint64_t records;          /* valid records seen (yielded + unknown) */
   uint64_t unknown;          /* records of unknown type, skipped */
   bool     done;             /* nothing more to yield */

@@ -227,6 +227,30 @@ else
   bad "cannot build agree.c"
 fi
 
+# ---- a report holds a window of its trace, not the whole file -------------------------------------
+# progs/grow.c: 120 iterations of 40,000 blocks made and freed (a trace of
+# about 55 MB) and a site that grows.  tagalloc report of it finds the growth
+# with a peak RSS under a quarter of the trace's size (it was the size of the
+# trace plus the model).
+if cc -g -O0 -I"$root/alloc" -o grow "$here/progs/grow.c" -L"$build" -ltagalloc -Wl,-rpath,"$build"; then
+  "$ta" run -q --trace grow.trace -- ./grow 120 40000 2> /dev/null
+  got=$("$py" - "$ta" grow.trace <<'PY'
+import json, os, resource, subprocess, sys
+ta, trace = sys.argv[1:3]
+subprocess.run([ta, "report", "-q", "--json", "grow.json", trace], check=True)
+peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+size_kib = os.path.getsize(trace) // 1024
+p = json.load(open("grow.json"))["processes"][0]
+growth = [f for f in p["findings"] if f["kind"] == "leak.growth"]
+print("growth", len(growth), growth[0]["bytes"] if growth else 0,
+      "bounded" if size_kib > 40000 and peak_kib * 4 < size_kib else f"peak {peak_kib} KiB for a {size_kib} KiB trace")
+PY
+)
+  expect "report: the growth of a 55 MB trace, in a quarter of its size" "growth 1 120000 bounded" "$got"
+else
+  bad "cannot build grow.c"
+fi
+
 # ---- the preload links only its own stderr report --------------------------------------------
 # No renderer of traces in it (trace reader, JSON, HTML, folded stacks), and
 # no report_* symbol exported: a program that links libtagalloc keeps its own.
