@@ -424,13 +424,13 @@ static bool installed[NRELAYED];
 /* While the program runs, a termination signal goes on to it (the preload
  * reports, then the program dies of it, and we exit as it did), but for one
  * from the terminal, which reached it without us (as system() does).  The
- * first is passed with sigqueue and TA_RELAY_VALUE (preload_proc.c): the
+ * first is passed with sigqueue and TA_RELAY_VALUE (tools/preload_signal.c): the
  * program ignores that copy when it got the signal itself already (a kill
  * of the whole process group).  One more of the same within 2 s is passed
  * with a plain kill: the program skips the rest of its report (as a
  * second Ctrl-C does).  Once it has ended, any of them stops the wait for
  * the processes it left behind. */
-#define TA_RELAY_VALUE 0x74616c6c   /* the same in tools/preload_proc.c */
+#define TA_RELAY_VALUE 0x74616c6c   /* the same in tools/preload_signal.c */
 static volatile sig_atomic_t relayed_sig;
 static struct timespec relayed_at;
 
