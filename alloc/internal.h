@@ -176,6 +176,9 @@ ta_thread *_ta_thread_slow(void);     /* creates the calling thread's state */
  * allocates (libdw, the symbolizer).  NULL: nothing was raised. */
 ta_thread *_ta_host_enter(void);
 void       _ta_host_leave(ta_thread *host);
+/* This ledger is a program's copy, the preload's runs beside it, and this
+ * one recorded nothing: its exit report would repeat the preload's. */
+bool       _ta_host_quiet(void);
 static inline ta_thread *_ta_thread(void) {   /* the calling thread's, created on first use */
   ta_thread *t = _ta_self;
   return TA_LIKELY(t != NULL) ? t : _ta_thread_slow();

@@ -1681,7 +1681,7 @@ void _ta_exit_now(bool again) {
     if (here) _ta_exit_sp = 0;          /* an exec that fails goes on */
   }
   _ta_trace_close();
-  if (_ta_opt.report && reporter) reporter(2);
+  if (_ta_opt.report && reporter && !_ta_host_quiet()) reporter(2);
   if (_ta_exit_hook) _ta_exit_hook();       /* the preload's per-process JSON */
   _ta_host_leave(host);
   t->guard--;

@@ -251,6 +251,20 @@ else
   bad "cannot build grow.c"
 fi
 
+# ---- a program linked with libtagalloc.a: one report ---------------------------------------------
+# Its own copy of the ledger records nothing (malloc is the preload's): the
+# preload's report is the process's, and the copy's "no leaks" would repeat it.
+printf '#include "tagalloc.h"\n#include <stdlib.h>\nint main(void) { void *volatile p = malloc(10); free(p); ta_mark_now(); return 0; }\n' > linked.c
+if cc -g -O0 -I"$root/alloc" -o linked linked.c -Wl,-u,report_text_write "$build/libtagalloc.a" \
+     -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm; then
+  "$ta" run -- ./linked > out 2> err
+  expect "libtagalloc.a under run: one \"no leaks\" line" "1" "$(grep -c 'no leaks, no errors' err)"
+  ./linked > out 2> err
+  expect "libtagalloc.a alone: its own report" "1" "$(grep -c 'no leaks, no errors' err)"
+else
+  bad "cannot build a program linked with libtagalloc.a"
+fi
+
 # ---- the preload links only its own stderr report --------------------------------------------
 # No renderer of traces in it (trace reader, JSON, HTML, folded stacks), and
 # no report_* symbol exported: a program that links libtagalloc keeps its own.
