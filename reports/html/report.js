@@ -163,6 +163,13 @@
         stackList(h[3], t, box);
       });
     }
+    /* ref.underflow: the other objects released too often at the same place */
+    (g.others || []).forEach(function (o, n) {
+      box.appendChild(el('div', 'sect', 'object ' + (n + 2) + ' of ' + g.groups + ', the same extra release'));
+      var sub = { kind: g.kind };
+      Object.keys(o).forEach(function (key) { sub[key] = o[key]; });
+      box.appendChild(details(sub));
+    });
     return box;
   }
   function drawTable() {

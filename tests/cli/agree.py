@@ -37,10 +37,15 @@ def from_html(path):
     m = re.search(r'<script type="application/json" id="tagalloc-data">(.*?)</script>', page, re.S)
     d = json.loads(m.group(1))
     found = []
-    for f in d["findings"]:
-        st = d["stacks"][f["stack"]] if f["stack"] >= 0 else []
-        top = d["strings"][st[0][0]] if st and st[0][0] >= 0 else None
-        found.append((f["kind"], f["bytes"], f["blocks"], top))
+
+    def top(g):
+        st = d["stacks"][g["stack"]] if g["stack"] >= 0 else []
+        return d["strings"][st[0][0]] if st and st[0][0] >= 0 else None
+
+    for f in d["findings"]:   # a row may hold several groups (ref.underflow: "others")
+        others = f.get("others", [])
+        found.append((f["kind"], f["bytes"], f["blocks"] - sum(o["blocks"] for o in others), top(f)))
+        found += [(f["kind"], o["bytes"], o["blocks"], top(o)) for o in others]
     return found, d["errors"], d.get("loss_records")
 
 

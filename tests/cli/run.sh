@@ -251,6 +251,28 @@ else
   bad "cannot build grow.c"
 fi
 
+# ---- the page: one row per headline of ref.underflow ----------------------------------------------
+# progs/underflow.c: two objects released once too often in drop_ref, from
+# two callers.  The JSON keeps the ledger's two groups; the page's table
+# shows one row (blocks 2, the second object under it).
+if cc -g -O0 -I"$root/alloc" -o underflow "$here/progs/underflow.c" -Wl,-u,report_text_write \
+     "$build/libtagalloc.a" -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm; then
+  TAGALLOC_TRACE=uf.trace TAGALLOC_REPORT=0 ./underflow 2> /dev/null
+  "$ta" report -q --json uf.json --html uf.html uf.trace
+  got=$("$py" - <<'PY'
+import json, re
+j = json.load(open("uf.json"))["processes"][0]["findings"]
+page = open("uf.html").read()
+d = json.loads(re.search(r'<script type="application/json" id="tagalloc-data">(.*?)</script>', page, re.S).group(1))
+rows = [f for f in d["findings"] if f["kind"] == "ref.underflow"]
+print(sum(f["kind"] == "ref.underflow" for f in j), len(rows), [(f["blocks"], f.get("groups"), len(f.get("others", []))) for f in rows])
+PY
+)
+  expect "html: ref.underflow groups under one headline are one row" "2 1 [(2, 2, 1)]" "$got"
+else
+  bad "cannot build underflow.c"
+fi
+
 # ---- a program linked with libtagalloc.a: one report ---------------------------------------------
 # Its own copy of the ledger records nothing (malloc is the preload's): the
 # preload's report is the process's, and the copy's "no leaks" would repeat it.
