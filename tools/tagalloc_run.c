@@ -917,7 +917,7 @@ int cmd_run(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
 
-  /* The private directory of the per-process traces and JSON objects, next
+  /* The private directory of the per-process traces, next
    * to where the traces are kept (a rename, not a copy), or in TMPDIR. */
   char dir[PATH_MAX];
   const char *tmpdir = getenv("TMPDIR");
