@@ -18,6 +18,8 @@ struct report_offline {
   ta_ref_event      **histories;       /* owned, one per finding that has one */
   ta_ref_site       **sites;           /* owned: the balance by callsite of each ref.* finding */
   ta_ref_site        *rec_sites;       /* the ledger's balances (REF_SITE records), when the trace has them */
+  report_ctx         *ctx;             /* the symbolizer of the trace's modules, made on first use */
+  bool                ctx_tried;
 };
 
 /* ---- the source's callbacks -------------------------------------------------- */
@@ -44,6 +46,23 @@ static size_t off_visit(void *arg, ta_finding_fn *fn, void *fn_arg) {
     if (fn(&f, fn_arg)) break;
   }
   return i;
+}
+
+/* The symbolizer, made when a stack is first symbolized: libdw's view of
+ * the process's modules costs about 1.4 MB, and most processes of a run
+ * have nothing to symbolize. */
+static report_ctx *off_ctx(void *arg) {
+  report_offline *o = arg;
+  if (o->ctx_tried) return o->ctx;
+  o->ctx_tried = true;
+  const report_trace_model *m = o->m;
+  report_module *mods = calloc(m->nmodules ? m->nmodules : 1, sizeof *mods);
+  if (!mods) return NULL;
+  for (size_t i = 0; i < m->nmodules; i++)
+    mods[i] = (report_module){ m->modules[i].lo, m->modules[i].hi, m->modules[i].offset, m->modules[i].path };
+  o->ctx = report_ctx_new_offline(mods, m->nmodules);
+  free(mods);
+  return o->ctx;
 }
 
 static ta_summary off_summary(void *arg) {
@@ -531,19 +550,13 @@ report_offline *report_offline_open(const char *path, char *err, size_t errlen) 
     report_offline_free(o);
     return NULL;
   }
-  report_module *mods = calloc(m->nmodules ? m->nmodules : 1, sizeof *mods);
-  if (mods) {
-    for (size_t i = 0; i < m->nmodules; i++)
-      mods[i] = (report_module){ m->modules[i].lo, m->modules[i].hi, m->modules[i].offset, m->modules[i].path };
-    o->src.ctx = report_ctx_new_offline(mods, m->nmodules);
-    free(mods);
-  }
+  o->src.ctx_make = off_ctx;
   return o;
 }
 
 void report_offline_free(report_offline *o) {
   if (!o) return;
-  report_ctx_free(o->src.ctx);
+  report_ctx_free(o->ctx);
   report_trace_model_free(o->m);
   for (size_t i = 0; o->histories && i < o->nfindings; i++) free(o->histories[i]);
   free(o->histories);

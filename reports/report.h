@@ -106,7 +106,10 @@ typedef struct report_process_info report_process_info;   /* see the JSON sectio
 
 typedef struct report_source {
   long        pid;
-  report_ctx *ctx;          /* the symbolizer; NULL: this process's own (made on first use) */
+  report_ctx *ctx;          /* the symbolizer; NULL: ctx_make's, or this process's own (made on first use) */
+  /* The symbolizer made on first use (an offline source's, which owns it);
+   * NULL: none. */
+  report_ctx *(*ctx_make)(void *arg);
   void       *arg;          /* passed to the callbacks */
   /* Copies up to max frames of a stack id (return addresses, innermost
    * first) into frames; returns how many, 0 if unknown. */

@@ -210,6 +210,7 @@ void report_source_ledger(report_source *out) {
 
 report_ctx *report_source_ctx(const report_source *src) {
   if (src && src->ctx) return src->ctx;
+  if (src && src->ctx_make) return src->ctx_make(src->arg);
   /* only the ledger's own stacks are this process's addresses */
   return !src || src->stack_frames == ledger_frames ? symbolizer() : NULL;
 }
