@@ -227,6 +227,19 @@ else
   bad "cannot build agree.c"
 fi
 
+# ---- a process killed before its report, in leaks mode ------------------------------------------
+# Its exit-only trace has the header and the command line: the JSON lists it
+# (killed by SIGKILL, nothing counted) and the text says what to add.
+printf '#include <signal.h>\n#include <stdlib.h>\nint main(void) { void *volatile p = malloc(100); (void)p; raise(SIGKILL); return 0; }\n' > killed.c
+if cc -O0 -o killed killed.c; then
+  "$ta" run --json k.json -- ./killed > out 2> err
+  expect "killed in leaks mode: in the JSON, without findings" "SIGKILL False 0" \
+    "$("$py" -c 'import json; p=json.load(open("k.json"))["processes"][0]; print(p["signal_name"], p["clean_exit"], len(p["findings"]))')"
+  has "killed in leaks mode: the text says what to add" err "without its exit report (its trace has no events: run with --trace to see what was live)"
+else
+  bad "cannot build killed.c"
+fi
+
 # ---- a report holds a window of its trace, not the whole file -------------------------------------
 # progs/grow.c: 120 iterations of 40,000 blocks made and freed (a trace of
 # about 55 MB) and a site that grows.  tagalloc report of it finds the growth
