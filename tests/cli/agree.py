@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """agree.py - every rendering of one run says the same (tests/cli/run.sh).
 
-  agree.py RUN_TEXT RUN_JSON RUN_HTML REPORT_JSON REPORT_TEXT
+  agree.py RUN_TEXT RUN_JSON RUN_HTML REPORT_JSON REPORT_TEXT [RUN_FOLDED]
 
 RUN_TEXT is the stderr of `tagalloc run --json RUN_JSON --html RUN_HTML
 --trace T -- PROG` (the process's own report), REPORT_JSON and REPORT_TEXT
 what `tagalloc report` makes of T.  Each gives its findings as (kind, bytes,
 blocks, top frame's function) and its error and loss-record counts; they
-must be equal, finding by finding.  Prints one line per disagreement, then
+must be equal, finding by finding.  RUN_FOLDED (run's --folded): its
+stacks' leaked bytes, by innermost frame, are the JSON's leak groups'.  Prints one line per disagreement, then
 "agree: N findings, E errors, L loss records"; exits 1 on any disagreement.
 """
 import json
@@ -80,10 +81,31 @@ def from_text(path):
     return found, errors, loss
 
 
+LEAKS = ("leak.direct", "leak.indirect", "leak.possible", "leak.orphan", "ref.leak", "gpu.leak", "gpu.pool-retained")
+
+
+def from_folded(path):
+    """Leaked bytes by innermost frame of the folded stacks."""
+    by = {}
+    for line in open(path):
+        stack, n = line.rstrip("\n").rsplit(" ", 1)
+        top = stack.split(";")[-1]
+        by[top] = by.get(top, 0) + int(n)
+    return by
+
+
 def main():
     run_text, run_json, run_html, rep_json, rep_text = sys.argv[1:6]
     want, errors, loss = from_json(run_json)
     bad = []
+    if len(sys.argv) > 6:
+        leaked = {}
+        for kind, nbytes, _, top in want:
+            if kind in LEAKS:
+                leaked[top] = leaked.get(top, 0) + nbytes
+        got = from_folded(sys.argv[6])
+        if got != leaked:
+            bad.append(f"folded: leaked bytes by frame {got} != run --json's {leaked}")
     if loss is None:
         bad.append(f"{run_json}: no loss_records")
         loss = 0

@@ -209,15 +209,16 @@ expect "--check: a bad mode is a usage error" "2 tagalloc: run: --check some: ex
 
 # ---- one model behind every rendering -----------------------------------------------------------
 # progs/agree.c: two groups of direct leaks, an indirect leak, a double free,
-# an invalid free.  The process's own text report, run's --json and --html,
-# and `tagalloc report`'s JSON and text of the kept trace: the same findings
-# (kind, bytes, blocks, top frame), the same error and loss-record counts.
+# an invalid free.  The process's own text report, run's --json, --html and
+# --folded, and `tagalloc report`'s JSON and text of the kept trace: the same
+# findings (kind, bytes, blocks, top frame), the same error and loss-record
+# counts, the same leaked bytes by frame.
 if cc -g -O0 -Wno-free-nonheap-object -o agree "$here/progs/agree.c"; then
-  "$ta" run --json ag.json --html ag.html --trace ag.trace -- ./agree 2> ag-run.txt
+  "$ta" run --json ag.json --html ag.html --folded ag.folded --trace ag.trace -- ./agree 2> ag-run.txt
   "$ta" report --json ag-rep.json ag.trace > ag-rep.txt 2>&1
-  expect "run's text, --json, --html and report of the trace agree, finding by finding" \
+  expect "run's text, --json, --html, --folded and report of the trace agree, finding by finding" \
     "agree: 6 findings, 2 errors, 3 loss records" \
-    "$("$py" "$here/agree.py" ag-run.txt ag.json ag.html ag-rep.json ag-rep.txt 2>&1)"
+    "$("$py" "$here/agree.py" ag-run.txt ag.json ag.html ag-rep.json ag-rep.txt ag.folded 2>&1)"
   # the same without a kept trace (an exit-only trace): the same JSON
   "$ta" run -q --json ag2.json -- ./agree 2> /dev/null
   expect "run --json from an exit-only trace: the same findings" \
