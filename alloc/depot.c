@@ -7,23 +7,27 @@
  * of its innermost frame.  A recursive build of a binary tree has a
  * different stack for each of its 2^20 nodes, 20 frames deep, but each
  * differs from its parent's by one or two frames: as whole stacks they were
- * 430 MB of the depot and 400 MB of the trace; as nodes they are 3.1M of
- * 16 bytes (50 MB, and 75 MB of trace) and an index of 64 MB.
+ * 430 MB of the depot and 400 MB of the trace; as nodes they are 2.1M
+ * (3.1M with the free stacks) of 12 bytes (25 MB, 38 MB) and an index of
+ * 32 MB.
  *
- *   index (mmap, open addressing)              nodes (mmap'd 64 MiB chunks)
- *   +------------------------+                 +---------------------------+
- *   | pc | parent | w | id --+---------------->| pc | parent | w | ph      |
- *   +------------------------+                 | ...                       |
+ *   index (mmap, open addressing)         nodes (mmap'd 48 MiB chunks)
+ *   +-------------------+                 +-----------------------+
+ *   | ph | w | id ------+---------------->| pc | parent | w       |
+ *   +-------------------+                 | ...                   |
  *
- * The index maps (parent, pc) to a node id; a slot holds the whole key, so
- * a lookup reads the slot and no node.  A node's home slot is the hash of
- * its path (ph: of every return address from the outermost in; see
- * hash_frame), and a node keeps it for the index's growth, which makes the
- * slots again from the nodes in order.  Linear probing, at most seven
+ * The index maps (parent, pc) to a node id.  A node's home slot is the hash
+ * of its path (ph: of every return address from the outermost in; see
+ * hash_frame), and its slot holds that hash and its id, 8 bytes: a lookup
+ * compares the path hash and reads the node only where it is the same (a
+ * hit, or once in 2^32 another node), and the index grows from its own
+ * slots.  (Slots of 16 bytes with the whole key, (parent, pc), and nodes of
+ * 16 with the path hash, were 96 MB for the tree's 2.1M nodes where these
+ * are 57 MB: peak RSS 257 -> 210 MB.)  Linear probing, at most seven
  * eighths full; it starts at 2^12 slots and doubles.  At 7/8 a hit probes
- * 4.5 slots on average (four to a line) and a miss, once per new node, 32.
- * At 3/4 the tree's 3.2M nodes (bench/auditor/tree.c) doubled it to 128 MB:
- * peak RSS 378 MB and 4.8 s, at 7/8 256 MB and 4.2 s.  Slot bit w says the
+ * 4.5 slots on average (eight to a line) and a miss, once per new node, 32.
+ * At 3/4 the tree's 3.2M nodes (bench/auditor/tree.c) doubled it: peak RSS
+ * 378 MB and 4.8 s, at 7/8 256 MB and 4.2 s.  Slot bit w says the
  * node has been named as a whole stack (what ta_stacks_count counts: a
  * stack's outer part is a node too, but not a stack of the program's).
  * Node ids are given in order, so node i's parent is below i, and the
@@ -50,27 +54,26 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define CHUNK_SHIFT 26                       /* 64 MiB */
-#define CHUNK_SIZE  ((uint64_t)1 << CHUNK_SHIFT)
-#define NODE_SHIFT  4                        /* 16-byte nodes */
-#define CHUNK_NODES_SHIFT (CHUNK_SHIFT - NODE_SHIFT)
+#define CHUNK_NODES_SHIFT 22                 /* 2^22 nodes a chunk */
+#define CHUNK_SIZE  (sizeof(node) << CHUNK_NODES_SHIFT)   /* 48 MiB */
 #define MAX_CHUNKS  512                      /* 2^31 nodes: ids fit 31 bits */
 #define INDEX_FIRST_BITS 12
 #define WHOLE 0x80000000u                    /* in a slot's key: named as a whole stack */
 #define ID_MASK 0x7fffffffu
 
+/* 12 bytes: the pc in two halves keeps the node 4-aligned (an array of
+ * 16-byte nodes with a uintptr_t pc was a third more memory). */
 typedef struct {
-  uintptr_t pc;
+  uint32_t pc_lo, pc_hi;
   _Atomic uint32_t up;                       /* parent id (0: pc is the outermost frame), and
                                                 WHOLE as its slot's w bit, for the path's guess */
-  uint32_t ph;                               /* its path hash: its home in the index */
 } node;
-_Static_assert(sizeof(node) == 1u << NODE_SHIFT, "a node is 16 bytes");
+_Static_assert(sizeof(node) == 12, "a node is 12 bytes");
 
-typedef struct {
-  _Atomic uint64_t pc;
-  _Atomic uint64_t key;                      /* parent << 32 | w | id; 0: empty */
-} slot;
+static inline uintptr_t node_pc(const node *nd) { return (uintptr_t)((uint64_t)nd->pc_hi << 32 | nd->pc_lo); }
+
+/* ph << 32 | w | id; 0: empty.  ph is the node's path hash (its home). */
+typedef _Atomic uint64_t slot;
 
 typedef struct {
   uint64_t mask;                             /* slots - 1 */
@@ -151,27 +154,40 @@ static inline uint32_t hash_frame(uint32_t up, uintptr_t pc) {
   return (uint32_t)(h ^ (h >> 32));
 }
 
-/* The slot of node (parent, pc) in ix, or NULL. */
-static slot *index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint64_t h) {
+/* The node a slot names: the slot was published (release) after its node
+ * and its chunk were written, so an acquire load of the slot sees both. */
+static inline node *slot_node(uint32_t id) {
+  node *c = atomic_load_explicit(&chunks[id >> CHUNK_NODES_SHIFT], memory_order_relaxed);
+  return &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
+}
+
+/* The slot of node (parent, pc), whose path hash is h, in ix, or NULL.  A
+ * slot whose path hash is h is checked against its node (the path hashes
+ * of two different nodes are the same once in 2^32). */
+static slot *index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h) {
   if (ix == NULL) return NULL;
   uint64_t mask = ix->mask;
   for (uint64_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
     slot *s = &ix->slots[i];
-    uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+    uint64_t k = atomic_load_explicit(s, memory_order_acquire);
     if (k == 0) return NULL;
-    if ((uint32_t)(k >> 32) == parent && atomic_load_explicit(&s->pc, memory_order_relaxed) == pc) return s;
+    if ((uint32_t)(k >> 32) == h) {
+      node *nd = slot_node((uint32_t)k & ID_MASK);
+      if ((atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK) == parent && node_pc(nd) == pc)
+        return s;
+    }
   }
   return NULL;
 }
 
-/* Puts a slot (not there yet) into ix; false when ix is full. */
-static bool index_add(stack_index *ix, uint64_t h, uint64_t pc, uint64_t key) {
+/* Puts a slot (not there yet) into ix, at the home of its path hash (its
+ * high half); false when ix is full. */
+static bool index_add(stack_index *ix, uint64_t key) {
   uint64_t mask = ix->mask;
-  for (uint64_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+  for (uint64_t i = (key >> 32) & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
     slot *s = &ix->slots[i];
-    if (atomic_load_explicit(&s->key, memory_order_relaxed) == 0) {
-      atomic_store_explicit(&s->pc, pc, memory_order_relaxed);
-      atomic_store_explicit(&s->key, key, memory_order_release);
+    if (atomic_load_explicit(s, memory_order_relaxed) == 0) {
+      atomic_store_explicit(s, key, memory_order_release);
       return true;
     }
   }
@@ -201,13 +217,11 @@ static stack_index *index_room(stack_index *ix) {
   while (((uint64_t)1 << bits) <= ix->mask) bits++;
   stack_index *big = bits + 1 <= 32 ? index_new(bits + 1) : NULL;
   if (big == NULL) return index_entries < ix->mask ? ix : NULL;
-  /* from the nodes, in order: each holds its path hash (the slots do not) */
-  uint32_t end = atomic_load_explicit(&next_id, memory_order_relaxed);
-  for (uint32_t id = 1; id < end; id++) {
-    node *nd = node_at(id);
-    if (nd == NULL) break;                   /* never: every id below next_id is a node */
-    uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
-    index_add(big, nd->ph, nd->pc, (uint64_t)(up & ID_MASK) << 32 | (up & WHOLE) | id);
+  /* from the old slots: each holds its path hash, its home; no node is
+   * read (nothing changes the slots but this thread, under put_lock) */
+  for (uint64_t i = 0; i <= ix->mask; i++) {
+    uint64_t k = atomic_load_explicit(&ix->slots[i], memory_order_relaxed);
+    if (k != 0) index_add(big, k);
   }
   atomic_store_explicit(&index_now, big, memory_order_release);
   madvise(ix, ix->size, MADV_DONTNEED);      /* readers still on it read zeros: a miss */
@@ -216,14 +230,14 @@ static stack_index *index_room(stack_index *ix) {
 
 /* A new node, under put_lock; 0 when the depot is full.  It is written
  * before next_id passes it, so every id below next_id names a whole node. */
-static uint32_t node_new(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) {
+static uint32_t node_new(uint32_t parent, uintptr_t pc, bool whole) {
   uint32_t id = atomic_load_explicit(&next_id, memory_order_relaxed);
   if ((id >> CHUNK_NODES_SHIFT) >= MAX_CHUNKS || id > ID_MASK - 1) return 0;
   node *c = chunk_get(id >> CHUNK_NODES_SHIFT);
   if (c == NULL) return 0;
   node *nd = &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
-  nd->pc = pc;
-  nd->ph = h;
+  nd->pc_lo = (uint32_t)pc;
+  nd->pc_hi = (uint32_t)((uint64_t)pc >> 32);
   atomic_store_explicit(&nd->up, parent | (whole ? WHOLE : 0), memory_order_relaxed);
   atomic_store_explicit(&next_id, id + 1, memory_order_release);
   if (TA_UNLIKELY(id == HUGE_AFTER)) go_huge();
@@ -249,24 +263,24 @@ static bool put_lock_take(bool may_lock) {
  * node is new and the lock may not be taken. */
 static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, bool may_lock) {
   slot *s = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
-  uint64_t k = s ? atomic_load_explicit(&s->key, memory_order_relaxed) : 0;
+  uint64_t k = s ? atomic_load_explicit(s, memory_order_relaxed) : 0;
   if (k != 0 && (!whole || (k & WHOLE))) return (uint32_t)k;
   if (!put_lock_take(may_lock)) return (uint32_t)k;
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_relaxed);
   uint32_t id = 0;
   s = index_find(ix, parent, pc, h);               /* put meanwhile by another thread? */
   if (s != NULL) {
-    k = atomic_load_explicit(&s->key, memory_order_relaxed);
+    k = atomic_load_explicit(s, memory_order_relaxed);
     id = (uint32_t)k;
     if (whole && !(k & WHOLE)) {
       id |= WHOLE;
       atomic_fetch_or_explicit(&node_at(id & ID_MASK)->up, WHOLE, memory_order_relaxed);
-      atomic_store_explicit(&s->key, k | WHOLE, memory_order_release);
+      atomic_store_explicit(s, k | WHOLE, memory_order_release);
       atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
     }
-  } else if ((ix = index_room(ix)) != NULL && (id = node_new(parent, pc, h, whole)) != 0) {
+  } else if ((ix = index_room(ix)) != NULL && (id = node_new(parent, pc, whole)) != 0) {
     if (whole) id |= WHOLE;
-    index_add(ix, h, pc, (uint64_t)parent << 32 | id);
+    index_add(ix, (uint64_t)h << 32 | id);
     index_entries++;
     if (whole) atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
   }
@@ -311,7 +325,7 @@ static inline uint32_t node_is(uint32_t id, uint32_t parent, uintptr_t pc, bool 
   node *nd = node_at(id);
   if (nd == NULL) return 0;
   uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
-  if ((up & ID_MASK) != parent || nd->pc != pc) return 0;
+  if ((up & ID_MASK) != parent || node_pc(nd) != pc) return 0;
   bool w = (up & WHOLE) != 0;
   return whole && !w ? 0 : id | (w ? WHOLE : 0);
 }
@@ -404,9 +418,20 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
  * depot's index is cold whenever the program's own work (a matrix product
  * between two tensor allocations) has pushed it out of the CPU's caches.
  * Stacks deeper than MEMO_FRAMES go to the depot.  The thread's path is
- * kept here too. */
+ * kept here too.
+ *
+ * The memo is used while it pays: a miss costs a hash of every frame and
+ * a copy of them into an entry (a line or four of an array of 72 KB, out
+ * of L1), and where stacks do not repeat within 256 puts (the tree's
+ * 2^20 stacks, each new in its round) it never answers.  A hit earns
+ * MEMO_HIT credit, a miss costs one; without credit one put in
+ * MEMO_RETRY tries it (and keeps its stack).  cc1's memo answers a
+ * quarter of its puts, which keeps it on. */
 #define MEMO_BITS   8
 #define MEMO_FRAMES 32
+#define MEMO_CREDIT_MAX 256
+#define MEMO_HIT   8
+#define MEMO_RETRY 16
 
 typedef struct {
   uint32_t hash, id, n, pad;
@@ -416,6 +441,9 @@ typedef struct {
 struct ta_stack_memo {
   memo_entry e[1u << MEMO_BITS];
   path       path;
+  int32_t    credit;
+  uint32_t   tries;
+  uint64_t   skipped;                 /* puts that did not use the memo (tests) */
 };
 
 /* Four independent lanes, so the multiplies overlap instead of forming one
@@ -453,15 +481,25 @@ uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n) {
   if (t->stack_memo_busy) return stack_put(pcs, n, NULL, false);
   t->stack_memo_busy = 1;
   atomic_signal_fence(memory_order_seq_cst);   /* a nested call (a signal) sees busy */
-  if (TA_UNLIKELY(t->stack_memo == NULL)) t->stack_memo = _ta_meta_calloc(1, sizeof *t->stack_memo);
+  if (TA_UNLIKELY(t->stack_memo == NULL)) {
+    t->stack_memo = _ta_meta_calloc(1, sizeof *t->stack_memo);
+    if (t->stack_memo) t->stack_memo->credit = MEMO_CREDIT_MAX;
+  }
   struct ta_stack_memo *m = t->stack_memo;
   uint32_t id;
-  if (TA_LIKELY(m != NULL && n <= MEMO_FRAMES)) {
+  bool use = m != NULL && n <= MEMO_FRAMES;
+  if (use && m->credit <= 0 && ++m->tries % MEMO_RETRY != 0) {
+    use = false;
+    m->skipped++;
+  }
+  if (TA_LIKELY(use)) {
     uint32_t h = hash_pcs(pcs, n);
     memo_entry *e = &m->e[h & ((1u << MEMO_BITS) - 1)];
     if (e->hash == h && e->n == n && same_pcs(e->pcs, pcs, n)) {
       id = e->id;
+      m->credit = m->credit > MEMO_CREDIT_MAX - MEMO_HIT ? MEMO_CREDIT_MAX : m->credit + MEMO_HIT;
     } else {
+      if (m->credit > 0) m->credit--;
       id = stack_put(pcs, n, &m->path, true);
       e->n = 0;                          /* no entry while it is written */
       memcpy(e->pcs, pcs, n * sizeof *pcs);
@@ -491,7 +529,7 @@ void _ta_depot_fork(int phase) {
 size_t _ta_depot_get(uint32_t id, uintptr_t *pcs, size_t max) {
   size_t k = 0;
   for (node *nd; k < max && (nd = node_at(id)) != NULL; k++) {
-    pcs[k] = nd->pc;
+    pcs[k] = node_pc(nd);
     uint32_t parent = atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK;
     if (parent >= id) return k + 1;          /* never: parents come first */
     id = parent;
@@ -516,7 +554,20 @@ uint64_t _ta_depot_lookups(void) {
   return t && t->stack_memo ? t->stack_memo->path.lookups : 0;
 }
 
+uint64_t _ta_depot_memo_skipped(void) {
+  ta_thread *t = _ta_self;
+  return t && t->stack_memo ? t->stack_memo->skipped : 0;
+}
+
 size_t _ta_depot_nodes(void) { return atomic_load(&next_id) - 1; }
+
+size_t _ta_depot_bytes(size_t *index_bytes) {
+  stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
+  *index_bytes = ix ? (size_t)(ix->mask + 1) * sizeof(slot) : 0;
+  return _ta_depot_nodes() * sizeof(node);
+}
+
+uint32_t _ta_depot_path_hash(uint32_t up, uintptr_t pc) { return hash_frame(up, pc); }
 
 void _ta_depot_each_since(uint64_t *cursor, void (*fn)(uint32_t id, uint32_t parent, uintptr_t pc, void *arg),
                           void *arg) {
@@ -525,7 +576,7 @@ void _ta_depot_each_since(uint64_t *cursor, void (*fn)(uint32_t id, uint32_t par
   for (; id < end; id++) {
     node *nd = node_at(id);
     if (nd == NULL) break;
-    fn(id, atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK, nd->pc, arg);
+    fn(id, atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK, node_pc(nd), arg);
   }
   *cursor = id;
 }

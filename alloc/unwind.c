@@ -208,15 +208,25 @@ static inline bool pc_stops(uintptr_t pc, uintptr_t a, uintptr_t b)
 }
 
 /* A thread's last exact walk, kept so that the next one can take over its
- * outer frames (see walk_exact): for each step (one turn of the walk,
- * innermost first) the state it started from (pc, sp, the rbp it was
- * given), what it did with rbp, and how many of the walk's reads (rd)
- * are its own or of the steps outside it.  rd: the words the walk read
- * that decide it, in order (each return address, and a restored rbp
- * where a later step uses it: logged at that use, as for the walk memo).
- * Counted from the outer end, a step's reads stay the same when a later
- * walk takes its steps over behind steps of its own.  Two of them per
- * thread: the walk being made and the last one. */
+ * outer frames (see walk_exact): for each step (one turn of the walk) the
+ * state it started from (pc, sp, the rbp it was given), what it did with
+ * rbp, and how many of the walk's reads (rd) are its own or of the steps
+ * outside it.  rd: the words the walk read that decide it (each return
+ * address, and a restored rbp where a later step uses it: logged at that
+ * use, as for the walk memo).
+ *
+ * Two of them per thread.  The last walk is stored outermost first: its
+ * step o is the o-th from the outer end, rd holds the reads of the
+ * outermost step first, and rd_left[o] counts the reads of steps 0..o.
+ * So a walk that takes over the last one's steps from step o out keeps
+ * them where they are, with their reads and counts, and writes only its
+ * own steps after them: a take-over costs the new frames, not the stack's
+ * depth (a recursion takes over ~20 frames for every one or two it walks;
+ * copying them was 12% of the tree workload's samples).  The walk being
+ * made records its own steps in the other one, innermost first (the order
+ * it meets them; rd_left: the index of the step's first read), until it
+ * takes over or ends, and they are then written into the last walk's
+ * record in its order. */
 #define STEPS_MAX (TA_MAX_DEPTH + 8)
 #define PREFETCH_TAKE 4      /* rules prefetched for a walk that may take over */
 
@@ -233,8 +243,9 @@ typedef struct {
   uint32_t  took;                    /* frames it took over from the last walk */
   uintptr_t sp[STEPS_MAX], pc[STEPS_MAX], bp[STEPS_MAX];
   uint8_t   flags[STEPS_MAX];
-  uint16_t  rd_left[STEPS_MAX];      /* reads from the step's first one to the end (while the
-                                        walk is made: the index of its first read) */
+  uint16_t  rd_left[STEPS_MAX];      /* the last walk: reads of the steps up to this one
+                                        from the outer end; the walk being made: the index
+                                        of the step's first read */
   walk_read rd[2 * STEPS_MAX];
 } walk_steps;
 
@@ -703,76 +714,110 @@ static TA_NOINLINE uint64_t rule_miss(uintptr_t ra)
   return rule;
 }
 
-/* Does the last walk from its step m on use the rbp step m was given
- * (before a step sets it)? */
-static inline bool steps_need_bp(const walk_steps *prev, size_t m)
+/* Does the last walk from its step o out (outer-first index) use the rbp
+ * step o was given (before a step sets it)? */
+static inline bool steps_need_bp(const walk_steps *last, size_t o)
 {
-  for (size_t j = m; j < prev->n; j++) {
-    if (prev->flags[j] & ST_RBP_BASE)
+  for (size_t j = o + 1; j-- > 0;) {
+    if (last->flags[j] & ST_RBP_BASE)
       return true;
-    if (prev->flags[j] & ST_BP_SET)
+    if (last->flags[j] & ST_BP_SET)
       return false;
   }
   return false;
 }
 
+/* Writes the walk being made (rec: its k own steps and its reads,
+ * innermost first) into last after last's steps [0, keep) and their
+ * `kept` reads, in last's order (outermost first).  false when they do
+ * not fit (last is then no walk: n 0). */
+static inline bool steps_store(walk_steps *last, const walk_steps *rec, size_t k, size_t keep, size_t kept)
+{
+  size_t own = rec->nrd;
+  if (keep + k > STEPS_MAX || kept + own > 2 * STEPS_MAX) {
+    last->n = 0;
+    return false;
+  }
+  size_t total = kept + own;
+  for (size_t j = 0; j < k; j++) {
+    size_t o = keep + k - 1 - j;
+    last->sp[o] = rec->sp[j];
+    last->pc[o] = rec->pc[j];
+    last->bp[o] = rec->bp[j];
+    last->flags[o] = rec->flags[j];
+    last->rd_left[o] = (uint16_t)(total - rec->rd_left[j]);   /* reads from its first one out */
+  }
+  for (size_t r = 0; r < own; r++)
+    last->rd[total - 1 - r] = rec->rd[r];
+  last->nrd = (uint32_t)total;
+  last->n = (uint32_t)(keep + k);
+  return true;
+}
+
 /* The walk being made (rec), at its step k, stands where the last walk
- * (prev) stood at its step m: same pc and sp, and the same rbp if the last
- * walk went on to use it.  Takes over prev's steps from m on if every word
- * prev read from there on is still there (walking on would repeat them)
+ * stood at its step m (counted from the inner end; o = its index in last,
+ * from the outer end): same pc and sp, and the same rbp if the last walk
+ * went on to use it.  Takes over last's steps from m out if every word
+ * last read from there out is still there (walking on would repeat them)
  * and they hold enough frames; returns the walk's frame count, or
- * SIZE_MAX with *fail at the first read that changed (SIZE_MAX: none).
+ * SIZE_MAX with *fail at the outermost read that changed (SIZE_MAX:
+ * none; a step further out whose reads are all outside it may still be
+ * taken over).  The steps taken over stay where they are in last; rec's
+ * own k steps are written after them.
  * (A restored rbp that step m was given and a later step used was read
- * by a step inside m, but is logged among prev's reads from m on, at its
+ * by a step inside m, but is logged among last's reads from m on, at its
  * use: that word, now in this walk's own frames, is checked too, which
  * can only make a take-over fail; the rbp itself is compared before.) */
 static inline __attribute__((always_inline)) TA_NO_ASAN
-size_t take_over(walk_steps *rec, const walk_steps *prev, size_t m, uintptr_t *pcs, size_t n,
+size_t take_over(walk_steps *rec, walk_steps *last, size_t m, uintptr_t *pcs, size_t n,
                  size_t max, size_t skip, size_t k, size_t *fail)
 {
-  size_t pn = prev->n, lost = skip > k ? skip - k : 0;
+  size_t pn = last->n, lost = skip > k ? skip - k : 0, o = pn - 1 - m;
   *fail = SIZE_MAX;
   if (lost >= pn - m || k + (pn - m) > STEPS_MAX)
     return SIZE_MAX;
-  size_t outs = pn - m - lost;       /* frames prev's steps give this walk */
-  if (prev->end == END_MAX && outs < max - n)
-    return SIZE_MAX;                 /* prev stopped short of this walk's max */
-  size_t r0 = prev->nrd - prev->rd_left[m];
-  for (size_t r = r0; r < prev->nrd; r++)
-    if (peek(prev->rd[r].addr) != prev->rd[r].val) {
+  size_t outs = pn - m - lost;       /* frames last's steps give this walk */
+  if (last->end == END_MAX && outs < max - n)
+    return SIZE_MAX;                 /* last stopped short of this walk's max */
+  size_t nr = last->rd_left[o];      /* reads of steps o..0: rd[0, nr) */
+  const walk_read *rd = last->rd;
+  size_t r = 0;
+  /* four at a time, one branch for four independent loads (a deep
+   * recursion's walk checks ~50 words); the one that changed, one by one */
+  for (; r + 4 <= nr; r += 4)
+    if (((peek(rd[r].addr) ^ rd[r].val) | (peek(rd[r + 1].addr) ^ rd[r + 1].val) |
+         (peek(rd[r + 2].addr) ^ rd[r + 2].val) | (peek(rd[r + 3].addr) ^ rd[r + 3].val)) != 0)
+      break;
+  for (; r < nr; r++)
+    if (peek(rd[r].addr) != rd[r].val) {
       *fail = r;
       return SIZE_MAX;
     }
   size_t take = outs < max - n ? outs : max - n;
-  memcpy(&pcs[n], &prev->pc[m + lost], take * sizeof *pcs);
+  for (size_t i = 0; i < take; i++)  /* frames m + lost on, outward */
+    pcs[n + i] = last->pc[o - lost - i];
   n += take;
   rec->took = (uint32_t)take;
-  /* rec: its own k steps, then prev's from m on, with their reads; cut
-   * after the step of the frame at max (it stops before its rule) */
-  size_t steps = lost + take, cut = prev->nrd, base = rec->nrd;
-  if (steps < pn - m)
-    cut = prev->nrd - prev->rd_left[m + steps - 1];
-  if (base + (cut - r0) > 2 * STEPS_MAX) {
-    rec->n = 0;                      /* too many reads to keep (a walk of ~128 frames) */
-    return n;
-  }
-  memcpy(&rec->sp[k], &prev->sp[m], steps * sizeof *rec->sp);
-  memcpy(&rec->pc[k], &prev->pc[m], steps * sizeof *rec->pc);
-  memcpy(&rec->bp[k], &prev->bp[m], steps * sizeof *rec->bp);
-  memcpy(&rec->flags[k], &prev->flags[m], steps * sizeof *rec->flags);
-  memcpy(&rec->rd_left[k], &prev->rd_left[m], steps * sizeof *rec->rd_left);
-  rec->end = prev->end;
+  /* last: its steps o..0 (fewer, when this walk stops at max inside them:
+   * the step of the frame at max is kept without its reads, since the
+   * walk stops before its rule), then this walk's own k steps */
+  size_t steps = lost + take, keep = o + 1, kept = nr;
   if (steps < pn - m) {
-    rec->end = END_MAX;
-    rec->flags[k + steps - 1] = 0;
-    for (size_t j = k; j < k + steps; j++)
-      rec->rd_left[j] = (uint16_t)(rec->rd_left[j] - (prev->nrd - cut));
+    size_t drop = pn - m - steps;    /* outermost steps no longer walked */
+    size_t cut = last->rd_left[drop];   /* reads of steps drop..0: dropped */
+    kept = nr - cut;
+    keep = steps;
+    memmove(&last->sp[0], &last->sp[drop], keep * sizeof *last->sp);
+    memmove(&last->pc[0], &last->pc[drop], keep * sizeof *last->pc);
+    memmove(&last->bp[0], &last->bp[drop], keep * sizeof *last->bp);
+    memmove(&last->flags[0], &last->flags[drop], keep * sizeof *last->flags);
+    memmove(&last->rd[0], &last->rd[cut], kept * sizeof *last->rd);
+    for (size_t j = 0; j < keep; j++)
+      last->rd_left[j] = (uint16_t)(last->rd_left[j + drop] - cut);
+    last->flags[0] = 0;
+    last->end = END_MAX;
   }
-  memcpy(&rec->rd[base], &prev->rd[r0], (cut - r0) * sizeof *rec->rd);
-  rec->nrd = (uint32_t)(base + cut - r0);
-  for (size_t j = 0; j < k; j++)     /* its own steps: first read to reads left */
-    rec->rd_left[j] = (uint16_t)(rec->nrd - rec->rd_left[j]);
-  rec->n = (uint32_t)(k + steps);
+  rec->n = steps_store(last, rec, k, keep, kept) ? last->n : 0;
   return n;
 }
 
@@ -787,8 +832,11 @@ static inline __attribute__((always_inline)) void steps_read(walk_steps *rec, ui
 /* pc, sp, bp: the state of _ta_unwind's caller after the call returned.
  * Returns SIZE_MAX when libunwind must do the walk.
  *
- * rec: where the walk's steps go (NULL: nowhere; rec->n is 0 when they
- * are not all kept); prev: the thread's last walk (NULL: none).  Two walks
+ * rec: where the walk records its own steps as it goes (NULL: nowhere);
+ * last: the thread's last walk, outermost first (NULL: none; its n is 0
+ * when it holds none), which the walk takes over from and, when it ends
+ * or takes over, replaces with itself (n 0 when its steps are not all
+ * kept).  Two walks
  * of one thread share their outer frames most of the time (a malloc and
  * the free that follows in the same caller, the nodes of a recursion, a
  * compiler's passes under one driver), and there the outer frames are the
@@ -803,15 +851,21 @@ static inline __attribute__((always_inline)) void steps_read(walk_steps *rec, ui
  * after that word. */
 static inline __attribute__((always_inline)) TA_NO_ASAN
 size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr_t sp,
-                  uintptr_t bp, uintptr_t hi, walk_steps *rec, const walk_steps *prev)
+                  uintptr_t bp, uintptr_t hi, walk_steps *rec, walk_steps *last)
 {
-  size_t n = 0, k = 0, q = 0, min_rd = 0;   /* prev's reads before min_rd: one of them changed */
+  size_t n = 0, k = 0, bad_at = SIZE_MAX;   /* last's read bad_at changed (outer-first) */
+  size_t pn = 0, o = 0;              /* last's steps, and the one met next (outer-first) */
   if (rec) {                         /* its n and took are 0 (unwind_from) */
     rec->nrd = 0;
     rec->first_bp = false;
   }
-  if (prev && prev->n == 0)
-    prev = NULL;
+  if (rec == NULL)
+    last = NULL;
+  walk_steps *prev = last && last->n ? last : NULL;
+  if (prev) {
+    pn = prev->n;
+    o = pn - 1;
+  }
   /* Where bp came from, for the log: a restored rbp is logged only when a
    * later step uses it (CFA = rbp + k).  Code without frame pointers saves
    * rbp as any callee-saved register, so what the walk restores is most
@@ -822,13 +876,13 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
   int end = END_STOP;
   for (;;) {
     if (prev) {
-      while (q < prev->n && prev->sp[q] < sp)
-        q++;
-      if (q == prev->n)
+      while (o != SIZE_MAX && prev->sp[o] < sp)
+        o--;
+      if (o == SIZE_MAX)
         prev = NULL;
-      else if (prev->sp[q] == sp && prev->pc[q] == pc && prev->nrd - prev->rd_left[q] >= min_rd) {
-        bool need = steps_need_bp(prev, q);
-        if (need && prev->bp[q] != bp)
+      else if (prev->sp[o] == sp && prev->pc[o] == pc && prev->rd_left[o] <= bad_at) {
+        bool need = steps_need_bp(prev, o);
+        if (need && prev->bp[o] != bp)
           goto walk_on;
         /* the steps taken over use the rbp this walk restored: its word
          * is one this walk's own steps read */
@@ -838,13 +892,13 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
         } else if (need && bp_src == BP_FIRST) {
           rec->first_bp = true;
         }
-        size_t fail, r = take_over(rec, prev, q, pcs, n, max, skip, k, &fail);
+        size_t fail, r = take_over(rec, prev, pn - 1 - o, pcs, n, max, skip, k, &fail);
         if (r != SIZE_MAX)
           return r;
         if (fail == SIZE_MAX)
           prev = NULL;               /* not enough of it: walk on alone */
         else
-          min_rd = fail + 1;
+          bad_at = fail;
       }
     }
   walk_on:
@@ -856,8 +910,9 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
         rec->flags[k] = 0;
         rec->rd_left[k] = (uint16_t)(rec->nrd < 2 * STEPS_MAX ? rec->nrd : 2 * STEPS_MAX);
       } else {
-        rec = NULL;
+        rec = NULL;                  /* too deep to keep: last stays the walk it was */
         prev = NULL;
+        last = NULL;
       }
     }
     if (k++ >= skip) {
@@ -930,11 +985,11 @@ size_t walk_exact(uintptr_t *pcs, size_t max, size_t skip, uintptr_t pc, uintptr
       break;
   }
 stop:
-  if (rec) {
-    rec->n = rec->nrd <= 2 * STEPS_MAX ? (uint32_t)k : 0;
-    rec->end = (uint32_t)end;
-    for (size_t j = 0; j < rec->n; j++)  /* first read to reads left */
-      rec->rd_left[j] = (uint16_t)(rec->nrd - rec->rd_left[j]);
+  if (rec && last) {                 /* this walk, all its own, replaces the last one */
+    last->end = (uint32_t)end;
+    if (rec->nrd > 2 * STEPS_MAX || !steps_store(last, rec, k, 0, 0))
+      last->n = 0;
+    rec->n = last->n;
   }
   return n;
 }
@@ -1001,9 +1056,9 @@ void _ta_unwind_forget(uintptr_t lo, uintptr_t hi)
  * libunwind does the walk). */
 static inline __attribute__((always_inline)) TA_NO_ASAN
 size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t ra0,
-                   uintptr_t fp, walk_log *log, walk_steps *rec, const walk_steps *prev)
+                   uintptr_t fp, walk_log *log, walk_steps *rec, walk_steps *last)
 {
-  if (rec) {                      /* kept only by an exact walk that ends (walk_exact) */
+  if (rec) {                      /* n: the walk was kept in last (walk_exact) */
     rec->n = 0;
     rec->took = 0;
   }
@@ -1022,13 +1077,14 @@ size_t unwind_from(uintptr_t *pcs, size_t max, size_t skip, int mode, uintptr_t 
 # if defined(__x86_64__)
   if (on_stack) {
     /* a walk that may take over the last one's frames walks its first few */
-    prefetch_rules(fp, hi, prev && prev->n ? PREFETCH_TAKE : skip + max);
-    size_t n = walk_exact(pcs, max, skip, ra0, fp + 16, peek(fp), hi, rec, rec ? prev : NULL);
+    prefetch_rules(fp, hi, last && last->n ? PREFETCH_TAKE : skip + max);
+    size_t n = walk_exact(pcs, max, skip, ra0, fp + 16, peek(fp), hi, rec, rec ? last : NULL);
     if (TA_LIKELY(n != SIZE_MAX)) {
-      if (log) {                  /* the memo keeps the walk: its reads */
-        if (rec && rec->n && rec->nrd <= LOG_READS) {
-          memcpy(log->rd, rec->rd, rec->nrd * sizeof *rec->rd);
-          log->n = rec->nrd;
+      if (log) {                  /* the memo keeps the walk: its reads, innermost first */
+        if (rec && rec->n && last->nrd <= LOG_READS) {
+          for (size_t r = 0, nr = last->nrd; r < nr; r++)
+            log->rd[r] = last->rd[nr - 1 - r];
+          log->n = last->nrd;
           log->needbp = rec->first_bp;
         } else {
           log->n = LOG_NONE;
@@ -1106,8 +1162,8 @@ struct ta_walk_memo {
   size_t     taken, taken_frames;       /* take-overs of the last walk's frames */
   uint8_t    mru[MEMO_SLOTS / 2];       /* the way of each set used last */
   walk_entry e[MEMO_SLOTS];            /* sets of two ways */
-  uint32_t   last;                      /* steps[last]: the last walk */
-  walk_steps steps[2];
+  walk_steps last;                      /* the last walk, outermost first */
+  walk_steps own;                       /* the walk being made: its own steps */
 };
 
 /* Two ways per stack pointer: a program that calls malloc from two call
@@ -1203,20 +1259,20 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
       size_t n;
       walk_log log = { 0, false, e->rd, { STOP_NONE, 0, 0, 0 } };
-      /* Each walk is left for the next one to take over (steps); the
+      /* Each walk is left for the next one to take over (last); the
        * walk's reads, its own and those taken over, are what the memo
        * keeps. */
-      walk_steps *prev = &m->steps[m->last], *rec = &m->steps[m->last ^ 1];
-      if (prev->gen != gen)
-        prev = NULL;
+      walk_steps *last = &m->last, *rec = &m->own;
+      if (last->gen != gen) {     /* rules forgotten since: its steps may be wrong */
+        last->n = 0;
+        last->gen = gen;
+      }
       if (keep) {
         e->id = 0;                /* the new walk goes straight into the slot */
-        n = unwind_from(pcs, max, skip, mode, ra0, fp, &log, rec, prev);
+        n = unwind_from(pcs, max, skip, mode, ra0, fp, &log, rec, last);
       } else {
-        n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL, rec, prev);
+        n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL, rec, last);
       }
-      rec->gen = gen;
-      m->last ^= 1;
       if (rec->took) {
         m->taken++;
         m->taken_frames += rec->took;

@@ -7,8 +7,8 @@ PART_BENCH += bench-auditor
 # The own workloads: -O2 -g with frame pointers (for --unwind fast), and the
 # same built with -fsanitize=leak for the LSan rows.
 BENCH_AUDITOR_CFLAGS = -O2 -g -fno-omit-frame-pointer -Wall -Wextra -std=gnu11 -pthread
-BENCH_AUDITOR_BIN = $(BUILD)/bench/churn $(BUILD)/bench/tree $(BUILD)/bench/churn-lsan $(BUILD)/bench/tree-lsan \
-                    $(BUILD)/bench/pagefault
+BENCH_AUDITOR_BIN = $(BUILD)/bench/churn $(BUILD)/bench/tree $(BUILD)/bench/mixchurn $(BUILD)/bench/churn-lsan \
+                    $(BUILD)/bench/tree-lsan $(BUILD)/bench/mixchurn-lsan $(BUILD)/bench/pagefault
 
 $(BUILD)/bench/%: bench/auditor/%.c bench/part.mk
 	@mkdir -p $(dir $@)
@@ -22,3 +22,15 @@ bench-auditor: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(BENCH_AUDITOR
 	/usr/bin/python3 bench/auditor/run.py --build $(BUILD)
 
 .PHONY: bench-auditor
+
+# make bench-alloc: what one alloc+free pair costs under the ledger, next
+# to jemalloc and glibc (bench/bench_alloc.c; bench/README.md).
+PART_BENCH += bench-alloc
+
+$(BUILD)/bench-alloc: bench/bench_alloc.c $(BUILD)/libtagalloc.a
+	$(CC) -O2 -g $(COMMON) $< -o $@ $(LINKA) $(LIBS)
+
+bench-alloc: $(BUILD)/bench-alloc
+	$(BUILD)/bench-alloc
+
+.PHONY: bench-alloc

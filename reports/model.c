@@ -36,7 +36,7 @@ static bool add_growth(report_process *p, report_suppressions *supp) {
     if (!report_site_grows(s, tm->nmarks)) continue;
     ta_finding f;
     memset(&f, 0, sizeof f);
-    f.kind = "leak.growth";
+    f.kind = ta_kind_name(TA_KIND_LEAK_GROWTH);
     f.bytes = s->mark_last;
     f.blocks = s->live_blocks;
     f.tag = s->tag;
@@ -44,7 +44,7 @@ static bool add_growth(report_process *p, report_suppressions *supp) {
     if (supp && report_suppressed(&f, &p->src, supp)) continue;
     report_group *g = report_group_push(p);
     if (!g) return false;
-    g->kind = "leak.growth";
+    g->kind = ta_kind_name(TA_KIND_LEAK_GROWTH);
     g->bytes = s->mark_last;
     g->blocks = s->live_blocks;
     g->tag = s->tag;
@@ -177,7 +177,7 @@ static bool add_callsites(report_process *p) {
   }
   for (size_t i = 0; i < p->ngroups && ok; i++) {
     const report_group *g = &p->groups[i];
-    if (!report_group_is_leak(g)) continue;
+    if (!ta_kind_is_leak(g->kind)) continue;
     if (!top_frame(p, g->stack, &f)) f.function = "<no stack recorded>";
     report_callsite *c = callsite_get(&t, &pv->mem, &f);
     if (!c) {

@@ -52,19 +52,6 @@ static size_t hash_u32(uint32_t x) {
 /* ---- the process --------------------------------------------------------------- */
 
 
-int report_kind_rank(const char *kind) {
-  static const char *order[] = {
-    "use.after-free", "heap.overflow", "free.double", "free.invalid", "arena.after-reset",
-    "ref.underflow", "hold.dangling", "hold.stack", "gpu.purge-referenced", "leak.direct", "leak.orphan", "gpu.leak",
-    "leak.indirect", "ref.leak", "gpu.report_pool-retained", "leak.possible", "leak.growth", "unclassified",
-  };
-  size_t n = sizeof order / sizeof *order;
-  for (size_t i = 0; i < n; i++)
-    if (strcmp(kind, order[i]) == 0) return (int)i;
-  /* an unknown kind: errors before leaks */
-  return report_kind_is_leak(kind) ? (int)n - 3 : (int)n - 10;
-}
-
 report_group *report_group_push(report_process *p) {
   report_proc_priv *pv = p->priv;
   if (p->ngroups == pv->gcap) {
@@ -91,11 +78,14 @@ typedef struct {
 static void cut_add(build *b, const char *kind, uint64_t bytes, uint64_t blocks) {
   uint64_t *by = NULL, *bl = NULL;
   ta_summary *c = &b->cut;
-  if (strcmp(kind, "leak.direct") == 0) by = &c->direct_bytes, bl = &c->direct_blocks;
-  else if (strcmp(kind, "leak.indirect") == 0) by = &c->indirect_bytes, bl = &c->indirect_blocks;
-  else if (strcmp(kind, "leak.possible") == 0) by = &c->possible_bytes, bl = &c->possible_blocks;
-  else if (strcmp(kind, "leak.orphan") == 0) by = &c->orphan_bytes, bl = &c->orphan_blocks;
-  else if (strcmp(kind, "unclassified") == 0) by = &b->cut_unclassified_bytes, bl = &b->cut_unclassified_blocks;
+  switch (ta_kind_of(kind)) {
+  case TA_KIND_LEAK_DIRECT: by = &c->direct_bytes, bl = &c->direct_blocks; break;
+  case TA_KIND_LEAK_INDIRECT: by = &c->indirect_bytes, bl = &c->indirect_blocks; break;
+  case TA_KIND_LEAK_POSSIBLE: by = &c->possible_bytes, bl = &c->possible_blocks; break;
+  case TA_KIND_LEAK_ORPHAN: by = &c->orphan_bytes, bl = &c->orphan_blocks; break;
+  case TA_KIND_UNCLASSIFIED: by = &b->cut_unclassified_bytes, bl = &b->cut_unclassified_blocks; break;
+  default: break;
+  }
   if (!by) return;
   *by += bytes;
   *bl += blocks;
@@ -160,7 +150,7 @@ static int by_rank(const void *a, const void *b) {
 }
 
 bool report_group_is_loss_record(const report_group *g) {
-  return report_group_is_leak(g) && strcmp(g->kind, "leak.indirect") != 0;
+  return ta_kind_is_leak(g->kind) && ta_kind_of(g->kind) != TA_KIND_LEAK_INDIRECT;
 }
 
 /* Per-kind totals, findings_count and loss_records, from the groups. */
@@ -176,7 +166,7 @@ bool report_process_count(report_process *p) {
   for (size_t i = 0; i < p->ngroups; i++) {
     const report_group *g = &p->groups[i];
     /* growth is still reachable memory: a warning, not a problem for the exit status */
-    if (strcmp(g->kind, "unclassified") != 0 && strcmp(g->kind, "leak.growth") != 0) p->findings_count++;
+    if (!ta_kind_is_held(g->kind)) p->findings_count++;
     p->loss_records += report_group_is_loss_record(g);
     report_kind_total *k = NULL;
     for (size_t j = 0; j < p->nkinds && !k; j++)
@@ -184,7 +174,7 @@ bool report_process_count(report_process *p) {
     if (!k) {
       k = &p->kinds[p->nkinds++];
       k->kind = g->kind;
-      k->rank = report_kind_rank(g->kind);
+      k->rank = ta_kind_rank(g->kind);
     }
     k->groups++;
     k->bytes += g->bytes;
@@ -382,9 +372,4 @@ const char *report_frame_label(const report_mframe *f, char *buf, size_t len) {
     snprintf(buf, len, "0x%llx", (unsigned long long)f->address);
   }
   return buf;
-}
-
-bool report_group_is_leak(const report_group *g) {
-  return report_kind_is_leak(g->kind) && strcmp(g->kind, "unclassified") != 0 &&
-         strcmp(g->kind, "leak.growth") != 0;
 }

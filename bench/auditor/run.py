@@ -113,6 +113,14 @@ def workloads(build, quick, tmp):
     own.append(Workload("churn-4t", [b + "/churn", "--allocs", n, "--threads", "4"],
                         "the same, split over 4 threads", "own",
                         lsan_argv=[b + "/churn-lsan", "--allocs", n, "--threads", "4"], slow=True))
+    m = "200000" if quick else "5000000"
+    own.append(Workload("mixchurn", [b + "/mixchurn", "--ops", m],
+                        "churn with sizes 8 B-64 KiB skewed small, 80%% short-lived blocks, a 16K-slot long-lived "
+                        "pool, 10%% reallocs, 5-13 frames deep through 12 functions, %s operations" % m, "own",
+                        lsan_argv=[b + "/mixchurn-lsan", "--ops", m], slow=True))
+    own.append(Workload("mixchurn-4t", [b + "/mixchurn", "--ops", m, "--threads", "4"],
+                        "the same, split over 4 threads", "own",
+                        lsan_argv=[b + "/mixchurn-lsan", "--ops", m, "--threads", "4"], slow=True))
     d, k = ("16", "2") if quick else ("20", "10")
     own.append(Workload("tree", [b + "/tree", "--depth", d, "--iters", k],
                         "binary tree of 2^%s-1 nodes built and freed %s times" % (d, k), "own",
@@ -365,7 +373,7 @@ def fmt_x(x):
 
 # Issue 22's targets, wall time to the bare program's: (default mode, full
 # checking).  The tree's default-mode target is LSan's fast-stack time.
-TARGETS = {"churn": (2.5, 4.0), "churn-4t": (3.0, 5.0), "tree": ("lsan-fast", None), "python3": (1.2, 1.5),
+TARGETS = {"churn": (2.5, 4.0), "churn-4t": (3.0, 5.0), "mixchurn": (2.5, 4.0), "mixchurn-4t": (3.0, 5.0), "tree": ("lsan-fast", None), "python3": (1.2, 1.5),
            "cc1": (1.5, 2.0), "git": (1.3, 1.6)}
 
 
@@ -401,8 +409,8 @@ def render(results, wls, configs, meta, rss_check):
              "stacks on the workloads marked * ran only the first %s round(s) (too slow for more). Cells are medians." %
              (meta["runs"], meta["slow_runs"]))
     L.append("")
-    L.append("Targets (issue 22), wall time to the bare program's, default mode / `--check=full`: churn 2.5x / 4x, "
-             "churn on 4 threads 3x / 5x, the tree LSan's fast-stack time / -, python3 1.2x / 1.5x, cc1 1.5x / 2x, "
+    L.append("Targets (issue 22), wall time to the bare program's, default mode / `--check=full`: churn and mixchurn 2.5x / 4x, "
+             "on 4 threads 3x / 5x, the tree LSan's fast-stack time / -, python3 1.2x / 1.5x, cc1 1.5x / 2x, "
              "git 1.3x / 1.6x; in default mode less wall time than heaptrack everywhere. *ok* / **MISS** is judged "
              "on the wall-time median. The peak-RSS column keeps the first round's 1.5x.\n")
     L.append("| workload | configuration | runs | wall s | x bare | target | cpu s | x bare | peak RSS MB | x bare "
@@ -456,7 +464,7 @@ def render(results, wls, configs, meta, rss_check):
                                           "" if not w.env else " with " + " ".join("%s=%s" % kv for kv in w.env.items())))
     L.append("")
     L.append("Notes:\n")
-    L.append("- The own workloads (`bench/auditor/churn.c`, `tree.c`) are built with `-O2 -g "
+    L.append("- The own workloads (`bench/auditor/churn.c`, `mixchurn.c`, `tree.c`) are built with `-O2 -g "
              "-fno-omit-frame-pointer` (frame pointers on, for `--unwind fast`); the LSan rows run the same "
              "sources built with `-fsanitize=leak`. LSan on the real programs is `LD_PRELOAD=%s` (the runtime "
              "preloaded into the unmodified program). LSan exact stacks: "
@@ -569,8 +577,8 @@ def main():
     # this run's own scratch directory: two runs at once must not share files
     os.makedirs(os.path.join(build, "bench", "tmp"), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="run.", dir=os.path.join(build, "bench", "tmp"))
-    for f in ["tagalloc", "libtagalloc-preload.so", "bench/churn", "bench/tree", "bench/churn-lsan",
-              "bench/tree-lsan"]:
+    for f in ["tagalloc", "libtagalloc-preload.so", "bench/churn", "bench/tree", "bench/mixchurn", "bench/churn-lsan",
+              "bench/tree-lsan", "bench/mixchurn-lsan"]:
         if not os.path.exists(os.path.join(build, f)):
             sys.exit("run.py: %s/%s is missing: run `make bench-auditor`" % (build, f))
     missing = [t for t in ("heaptrack", "valgrind") if not shutil.which(t)]
@@ -582,7 +590,7 @@ def main():
     if args.only:
         wls = [w for w in wls if w.name in args.only.split(",")]
     elif args.quick:
-        wls = [w for w in wls if w.name not in ("python3-malloc", "churn-4t")]
+        wls = [w for w in wls if w.name not in ("python3-malloc", "churn-4t", "mixchurn-4t")]
     base_env = clean_env()
     meta = machine_meta(args, build)
     meta["load0"] = loadavg()

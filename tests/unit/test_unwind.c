@@ -16,13 +16,15 @@
  * gives the fresh walk's stack: down a recursion path by path, at depths
  * that jump, through frames without a frame pointer, with stacks cut
  * short (TAGALLOC_DEPTH=5), where the last walk may hold too few frames,
- * and with stacks as deep as they are kept (TA_MAX_DEPTH). */
+ * with stacks as deep as they are kept (TA_MAX_DEPTH), and after a
+ * longjmp out of the last walk's frames, which then never return. */
 #include "harness.h"
 #include "child.h"
 #include "support.h"
 #include "internal.h"
 
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -477,6 +479,77 @@ static void test_take_over(void **state) {
   assert_string_equal(out, "bad=0 walks=106 took=100 deep=98");
 }
 
+/* A recursion like climb's that leaves by longjmp from its bottom: the
+ * last walk's frames are abandoned, not returned from, and the next
+ * descent puts other frames (other return addresses, other call sites) at
+ * the same stack addresses.  A frame taken over is checked by its stack
+ * pointer, its return address and every word the last walk read outside
+ * it, so every stack is still the fresh walk's: "bad=0" over 96 walks at
+ * depths and paths that change every walk.  And the walks were not made
+ * afresh: 90 or more of them are answered by the walk memo (a path met
+ * before, all its words unchanged: 8 to 10, by how the thread's stack
+ * addresses fall into the memo's sets) or take frames over from the walk
+ * before (80 or more, 86 to 88 here); "reused=1 took=1". */
+static jmp_buf jump_out;
+
+NOIPA static void jump_climb(int depth, unsigned path, memo_probe *p) {
+  volatile int pad = depth;
+  if (depth < 0) return;
+  if (depth == 0) {
+    leaf(p);
+    longjmp(jump_out, 1);
+  } else if ((path >> (depth % 32)) & 1) {
+    jump_climb(depth - 1, path, p);           /* call site 1 */
+    climb_sink = 1;
+  } else {
+    jump_climb(depth - 1, path, p);           /* call site 2 */
+    climb_sink = 2;
+  }
+  KEEP();
+  (void)pad;
+}
+
+NOIPA static void jump_other(int depth, memo_probe *p) {   /* another function at those addresses */
+  volatile int pad[3] = { depth, depth, depth };
+  if (depth < 0) return;
+  if (depth == 0) {
+    leaf(p);
+    longjmp(jump_out, 1);
+  }
+  jump_other(depth - 1, p);
+  KEEP();
+  (void)pad;
+}
+
+static void *jump_thread(void *arg) {
+  char *out = arg;
+  static memo_probe p;                        /* static: kept across longjmp */
+  static size_t bad, took;
+  bad = took = 0;
+  ta_free(ta_alloc(T, 8));                    /* the thread's ledger state */
+  size_t h0 = _ta_unwind_memo_hits();
+  for (volatile unsigned i = 0; i < 96; i++) {
+    size_t f0, t0 = _ta_unwind_taken(&f0);
+    if (setjmp(jump_out) == 0) {
+      if (i % 4 == 3) jump_other((int)(i % 7), &p);
+      else jump_climb((int)(3 + i % 9), i * 0x9e3779b9u, &p);
+    }
+    size_t f1, t1 = _ta_unwind_taken(&f1);
+    if (probe_check(&p, 4) < 0) bad++;
+    took += t1 - t0;
+  }
+  size_t hits = _ta_unwind_memo_hits() - h0;
+  snprintf(out, 128, "bad=%zu reused=%d took=%d", bad, took + hits >= 90, took >= 80);
+  return NULL;
+}
+
+static void test_take_over_longjmp(void **state) {
+  (void)state;
+  char out[128];
+  thread_run(jump_thread, out);
+  assert_string_equal(out, "bad=0 reused=1 took=1");
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) {
     if (strcmp(argv[2], "fast-stack-rbp") == 0) return child_fast_stack_rbp();
@@ -495,6 +568,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_take_over),
     cmocka_unit_test(test_take_over_short),
     cmocka_unit_test(test_take_over_deep),
+    cmocka_unit_test(test_take_over_longjmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

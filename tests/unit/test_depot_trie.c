@@ -1,0 +1,221 @@
+/* test_depot_trie.c - the stack depot as a trie of frames (alloc/depot.c).
+ *
+ * Made-up stacks (return addresses no code has), so that every count is
+ * exact: stacks that share their outer frames share those frames' nodes,
+ * one node per frame not shared; the same frames give the same id and any
+ * other frames, or fewer of them, another; an id reads back its frames;
+ * two nodes whose path hashes are equal (the index's tag) stay apart; and
+ * the depot's memory is 12 bytes a node and 8 an index slot.  (The depot
+ * under millions of real stacks and racing threads: tests/stress/test_depot.c.) */
+#include "harness.h"
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARED 10
+
+/* Stack k: its own innermost frame, a caller shared by ten stacks, then
+ * SHARED callers shared by all (innermost first). */
+static size_t prefix_stack(uintptr_t base, size_t k, uintptr_t *pcs) {
+  pcs[0] = base + 0x100000 + k;
+  pcs[1] = base + 0x200000 + k / 10;
+  for (size_t f = 0; f < SHARED; f++) pcs[2 + f] = base + 0x300000 + f;
+  return 2 + SHARED;
+}
+
+static void test_prefixes_shared(void **state) {
+  (void)state;
+  const uintptr_t base = 0x5100000000ull;
+  uintptr_t pcs[2 + SHARED], got[2 + SHARED + 1];
+  uint32_t ids[100];
+  size_t nodes = _ta_depot_nodes(), stacks = _ta_depot_count();
+  for (size_t k = 0; k < 100; k++) {
+    size_t n = prefix_stack(base, k, pcs);
+    ids[k] = _ta_depot_put(pcs, n);
+    assert_true(ids[k] != 0);
+    /* the first stack makes all its nodes, each later one its innermost
+     * frame's, and one in ten its caller's too */
+    assert_int_equal(_ta_depot_nodes() - nodes, SHARED + (k / 10 + 1) + (k + 1));
+  }
+  assert_int_equal(_ta_depot_count() - stacks, 100);
+  /* every id apart, and each reads back its own frames */
+  for (size_t k = 0; k < 100; k++) {
+    for (size_t j = 0; j < k; j++) assert_true(ids[j] != ids[k]);
+    size_t n = prefix_stack(base, k, pcs);
+    assert_int_equal(_ta_depot_get(ids[k], got, sizeof got / sizeof *got), n);
+    assert_memory_equal(got, pcs, n * sizeof *pcs);
+    assert_int_equal(_ta_depot_depth(ids[k]), n);
+  }
+  /* the shared callers as stacks of their own: no node, one stack each */
+  size_t made = _ta_depot_nodes();
+  for (size_t j = 0; j < 10; j++) {
+    prefix_stack(base, 10 * j, pcs);
+    uint32_t id = _ta_depot_put(pcs + 1, 1 + SHARED);
+    assert_true(id != 0);
+    assert_int_equal(_ta_depot_get(id, got, sizeof got / sizeof *got), 1 + SHARED);
+    assert_memory_equal(got, pcs + 1, (1 + SHARED) * sizeof *pcs);
+    /* a stack's parent chain: ids[10 j]'s second frame is this node */
+    assert_int_equal(_ta_depot_depth(id), 1 + SHARED);
+  }
+  assert_int_equal(_ta_depot_nodes(), made);
+  assert_int_equal(_ta_depot_count() - stacks, 110);
+  /* again, all of them: the same ids, nothing new */
+  for (size_t k = 0; k < 100; k++) {
+    size_t n = prefix_stack(base, k, pcs);
+    assert_int_equal(_ta_depot_put(pcs, n), ids[k]);
+  }
+  assert_int_equal(_ta_depot_nodes(), made);
+  assert_int_equal(_ta_depot_count() - stacks, 110);
+}
+
+/* A stack of 8 frames, then the same with one frame changed (each of the
+ * 8 in turn), and its outer parts: 1 + 8 + 7 stacks, all apart; the same
+ * frames again give the same ids. */
+static void test_same_and_different(void **state) {
+  (void)state;
+  const uintptr_t base = 0x5200000000ull;
+  uintptr_t pcs[8], got[9];
+  uint32_t ids[16];
+  size_t k = 0;
+  for (int round = 0; round < 2; round++) {
+    k = 0;
+    for (size_t i = 0; i < 8; i++) pcs[i] = base + 16 * i;
+    uint32_t whole = _ta_depot_put(pcs, 8);
+    for (size_t i = 0; i < 8; i++) {
+      pcs[i] ^= 0x8000;                          /* frame i differs */
+      uint32_t id = _ta_depot_put(pcs, 8);
+      if (round == 0) ids[k] = id;
+      else assert_int_equal(id, ids[k]);
+      k++;
+      assert_int_equal(_ta_depot_get(id, got, 9), 8);
+      assert_memory_equal(got, pcs, sizeof pcs);
+      pcs[i] ^= 0x8000;
+    }
+    for (size_t drop = 1; drop < 8; drop++) {    /* the outer 8 - drop frames */
+      uint32_t id = _ta_depot_put(pcs + drop, 8 - drop);
+      if (round == 0) ids[k] = id;
+      else assert_int_equal(id, ids[k]);
+      k++;
+      assert_int_equal(_ta_depot_get(id, got, 9), 8 - drop);
+      assert_memory_equal(got, pcs + drop, (8 - drop) * sizeof *pcs);
+    }
+    if (round == 0) ids[k] = whole;
+    else assert_int_equal(whole, ids[k]);
+    k++;
+  }
+  assert_int_equal(k, 16);
+  for (size_t i = 0; i < k; i++) {
+    assert_true(ids[i] != 0);
+    for (size_t j = 0; j < i; j++) assert_true(ids[i] != ids[j]);
+  }
+}
+
+/* Two return addresses whose nodes under the same parent have one path
+ * hash: the same home slot and the same tag.  Found by sorting the hashes
+ * of 2^18 made-up addresses (about eight such pairs are expected among
+ * them; the hash is fixed, so the pair is the same every run). */
+typedef struct { uint32_t h; uintptr_t pc; } hashed;
+
+static int cmp_hashed(const void *a, const void *b) {
+  const hashed *x = a, *y = b;
+  return x->h < y->h ? -1 : x->h > y->h;
+}
+
+static void test_same_path_hash(void **state) {
+  (void)state;
+  const size_t N = (size_t)1 << 18;
+  hashed *v = malloc(N * sizeof *v);
+  assert_non_null(v);
+  for (size_t i = 0; i < N; i++) {
+    v[i].pc = 0x5300000000ull + 16 * i;
+    v[i].h = _ta_depot_path_hash(0, v[i].pc);
+  }
+  qsort(v, N, sizeof *v, cmp_hashed);
+  size_t i = 1;
+  while (i < N && v[i].h != v[i - 1].h) i++;
+  assert_true(i < N);
+  uintptr_t p = v[i - 1].pc, q = v[i].pc;
+  free(v);
+  assert_true(p != q);
+  assert_int_equal(_ta_depot_path_hash(0, p), _ta_depot_path_hash(0, q));
+  /* outermost frames (parent 0), then each under one shared inner frame */
+  size_t nodes = _ta_depot_nodes();
+  uint32_t ip = _ta_depot_put(&p, 1), iq = _ta_depot_put(&q, 1);
+  assert_true(ip != 0 && iq != 0 && ip != iq);
+  assert_int_equal(_ta_depot_nodes() - nodes, 2);
+  uintptr_t got[2];
+  assert_int_equal(_ta_depot_get(iq, got, 2), 1);
+  assert_true(got[0] == q);
+  assert_int_equal(_ta_depot_put(&p, 1), ip);
+  assert_int_equal(_ta_depot_put(&q, 1), iq);
+  assert_int_equal(_ta_depot_put(&p, 1), ip);
+  uintptr_t sp[2] = { 0x5400000000ull, p }, sq[2] = { 0x5400000000ull, q };
+  uint32_t jp = _ta_depot_put(sp, 2), jq = _ta_depot_put(sq, 2);
+  assert_true(jp != jq);
+  assert_int_equal(_ta_depot_get(jp, got, 2), 2);
+  assert_memory_equal(got, sp, sizeof sp);
+  assert_int_equal(_ta_depot_get(jq, got, 2), 2);
+  assert_memory_equal(got, sq, sizeof sq);
+  assert_int_equal(_ta_depot_nodes() - nodes, 4);
+}
+
+/* 12 bytes a node, 8 an index slot, the index at most 7/8 full and at
+ * least 7/16 past its first size: the tree workload's 2.1M nodes are 25 MB
+ * of nodes and 32 MB of index. */
+static void test_bytes(void **state) {
+  (void)state;
+  const uintptr_t base = 0x5500000000ull;
+  uintptr_t pcs[2];
+  for (size_t k = 0; k < 60000; k++) {          /* 60,000 + 600 nodes more */
+    pcs[0] = base + 16 * k;
+    pcs[1] = base + 0x10000000 + 16 * (k / 100);
+    assert_true(_ta_depot_put(pcs, 2) != 0);
+  }
+  size_t ib, nb = _ta_depot_bytes(&ib), nodes = _ta_depot_nodes();
+  assert_int_equal(nb, 12 * nodes);
+  size_t slots = ib / 8;
+  assert_int_equal(ib % 8, 0);
+  assert_int_equal(slots & (slots - 1), 0);      /* a power of two */
+  assert_true(nodes * 8 <= slots * 7);
+  assert_true(nodes * 16 > slots * 7);           /* it doubled only when 7/8 full */
+}
+
+/* The thread's memo of whole stacks is used while it answers: stacks that
+ * never repeat turn it off but for one put in 16, and a stack that repeats
+ * turns it on again. */
+static void test_memo_credit(void **state) {
+  (void)state;
+  const uintptr_t base = 0x5600000000ull;
+  uintptr_t pcs[4] = { 0, base + 0x100, base + 0x200, base + 0x300 };
+  assert_non_null(_ta_thread());
+  size_t k = 0;
+  for (; k < 300; k++) {                        /* no credit left after these */
+    pcs[0] = base + 0x1000 + 16 * k;
+    assert_true(_ta_depot_put(pcs, 4) != 0);
+  }
+  uint64_t s0 = _ta_depot_memo_skipped();
+  for (; k < 460; k++) {                        /* 160 puts: 10 of them try the memo */
+    pcs[0] = base + 0x1000 + 16 * k;
+    assert_true(_ta_depot_put(pcs, 4) != 0);
+  }
+  assert_int_equal(_ta_depot_memo_skipped() - s0, 150);
+  pcs[0] = base + 0x50;
+  uint32_t id = _ta_depot_put(pcs, 4);
+  for (int i = 0; i < 32; i++) assert_int_equal(_ta_depot_put(pcs, 4), id);
+  uint64_t s1 = _ta_depot_memo_skipped();
+  for (int i = 0; i < 100; i++) assert_int_equal(_ta_depot_put(pcs, 4), id);
+  assert_int_equal(_ta_depot_memo_skipped(), s1);
+}
+
+int main(void) {
+  setenv("TAGALLOC_REPORT", "0", 1);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_prefixes_shared),
+    cmocka_unit_test(test_same_and_different),
+    cmocka_unit_test(test_same_path_hash),
+    cmocka_unit_test(test_bytes),
+    cmocka_unit_test(test_memo_credit),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
