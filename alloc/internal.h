@@ -270,9 +270,6 @@ void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);
 /* The exit work (scan, report, trace), callable early: _exit, a fatal
  * signal, exec.  Runs once per process image unless `again`. */
 void  _ta_exit_now(bool again);
-/* Called by the exit work after the report, guard raised (the LD_PRELOAD
- * shim writes its per-process JSON there); NULL: nothing. */
-extern void (*_ta_exit_hook)(void);
 /* Called by the exit work first, guard not raised (the shim frees the
  * runtime's own blocks there, as memcheck's freeres does); NULL: nothing. */
 extern void (*_ta_exit_before)(void);
