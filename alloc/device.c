@@ -184,14 +184,14 @@ int _ta_device_free_at(ta_tag tag, int device, uintptr_t addr, uint32_t stack) {
   char detail[96];
   ta_error_info e = { .tag = tag, .stack = stack, .addr = addr, .detail = detail };
   if (r) {
-    e.kind = "free.double";
+    e.kind = ta_kind_name(TA_KIND_FREE_DOUBLE);
     e.bytes = old.size;
     e.alloc_stack = old.stack;
     e.free_stack = old.free_stack;
     _ta_snprintf(detail, sizeof detail, "device %d: a freed %lu-byte device block", device,
                  (unsigned long)old.size);
   } else {
-    e.kind = "free.invalid";
+    e.kind = ta_kind_name(TA_KIND_FREE_INVALID);
     _ta_snprintf(detail, sizeof detail, "device %d: not a device block of tag %s", device,
                  ta_tag_name(tag));
   }
@@ -298,7 +298,7 @@ size_t _ta_device_leaks(int device, bool forget) {
     if (v[i].flags & TA_DEVICE_RESERVE) continue;
     char detail[96];
     _ta_snprintf(detail, sizeof detail, "device %d%s", v[i].device, forget ? ", at context teardown" : "");
-    ta_finding_add("gpu.leak", v[i].tag, v[i].addr, v[i].size, v[i].stack, 0, detail);
+    ta_finding_add(ta_kind_name(TA_KIND_GPU_LEAK), v[i].tag, v[i].addr, v[i].size, v[i].stack, 0, detail);
     found++;
   }
   if (forget) {                 /* the driver freed them: freed here too, with no stack */

@@ -195,12 +195,12 @@ void _ta_findings_ref_leak(uint64_t bytes, ta_tag tag, uint32_t stack, uint32_t 
                            size_t nsites) {
   pthread_mutex_lock(&lock);
   group *last = leaks.n ? &leaks.v[leaks.n - 1] : NULL;
-  if (last && same_leak(last, "ref.leak", tag, stack, 0)) {
+  if (last && same_leak(last, ta_kind_name(TA_KIND_REF_LEAK), tag, stack, 0)) {
     last->f.bytes += bytes;
     last->f.blocks++;
   } else {
     group g;
-    fill_group(&g, "ref.leak", bytes, tag, stack, addr, 0, 0, NULL, history, history_len, NULL);
+    fill_group(&g, ta_kind_name(TA_KIND_REF_LEAK), bytes, tag, stack, addr, 0, 0, NULL, history, history_len, NULL);
     g.f.alloc_stack = alloc_stack;
     group_sites(&g, sites, nsites);
     if (!list_push(&leaks, &g)) {
@@ -248,17 +248,25 @@ void _ta_findings_leaks_end(const ta_summary *s) {
   pthread_mutex_unlock(&lock);
 }
 
-static int kind_rank(const char *kind) {
-  static const char *order[] = { "leak.direct", "leak.orphan", "leak.indirect", "leak.possible",
-                                 "ref.leak", "gpu.leak", "gpu.pool-retained" };
-  for (int i = 0; i < 7; i++)
-    if (strcmp(kind, order[i]) == 0) return i;
-  return 7;
+/* The order ta_findings_visit lists leak-like groups in, which the text and
+ * JSON reports keep: the scan's kinds as memcheck lists them (definite,
+ * orphaned, indirect, possible), then refcounts and device memory, then the
+ * rest (the reports' severity, ta_kind_rank, orders their kind totals and
+ * the page's table). */
+static int visit_rank(const char *kind) {
+  static const ta_kind order[] = { TA_KIND_LEAK_DIRECT, TA_KIND_LEAK_ORPHAN, TA_KIND_LEAK_INDIRECT,
+                                   TA_KIND_LEAK_POSSIBLE, TA_KIND_REF_LEAK, TA_KIND_GPU_LEAK,
+                                   TA_KIND_GPU_POOL_RETAINED };
+  ta_kind k = ta_kind_of(kind);
+  int n = (int)(sizeof order / sizeof *order);
+  for (int i = 0; i < n; i++)
+    if (k == order[i]) return i;
+  return n;
 }
 
 static int by_rank(const void *a, const void *b) {
   const group *x = a, *y = b;
-  int r = kind_rank(x->f.kind) - kind_rank(y->f.kind);
+  int r = visit_rank(x->f.kind) - visit_rank(y->f.kind);
   if (r) return r;
   if (x->f.bytes != y->f.bytes) return x->f.bytes < y->f.bytes ? 1 : -1;
   return x->f.stack < y->f.stack ? -1 : x->f.stack > y->f.stack;

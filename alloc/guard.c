@@ -334,7 +334,7 @@ static void check_slack(const ta_block *b, uintptr_t end) {
     _ta_snprintf(detail, sizeof detail,
                  "byte %zu past the end of the %zu-byte block was written (0x%x), found at its free",
                  i, (size_t)b->size, s[i]);
-    ta_error_info e = { .kind = "heap.overflow", .bytes = b->size, .tag = b->tag,
+    ta_error_info e = { .kind = ta_kind_name(TA_KIND_HEAP_OVERFLOW), .bytes = b->size, .tag = b->tag,
                         .stack = b->free_stack, .alloc_stack = b->stack, .addr = b->addr,
                         .detail = detail };
     _ta_finding_error(&e);
@@ -440,7 +440,7 @@ bool _ta_guard_fault(void *addr, struct ucontext_t *uc) {
   ta_error_info e = { .bytes = bs, .stack = fault_stack(uc), .addr = ba, .detail = detail };
   if (st == G_LIVE) {
     ta_block b;
-    e.kind = "heap.overflow";
+    e.kind = ta_kind_name(TA_KIND_HEAP_OVERFLOW);
     if (_ta_block_get(ba, &b) && b.state == TA_LIVE) {
       e.tag = b.tag;
       e.alloc_stack = b.stack;
@@ -448,7 +448,7 @@ bool _ta_guard_fault(void *addr, struct ucontext_t *uc) {
     _ta_snprintf(detail, sizeof detail, "a %s %s of the live %zu-byte block (guard page)",
                  how, where, (size_t)bs);
   } else {
-    e.kind = "use.after-free";
+    e.kind = ta_kind_name(TA_KIND_USE_AFTER_FREE);
     e.tag = v->tag;
     e.alloc_stack = v->alloc_stack;
     e.free_stack = v->free_stack;

@@ -137,7 +137,7 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
   if (p == 0) {
     /* a NULL pointer drops the hold */
   } else if (_ta_addr_on_stack(p)) {
-    bad = "hold.stack";
+    bad = ta_kind_name(TA_KIND_HOLD_STACK);
     _ta_snprintf(buf, sizeof buf, "slot \"%s\" of %p points into a thread's stack", slot, holder);
     detail = buf;
   } else if (_ta_block_get(p, &b) || (!_ta_arena_lookup(p, &gen, &live, &atag, &reset_stack) &&
@@ -149,14 +149,14 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
     if (b.state == TA_LIVE) {
       h->kind = T_BLOCK;
     } else {
-      bad = "hold.dangling";
+      bad = ta_kind_name(TA_KIND_HOLD_DANGLING);
       h->free_stack = b.free_stack;
       detail = "the pointer is to a freed block";
     }
   } else if (gen || live || reset_stack) {   /* arena memory: before the slow stack search */
     h->target_tag = atag;
     if (!live) {
-      bad = "arena.after-reset";
+      bad = ta_kind_name(TA_KIND_ARENA_AFTER_RESET);
       h->free_stack = reset_stack;
       detail = "the pointer is to arena memory reset since";
     } else {
@@ -164,7 +164,7 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
       h->arena_gen = gen;
     }
   } else if (_ta_addr_on_unknown_stack(p)) {
-    bad = "hold.stack";
+    bad = ta_kind_name(TA_KIND_HOLD_STACK);
     _ta_snprintf(buf, sizeof buf, "slot \"%s\" of %p points into a thread's stack", slot, holder);
     detail = buf;
   }
@@ -239,7 +239,7 @@ TA_NOINLINE size_t ta_hold_check(const void *holder) {
   }
   pthread_mutex_unlock(&lock);
   for (size_t i = 0; i < nbad; i++) {
-    report("hold.dangling", bad[i], stack,
+    report(ta_kind_name(TA_KIND_HOLD_DANGLING), bad[i], stack,
            bad[i]->kind == T_ARENA ? "the arena was reset since the hold" : "the target was freed while held");
     hold_destroy(bad[i]);
   }
@@ -292,7 +292,7 @@ void _ta_hold_exit(void) {
   pthread_mutex_unlock(&lock);
   while (bad) {
     hold *next = bad->next_h;
-    report("hold.dangling", bad, bad->free_stack,
+    report(ta_kind_name(TA_KIND_HOLD_DANGLING), bad, bad->free_stack,
            bad->kind == T_ARENA ? "the arena was reset while held, and the hold lasted to exit"
                                 : "the target was freed while held, and the hold lasted to exit");
     hold_destroy(bad);

@@ -3,6 +3,8 @@
 #ifndef TAGALLOC_INTERNAL_H
 #define TAGALLOC_INTERNAL_H
 
+#include "kinds.h"
+#include "procmaps.h"
 #include "tagalloc.h"
 
 #include <pthread.h>
@@ -88,7 +90,7 @@ size_t _ta_unwind_memo_hits(void);
 size_t _ta_unwind_taken(size_t *frames);
 /* Forget cached rules in [lo, hi) (a module was unloaded). */
 void   _ta_unwind_forget(uintptr_t lo, uintptr_t hi);
-/* Mark records held now (ledger.c; freed marks leave). */
+/* Mark records held now (marks.c; freed marks leave). */
 size_t _ta_marks_kept(void);
 /* Exact mode: rules this process computed with libdw (cache misses filled). */
 size_t _ta_unwind_rules_computed(void);
@@ -145,7 +147,7 @@ struct ta_thread {
   bool         dead;
   ta_thread   *next, *prev;    /* the registry, under its lock */
   void        *trace;          /* trace.c's buffer, NULL when not tracing */
-  ta_block    *q;              /* the blocks this thread freed, oldest first (ledger.c) */
+  ta_block    *q;              /* the blocks this thread freed, oldest first (quarantine.c) */
   uint32_t     qcap, qhead, qlen;  /* qcap: the ring in use, a power of 2 */
   uint32_t     qmax;           /* the ring reserved (mmap'd, touched up to qcap) */
   int64_t      qbytes;         /* bytes in this thread's quarantine */
@@ -377,6 +379,9 @@ static inline void _ta_ensure(void) {
 }
 
 bool   _ta_block_get(uintptr_t addr, ta_block *out);       /* exact, live or quarantined */
+bool   _ta_block_live(uintptr_t addr, ta_block *out);      /* exact, live table only */
+/* One probe of the live table: is a the start of a live block of tag or alt? */
+bool   _ta_block_check(uintptr_t a, ta_tag tag, ta_tag alt);
 void   _ta_block_prefetch(const void *p);                  /* its table slot, a hint */
 bool   _ta_block_find(uintptr_t p, ta_block *out);         /* containing p (slow) */
 void   _ta_block_flag(uintptr_t addr, uint8_t flags);      /* ORs flags into a live block */
@@ -391,8 +396,31 @@ void   _ta_block_unlock_all(void);
  * the records of how many slots each sits past its home slot (a find
  * probes that many more). */
 void   _ta_table_shape(uint64_t *records, uint64_t *slots, uint64_t *displaced);
-void   _ta_thread_retire_births(ta_thread *t);        /* thread exit: see ta_since */
+/* Peaks of live bytes: a tag's since the latest mark (restarted at live by
+ * a new mark, the old value returned), and the whole run's (tag any). */
+uint64_t _ta_peak_restart(ta_tag tag, uint64_t live);
+uint64_t _ta_peak_now(ta_tag tag);
+uint64_t _ta_peak_run(void);
+
+/* ---- marks.c ------------------------------------------------------------------ */
+
 void   _ta_summary_counts(ta_summary *s);            /* allocs, frees, live, peak */
+void   _ta_marks_fork(int phase);                    /* mark_lock around fork */
+void   _ta_thread_retire_births(ta_thread *t);        /* thread exit: see ta_since */
+
+/* ---- tags.c -------------------------------------------------------------------- */
+
+extern TA_HIDDEN _Atomic uint32_t _ta_tag_count;              /* ids below it are given */
+extern ta_tag _ta_tag_realloc;                       /* the tag of ta_realloc(NULL, n) */
+void   _ta_tags_init(void);                          /* _ta_init: the ledger's own tags */
+void   _ta_tags_fork(int phase);
+
+/* ---- seq.c --------------------------------------------------------------------- */
+
+void   _ta_seq_clock_init(void);                     /* _ta_init: the TSC, when it is the clock */
+
+/* ---- ledger.c, quarantine.c ------------------------------------------------------ */
+
 void   _ta_quarantine_drain(ta_thread *t);           /* thread exit */
 void   _ta_quarantine_forget(ta_thread *t);          /* fork child: a gone thread's ring, its blocks kept */
 void   _ta_counts_publish(ta_thread *t);             /* thread exit: pending live bytes */
@@ -408,7 +436,7 @@ void   _ta_quarantine_check_all(void);
  * the quarantine.  A read or write after free faults and is reported as
  * use.after-free, a read or write past the end of a live block as
  * heap.overflow, with the faulting instruction's stack; then the page is
- * made read-write (full of poison) and the program goes on.  ledger.c calls
+ * made read-write (full of poison) and the program goes on.  The block path calls
  * the hooks below only when _ta_guard_on (one branch in default mode). */
 
 struct ucontext_t;

@@ -21,7 +21,13 @@
  * releases twice, and the parent, made and freed in main, releases last -
  * the count goes below zero at the parent's release, but the destructor's
  * second release is the one that owes: its pair (the view's acquisition)
- * had one acquisition and gets two releases. */
+ * had one acquisition and gets two releases.  ref.leak's headline is the
+ * latest acquisition of a callsite the balance says owes: for the seed of
+ * weights cloned into a collection that keeps a reference, the clone's
+ * acquisition, not the model's init that the model's release (the last in,
+ * first out match) left unmatched; and the unmatched acquisitions it lists
+ * are those callsites' latest ones (last in, first out only when the
+ * balance names none). */
 #include "internal.h"
 
 #include <stdint.h>
@@ -157,6 +163,15 @@ static size_t depot_frames(void *arg, uint32_t stack, uintptr_t *pcs, size_t max
   return ta_stack_frames(stack, pcs, max);
 }
 
+/* How far apart the innermost frames of two stacks are (the callers of
+ * ta_ref_*): code of one source file is contiguous in the text segment, so
+ * a constructor and the destructor that gives its reference back are near
+ * each other, and a third party's acquisition is far from both. */
+static uintptr_t inner_distance(const uintptr_t *a, size_t na, const uintptr_t *b, size_t nb) {
+  if (na == 0 || nb == 0) return UINTPTR_MAX;
+  return a[0] > b[0] ? a[0] - b[0] : b[0] - a[0];
+}
+
 /* How many outermost frames two stacks share (equal return addresses,
  * from the outer end inwards). */
 static size_t shared_outer(const uintptr_t *a, size_t na, const uintptr_t *b, size_t nb) {
@@ -185,11 +200,13 @@ size_t ta_ref_balance(const ta_ref_event *ev, size_t n,
       if (delta < 0) {
         /* Pair it: the acquiring callsite sharing the most outer frames;
          * on a tie, the one with the most left to release, then the one
-         * that acquired last.  A releasing callsite that shares more outer
-         * frames with an earlier releasing one (the same destructor, one
-         * release in a helper) takes that one's pair. */
+         * whose innermost frame is nearest the release's (inner_distance),
+         * then the one that acquired last.  A releasing callsite that
+         * shares more outer frames with an earlier releasing one (the same
+         * destructor, one release in a helper) takes that one's pair. */
         uintptr_t me[TA_MAX_DEPTH], other[TA_MAX_DEPTH];
         size_t nme = frames(arg, e->stack, me, TA_MAX_DEPTH), best = 0, best_rel = 0;
+        uintptr_t best_dist = UINTPTR_MAX;
         uint32_t rel_pair = UINT32_MAX;
         for (size_t a = 0; a < ns; a++) {
           size_t no = frames(arg, sites[a].stack, other, TA_MAX_DEPTH);
@@ -198,12 +215,16 @@ size_t ta_ref_balance(const ta_ref_event *ev, size_t n,
             if (sites[a].paired != UINT32_MAX && k > best_rel) best_rel = k, rel_pair = sites[a].paired;
             continue;
           }
+          uintptr_t dist = inner_distance(me, nme, other, no);
           uint32_t p = sites[ns].paired;
           if (p == UINT32_MAX || k > best ||
-              (k == best && (sites[a].balance > sites[p].balance ||
-                             (sites[a].balance == sites[p].balance && last_acq[a] > last_acq[p])))) {
+              (k == best &&
+               (sites[a].balance > sites[p].balance ||
+                (sites[a].balance == sites[p].balance &&
+                 (dist < best_dist || (dist == best_dist && last_acq[a] > last_acq[p])))))) {
             sites[ns].paired = (uint32_t)a;
             best = k;
+            best_dist = dist;
           }
         }
         if (rel_pair != UINT32_MAX && best_rel > best) sites[ns].paired = rel_pair;
@@ -232,7 +253,7 @@ size_t ta_ref_balance(const ta_ref_event *ev, size_t n,
 static void underflow(const ref_rec *r, uintptr_t obj, uint32_t stack, const char *why) {
   ta_block b = { 0 };
   bool known = _ta_block_get(obj, &b);
-  ta_error_info e = { .kind = "ref.underflow", .stack = stack, .addr = obj, .detail = why,
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_REF_UNDERFLOW), .stack = stack, .addr = obj, .detail = why,
                       .history = r ? r->ev : NULL, .history_len = r ? r->n : 0 };
   ta_ref_site sites[TA_REF_SITES_MAX];
   size_t extra = SIZE_MAX;
@@ -296,7 +317,7 @@ TA_NOINLINE long ta_ref_acquire(void *obj) {
     pthread_mutex_unlock(&shards[sh].lock);
     ta_block b = { 0 };
     _ta_block_get(a, &b);
-    ta_error_info e = { .kind = "use.after-free", .bytes = b.size, .tag = b.tag, .stack = stack,
+    ta_error_info e = { .kind = ta_kind_name(TA_KIND_USE_AFTER_FREE), .bytes = b.size, .tag = b.tag, .stack = stack,
                         .alloc_stack = b.stack, .free_stack = r->free_stack, .addr = a,
                         .detail = "a refcount acquired on a freed object" };
     _ta_finding_error(&e);
@@ -439,8 +460,34 @@ void _ta_ref_exit(void) {
       bool known = _ta_block_get(r->obj, &b) && b.state == TA_LIVE;
       ta_ref_site sites[TA_REF_SITES_MAX];
       size_t nsites = ta_ref_balance(r->ev, r->n, NULL, NULL, sites, TA_REF_SITES_MAX, NULL);
-      _ta_findings_ref_leak(known ? b.size : 0, known ? b.tag : TA_ANY, k ? open[k - 1].stack : 0,
-                            known ? b.stack : 0, r->obj, open, k, sites, nsites);
+      /* the headline: the latest acquisition of a callsite the balance
+       * says owes (acquired more than its paired releases gave back);
+       * else the latest acquisition no release matched */
+      uint32_t head = k ? open[k - 1].stack : 0;
+      bool owed = false;
+      for (size_t j = r->n; j-- > 0 && !owed;)
+        for (size_t s = 0; s < nsites && !owed && r->ev[j].delta >= 0; s++)
+          if (sites[s].delta > 0 && sites[s].extra && sites[s].stack == r->ev[j].stack) {
+            head = r->ev[j].stack;
+            owed = true;
+          }
+      if (owed) {
+        /* the unmatched acquisitions likewise: the latest `balance` ones
+         * of each callsite that owes, oldest first */
+        memset(keep, 0, r->n * sizeof *keep);
+        for (size_t s = 0; s < nsites; s++) {
+          int64_t left = sites[s].delta > 0 && sites[s].extra ? sites[s].balance : 0;
+          for (size_t j = r->n; j-- > 0 && left > 0;)
+            if (r->ev[j].delta >= 0 && r->ev[j].stack == sites[s].stack) {
+              keep[j] = true;
+              left -= r->ev[j].delta == 0 ? (r->ev[j].count > 0 ? r->ev[j].count : 1) : 1;
+            }
+        }
+        k = 0;
+        for (size_t j = 0; j < r->n; j++) if (keep[j]) open[k++] = r->ev[j];
+      }
+      _ta_findings_ref_leak(known ? b.size : 0, known ? b.tag : TA_ANY, head, known ? b.stack : 0, r->obj, open, k,
+                            sites, nsites);
       _ta_meta_free(keep);
       _ta_meta_free(open);
     }

@@ -333,36 +333,25 @@ static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
+typedef struct {
+  mvec *maps, *wmaps;
+} maps_out;
+
+static int add_map(const ta_maps_entry *e, void *arg) {
+  maps_out *o = arg;
+  if (e->perms[0] != 'r') return 0;
+  if (strstr(e->path, "[vvar]") || strstr(e->path, "[vsyscall]")) return 0;
+  range *r = mvec_push(o->maps);
+  if (r) { r->lo = e->lo; r->hi = e->hi; }
+  if (e->perms[1] == 'w' && (r = mvec_push(o->wmaps)) != NULL) { r->lo = e->lo; r->hi = e->hi; }
+  return 0;
+}
+
 /* Readable mappings, and of those the writable ones, sorted (the kernel
  * lists them in order). */
 static void read_maps(mvec *maps, mvec *wmaps) {
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  static char buf[1 << 16];
-  char line[512];
-  size_t ll = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    for (ssize_t i = 0; i < n; i++) {
-      if (buf[i] != '\n') {
-        if (ll < sizeof line - 1) line[ll++] = buf[i];
-        continue;
-      }
-      line[ll] = '\0';
-      ll = 0;
-      char *p = line;
-      uintptr_t lo = strtoul(p, &p, 16);
-      if (*p++ != '-') continue;
-      uintptr_t hi = strtoul(p, &p, 16);
-      if (*p++ != ' ' || p[0] != 'r') continue;
-      if (strstr(p, "[vvar]") || strstr(p, "[vsyscall]")) continue;
-      range *r = mvec_push(maps);
-      if (r) { r->lo = lo; r->hi = hi; }
-      if (p[1] == 'w' && (r = mvec_push(wmaps)) != NULL) { r->lo = lo; r->hi = hi; }
-    }
-  }
-  close(fd);
+  maps_out o = { maps, wmaps };
+  _ta_maps_each(add_map, &o);
 }
 
 /* The readable mapping containing p, or {0,0}. */
@@ -932,7 +921,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       if (!b[i].arena && _ta_hold_is_orphan(b[i].addr, &ostack, &holder, &slot)) {
         sum.orphan_bytes += b[i].size;
         sum.orphan_blocks++;
-        _ta_findings_leak("leak.orphan", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, ostack,
+        _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_ORPHAN), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, ostack,
                           holder, slot, NULL, 0);
         continue;
       }
@@ -944,17 +933,20 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
         case S_POSSIBLE:
           sum.possible_bytes += b[i].size;
           sum.possible_blocks++;
-          _ta_findings_leak("leak.possible", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_POSSIBLE), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr,
+                            0, 0, NULL, NULL, 0);
           break;
         case S_INDIRECT:
           sum.indirect_bytes += b[i].size;
           sum.indirect_blocks++;
-          _ta_findings_leak("leak.indirect", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_INDIRECT), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr,
+                            0, 0, NULL, NULL, 0);
           break;
         default:
           sum.direct_bytes += b[i].size;
           sum.direct_blocks++;
-          _ta_findings_leak("leak.direct", b[i].size, b[i].tag, b[i].stack, 0, b[i].addr, 0, 0, NULL, NULL, 0);
+          _ta_findings_leak(ta_kind_name(TA_KIND_LEAK_DIRECT), b[i].size, b[i].tag, b[i].stack, 0, b[i].addr,
+                            0, 0, NULL, NULL, 0);
           break;
       }
     }

@@ -69,7 +69,11 @@ ta_tag ta_block_tag(const void *p);                     /* TA_ANY if not a live 
 
 /* obj: any address, usually a ledger block.  Each transition is recorded with
  * its stack; a release below zero, or on a freed block, is ref.underflow at
- * once.  At exit, objects with count > 0 are ref.leak. */
+ * once.  At exit, objects with count > 0 are ref.leak, whose headline is
+ * the latest acquisition of a callsite the balance by callsite (below) says
+ * owes, and whose history lists those callsites' unreturned acquisitions;
+ * when the balance names none, the acquisitions no release matched last
+ * in, first out. */
 void ta_ref_init(void *obj, long count);
 long ta_ref_acquire(void *obj);   /* returns the new count */
 long ta_ref_release(void *obj);   /* returns the new count (-1 after an underflow) */
@@ -227,7 +231,14 @@ typedef struct {
  *    thread's start inwards: a view made and destroyed in one training
  *    step shares the step's frame, the parent tensor made in main does
  *    not); on a tie, the one with the highest balance then (the most left
- *    to release), then the one that acquired last.  But a releasing
+ *    to release), then the one whose innermost frame (the caller of
+ *    ta_ref_*) is nearest the release's in the address space, then the one
+ *    that acquired last.  The nearest innermost frame: a reference is most
+ *    often given back by the owner's destructor, in the same source file
+ *    as the constructor that took it, whose code is contiguous; a third
+ *    party's extra acquisition (weights "cloned" into a collection that
+ *    keeps a reference) is far from both, and stays the one that owes even
+ *    when it acquired last and from the same function.  But a releasing
  *    callsite that shares more outer frames with an earlier releasing
  *    callsite than with any acquiring one takes that one's pair: two
  *    releases of one destructor call are one release path.

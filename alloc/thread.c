@@ -164,22 +164,25 @@ static size_t read_small(const char *path, char *buf, size_t n) {
   return len;
 }
 
+typedef struct {
+  uintptr_t a, lo, hi;
+} mapping_query;
+
+static int mapping_has(const ta_maps_entry *e, void *arg) {
+  mapping_query *q = arg;
+  if (q->a < e->lo || q->a >= e->hi) return 0;
+  q->lo = e->lo;
+  q->hi = e->hi;
+  return 1;
+}
+
 /* The mapping [lo, hi) of /proc/self/maps that contains a; false if none. */
 static bool mapping_of(uintptr_t a, uintptr_t *lo, uintptr_t *hi) {
-  FILE *f = fopen("/proc/self/maps", "re");
-  if (f == NULL) return false;
-  char line[512];
-  bool found = false;
-  while (!found && fgets(line, sizeof line, f)) {
-    unsigned long l, h;
-    if (sscanf(line, "%lx-%lx", &l, &h) == 2 && a >= l && a < h) {
-      *lo = l;
-      *hi = h;
-      found = true;
-    }
-  }
-  fclose(f);
-  return found;
+  mapping_query q = { a, 0, 0 };
+  if (_ta_maps_each(mapping_has, &q) <= 0) return false;
+  *lo = q.lo;
+  *hi = q.hi;
+  return true;
 }
 
 /* Threads that never called the ledger are not registered: find their

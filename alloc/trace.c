@@ -375,53 +375,24 @@ void _ta_trace_thread_exit(ta_thread *t) {
 static uintptr_t modules_seen[1024];
 static size_t nseen;
 
-static void write_modules(void) {
-  uintptr_t *seen = modules_seen;
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  static char buf[1 << 16];
-  char line[1024];
-  size_t ll = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    for (ssize_t i = 0; i < n; i++) {
-      if (buf[i] != '\n') {
-        if (ll < sizeof line - 1) line[ll++] = buf[i];
-        continue;
-      }
-      line[ll] = '\0';
-      ll = 0;
-      char *p = line;
-      uintptr_t lo = strtoul(p, &p, 16);
-      if (*p++ != '-') continue;
-      uintptr_t hi = strtoul(p, &p, 16);
-      char perms[5] = { 0 };
-      if (*p++ != ' ') continue;
-      memcpy(perms, p, 4);
-      p += 5;
-      uint64_t off = strtoull(p, &p, 16);
-      /* dev, inode, then the path */
-      while (*p == ' ') p++;
-      while (*p && *p != ' ') p++;
-      while (*p == ' ') p++;
-      while (*p && *p != ' ') p++;
-      while (*p == ' ') p++;
-      if (perms[2] != 'x' || *p != '/') continue;
-      bool dup = false;
-      for (size_t k = 0; k < nseen && !dup; k++) dup = seen[k] == lo;
-      if (dup) continue;
-      if (nseen < 1024) seen[nseen++] = lo;
-      bool g;
-      tr_module *r = reserve(NULL, TR_MODULE, sizeof *r + str_room(p), &g);
-      if (r) {
-        *r = (tr_module){ lo, hi, off };
-        put_str((char *)(r + 1), p);
-      }
-      done(g);
-    }
+static int write_module(const ta_maps_entry *e, void *arg) {
+  (void)arg;
+  if (e->perms[2] != 'x' || e->path[0] != '/') return 0;
+  for (size_t k = 0; k < nseen; k++)
+    if (modules_seen[k] == e->lo) return 0;
+  if (nseen < 1024) modules_seen[nseen++] = e->lo;
+  bool g;
+  tr_module *r = reserve(NULL, TR_MODULE, sizeof *r + str_room(e->path), &g);
+  if (r) {
+    *r = (tr_module){ e->lo, e->hi, e->offset };
+    put_str((char *)(r + 1), e->path);
   }
-  close(fd);
+  done(g);
+  return 0;
+}
+
+static void write_modules(void) {
+  _ta_maps_each(write_module, NULL);
 }
 
 /* For the preload's dlclose: the mappings of a library about to be unloaded

@@ -194,6 +194,13 @@ ag_var   *ag_layer_forward(ag_layer *l, ag_var *x);
 /* Parameters in order (weight, bias of each layer): the count; fills up to max. */
 size_t    ag_layer_params(ag_layer *l, ag_var **out, size_t max);
 const char *ag_layer_name(const ag_layer *l);
+/* Moves every parameter of l (value and gradient) to device, a gpu/ pool
+ * (NULL: host memory), as PyTorch's module.to(device): each tensor is
+ * copied there and the old one freed; the parameters (ag_var) stay the same
+ * variables, so layers and optimizers keep them.  Make the optimizer after
+ * (its state is made where the parameters are).  Returns 0, or -1 with a
+ * message (ag_error) and nothing moved. */
+int       ag_layer_to(ag_layer *l, gpu_pool *device);
 void      ag_layer_free(ag_layer *l);
 
 /* ---- optimizers -------------------------------------------------------------- */

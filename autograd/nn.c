@@ -208,6 +208,48 @@ size_t ag_layer_params(ag_layer *l, ag_var **out, size_t max) {
   return n;
 }
 
+int ag_layer_to(ag_layer *l, gpu_pool *device) {
+  if (l == NULL) return _ag_err("ag_layer_to: layer is NULL"), -1;
+  size_t n = ag_layer_params(l, NULL, 0);
+  if (n == 0) return 0;
+  ag_var **ps = ta_calloc(tag_layer, n, sizeof *ps);
+  tensor **moved = ps ? ta_calloc(tag_layer, 2 * n, sizeof *moved) : NULL;
+  if (moved == NULL) {
+    ta_free(ps);
+    return _ag_err("ag_layer_to: out of memory"), -1;
+  }
+  ag_layer_params(l, ps, n);
+  /* every copy first, so a failure moves nothing */
+  size_t i;
+  for (i = 0; i < n; i++) {
+    moved[2 * i] = tensor_to(ps[i]->value, device);
+    moved[2 * i + 1] = moved[2 * i] ? tensor_to(ps[i]->grad, device) : NULL;
+    if (moved[2 * i + 1] == NULL) break;
+  }
+  int rc = 0;
+  if (i < n) {
+    for (size_t j = 0; j <= i; j++) {
+      tensor_free(moved[2 * j]);
+      tensor_free(moved[2 * j + 1]);
+    }
+    rc = -1;
+    _ag_err("ag_layer_to: parameter %zu: %s", i, tensor_error());
+  } else {
+    for (i = 0; i < n; i++) {
+      tensor *v = ps[i]->value, *g = ps[i]->grad;
+      ps[i]->value = moved[2 * i];
+      ps[i]->grad = moved[2 * i + 1];
+      ta_hold(ps[i], "value", ps[i]->value);   /* (replaces the hold on the old one) */
+      ta_hold(ps[i], "grad", ps[i]->grad);
+      tensor_free(v);
+      tensor_free(g);
+    }
+  }
+  ta_free(moved);
+  ta_free(ps);
+  return rc;
+}
+
 const char *ag_layer_name(const ag_layer *l) {
   static const char *names[] = { "linear", "conv2d", "max_pool2d", "avg_pool2d", "relu", "tanh", "flatten", "embedding", "sequential" };
   if (l && !LAYER_OK("ag_layer_name", l)) return "(not a live layer)";

@@ -260,36 +260,19 @@ static tensor *spread(const tensor *dy, const tensor *x, int axis, int keepdim) 
   return e;
 }
 
-/* t itself when contiguous, else a contiguous copy (*copy, the caller's to
- * free): no alias made for a tensor that is only read here. */
-static const tensor *read_contiguous(const tensor *t, tensor **copy) {
-  *copy = NULL;
-  if (tensor_is_contiguous(t)) return t;
-  return *copy = tensor_clone(t);
-}
-
 static void embedding_backward(ag_op *op, const tensor *dy) {
   ag_var *w = op->in[0];
   if (!need(w)) return;
-  int64_t V = w->value->shape[0], D = w->value->shape[1];
-  tensor *acc = w->grad ? NULL : tensor_zeros(TENSOR_F32, 2, w->value->shape);
-  tensor *dst = w->grad ? w->grad : acc;
-  tensor *dcopy, *icopy;
-  const tensor *idx = op->saved ? op->saved : op->in[1]->value;   /* ag_embedding, or _ag_embedding_var */
-  const tensor *dc = read_contiguous(dy, &dcopy), *ic = read_contiguous(idx, &icopy);
-  if (dst && dc && ic) {
-    const int32_t *idx = tensor_i32(ic);
-    const float *d = tensor_f32(dc);
-    float *gw = tensor_f32(dst);
-    for (int64_t i = 0; i < ic->numel; i++) {
-      if (idx[i] < 0 || idx[i] >= V) continue;   /* checked by the forward */
-      float *row = gw + (int64_t)idx[i] * D;
-      const float *src = d + i * D;
-      for (int64_t j = 0; j < D; j++) row[j] += src[j];
-    }
+  /* scatter-added into the gradient, on the weight's device */
+  tensor *acc = w->grad || !tensor_device(w->value) ? NULL : tensor_clone(w->value);
+  if (acc && tensor_fill_(acc, 0.0f) != TENSOR_OK) {
+    tensor_free(acc);
+    return;
   }
-  tensor_free(dcopy);
-  tensor_free(icopy);
+  if (!w->grad && !acc) acc = tensor_zeros(TENSOR_F32, 2, w->value->shape);
+  tensor *dst = w->grad ? w->grad : acc;
+  const tensor *idx = op->saved ? op->saved : op->in[1]->value;   /* ag_embedding, or _ag_embedding_var */
+  if (dst) tensor_embedding_grad_(dst, dy, idx);
   if (acc) _ag_accumulate(w, acc, true);
 }
 
@@ -407,16 +390,9 @@ bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take) {
   case OP_AVG_POOL:
     give(a, tensor_avg_pool2d_grad(dy, op->ia[0], op->ia[1], 4, a->value->shape), true);
     break;
-  case OP_SOFTMAX: {
-    /* dx = y * (dy - sum(dy * y)) */
-    tensor *p = tensor_mul(dy, y), *s = p ? tensor_sum(p, op->ia[0], 1) : NULL;
-    tensor *d = s ? tensor_sub(dy, s) : NULL;
-    if (d) tensor_mul_(d, y);
-    tensor_free(p);
-    tensor_free(s);
-    give(a, d, true);
+  case OP_SOFTMAX:
+    give(a, tensor_softmax_grad(dy, y, op->ia[0]), true);   /* y * (dy - sum(dy * y)) */
     break;
-  }
   case OP_LOG_SOFTMAX: {
     /* dx = dy - exp(y) * sum(dy) */
     tensor *s = tensor_sum(dy, op->ia[0], 1), *e = s ? tensor_exp(y) : NULL;

@@ -1,5 +1,7 @@
 /* optim.c - SGD with momentum and weight decay, and Adam, as torch.optim
- * computes them (float32, same order of operations). */
+ * computes them (float32, same order of operations): tensor/'s updates
+ * (tensor_sgd_step_, tensor_adam_step_), so that parameters on a device
+ * are stepped there, their state beside them. */
 #include "internal.h"
 
 #include <math.h>
@@ -16,6 +18,16 @@ void _ag_optim_hold(ag_optim *o, const char *what, void *array, size_t i, const 
 }
 
 #define OPTIM_OK(op, o) _ag_live(op, o, _ag_tag_optim, _ag_tag_optim, 0)
+
+/* Zeros of p's shape on p's device. */
+static tensor *device_zeros(const tensor *p) {
+  tensor *t = tensor_clone(p);
+  if (t && tensor_fill_(t, 0.0f) != TENSOR_OK) {
+    tensor_free(t);
+    return NULL;
+  }
+  return t;
+}
 
 static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
   _ag_tags_init();
@@ -42,8 +54,9 @@ static ag_optim *optim_new(optim_kind kind, ag_layer *model) {
   for (size_t i = 0; i < n; i++) {
     const tensor *p = o->params[i]->value;
     bool two = kind == O_ADAM;
-    o->m[i] = tensor_zeros(TENSOR_F32, p->ndim, p->shape);
-    o->v[i] = two ? tensor_zeros(TENSOR_F32, p->ndim, p->shape) : NULL;
+    bool dev = tensor_device(p) != NULL;
+    o->m[i] = dev ? device_zeros(p) : tensor_zeros(TENSOR_F32, p->ndim, p->shape);
+    o->v[i] = !two ? NULL : dev ? device_zeros(p) : tensor_zeros(TENSOR_F32, p->ndim, p->shape);
     if (o->m[i] == NULL || (two && o->v[i] == NULL)) {
       ag_optim_free(o);
       return _ag_err("optimizer: out of memory for its state");
@@ -82,52 +95,22 @@ ag_optim *ag_adam_new(ag_layer *model, float lr, float beta1, float beta2, float
   return o;
 }
 
-/* restrict, the scalars in locals and no errno from sqrtf (-fno-math-errno,
- * part.mk): the loops vectorize; each element's arithmetic is unchanged. */
-static void sgd_one(const ag_optim *o, float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
-                    bool first) {
-  float lr = o->lr, mu = o->momentum, wd = o->weight_decay;
-  for (int64_t i = 0; i < n; i++) {
-    float d = g[i];
-    if (wd != 0.0f) d += wd * p[i];
-    if (mu != 0.0f) {
-      buf[i] = first ? d : mu * buf[i] + d;
-      d = buf[i];
-    }
-    p[i] -= lr * d;
-  }
-}
-
-/* AVX2 without FMA where the CPU has it: twice the lanes of the baseline's
- * divisions and square roots, and no contraction, so the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-static void adam_one(const ag_optim *o, float *restrict p, const float *restrict g, float *restrict m,
-                     float *restrict v, int64_t n) {
-  float b1 = o->beta1, b2 = o->beta2, wd = o->weight_decay, eps = o->eps;
-  double t = (double)o->steps;
-  float bc1 = (float)(1.0 - pow(b1, t)), bc2 = (float)(1.0 - pow(b2, t));
-  float step = o->lr / bc1, bc2s = sqrtf(bc2);
-  for (int64_t i = 0; i < n; i++) {
-    float d = g[i];
-    if (wd != 0.0f) d += wd * p[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * d;
-    v[i] = b2 * v[i] + (1.0f - b2) * d * d;
-    p[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + eps);
-  }
-}
-
 void ag_optim_step(ag_optim *o) {
   if (o == NULL || !OPTIM_OK("ag_optim_step", o)) return;
   o->steps++;
+  /* tensor/'s updates: on the parameters' device, or host memory */
   for (size_t i = 0; i < o->n; i++) {
     ag_var *p = o->params[i];
-    int64_t n = p->value->numel;
+    tensor_status st;
     if (o->kind == O_SGD)
-      sgd_one(o, tensor_f32(p->value), tensor_f32(p->grad), tensor_f32(o->m[i]), n, o->steps == 1);
+      st = tensor_sgd_step_(p->value, p->grad, o->m[i], o->lr, o->momentum, o->weight_decay, o->steps == 1);
     else
-      adam_one(o, tensor_f32(p->value), tensor_f32(p->grad), tensor_f32(o->m[i]), tensor_f32(o->v[i]), n);
+      st = tensor_adam_step_(p->value, p->grad, o->m[i], o->v[i], o->lr, o->beta1, o->beta2, o->eps,
+                             o->weight_decay, (int64_t)o->steps);
+    if (st != TENSOR_OK) {
+      _ag_err("ag_optim_step: parameter %zu: %s", i, tensor_error());
+      return;
+    }
   }
 }
 

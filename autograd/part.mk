@@ -31,15 +31,27 @@ $(BUILD)/train-%: tools/train_%.c $(wildcard tools/train_*.h) $(AG_DEPS)
 
 autograd-tests: $(AG_TESTS) $(AG_TOOLS)
 
-# The tests, then the same built with AddressSanitizer and UBSan.
-# (the CLI renders tape-no-shrink's trace: the plain one for both runs, a
-# trace being the same whatever wrote it)
+# The tests, then the same built with AddressSanitizer and UBSan (the CLI,
+# which renders tape-no-shrink's trace, too).
 test-autograd: $(BUILD)/libtagalloc.a autograd-tests $(BUILD)/tagalloc
 	@tests/autograd/run.sh $(BUILD)
-	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a autograd-tests
-	$(ASAN_RUN) AUTOGRAD_TEST_CLI=$(BUILD)/tagalloc tests/autograd/run.sh $(ASAN_BUILD)
+	$(MAKE) $(ASAN_VARS) $(ASAN_BUILD)/libtagalloc.a autograd-tests $(ASAN_BUILD)/tagalloc
+	$(ASAN_RUN) tests/autograd/run.sh $(ASAN_BUILD)
 
 .PHONY: test-autograd autograd-tests
+
+# make demo, the main job: LeNet-5 trained on Fashion-MNIST for one epoch
+# with the ledger on and a trace kept, and the report of the trace as an
+# HTML page: a mark per training step, live bytes by tag over time, what was
+# live at the peak, the findings (none).  DEMO_ARGS shortens it (the browser
+# test's).
+DEMO_ARGS ?= --epochs 1
+demo: $(BUILD)/train-lenet $(BUILD)/tagalloc
+	TAGALLOC_TRACE=$(BUILD)/lenet.trace $(BUILD)/train-lenet $(DEMO_ARGS)
+	$(BUILD)/tagalloc report -q $(BUILD)/lenet.trace --html $(BUILD)/lenet-report.html
+	@echo "demo: the ledger's report of the run is $(BUILD)/lenet-report.html (trace: $(BUILD)/lenet.trace)"
+
+.PHONY: demo
 
 # make bench-autograd: train-lenet and train-charlm against PyTorch at 1 and 2
 # threads, and the ledger's own cost (bench/autograd/README.md).

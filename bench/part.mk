@@ -22,3 +22,15 @@ bench-auditor: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(BENCH_AUDITOR
 	/usr/bin/python3 bench/auditor/run.py --build $(BUILD)
 
 .PHONY: bench-auditor
+
+# make bench-alloc: what one alloc+free pair costs under the ledger, next
+# to jemalloc and glibc (bench/bench_alloc.c; bench/README.md).
+PART_BENCH += bench-alloc
+
+$(BUILD)/bench-alloc: bench/bench_alloc.c $(BUILD)/libtagalloc.a
+	$(CC) -O2 -g $(COMMON) $< -o $@ $(LINKA) $(LIBS)
+
+bench-alloc: $(BUILD)/bench-alloc
+	$(BUILD)/bench-alloc
+
+.PHONY: bench-alloc

@@ -80,7 +80,7 @@ extern "C" {
 
 /* The version of the table's layout: a backend built for another version is
  * refused by the loader (the shared object is built separately). */
-#define GPU_BACKEND_ABI 1
+#define GPU_BACKEND_ABI 2   /* 2: the sgemm library's workspace entries */
 
 typedef enum {
   GPU_OK = 0,
@@ -283,6 +283,18 @@ typedef struct gpu_backend {
    * v = b2 v + (1 - b2) d d; p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
   gpu_status (*adam_step)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
                           float beta2, float eps, float weight_decay, int64_t t, gpu_stream s);
+
+  /* ---- the sgemm library's workspace --------------------------------------------------- */
+  /* Device bytes the sgemm library would otherwise allocate for itself, out
+   * of the ledger's sight (cuBLAS: 32 MiB on sm_90 and up, 4 MiB below, its
+   * own defaults); 0 when it needs none or cannot take one (the host
+   * backend, a cuBLAS without cublasSetWorkspace). */
+  size_t (*blas_workspace_size)(void);
+  /* Use ws (bytes of device memory, at least blas_workspace_size()) as that
+   * workspace; NULL and 0: none (sgemm then runs without one).  The caller
+   * keeps ws until it sets another.  gpu_pool_new does this for the first
+   * pool over a backend (a "gpu.blas-workspace" block on the ledger). */
+  gpu_status (*set_blas_workspace)(void *ws, size_t bytes);
 } gpu_backend;
 
 /* The one symbol libtagalloc-gpu-cuda.so exports: its table, or NULL with
@@ -336,6 +348,11 @@ const gpu_backend *gpu_backend_select(const char *word, char *why, size_t why_le
  *     (num_alloc_retries); if that fails too, num_ooms counts it and
  *     gpu_pool_alloc returns NULL with a one-line message (gpu_pool_error)
  *     naming the request, what is allocated and what is reserved.
+ * The first pool made over a backend whose sgemm library takes a workspace
+ * (blas_workspace_size() > 0: cuBLAS) gives it one, allocated from the
+ * backend beside the segments: a device block of tag "gpu.blas-workspace"
+ * (reserved: not a leak by itself), with the stack that made the pool,
+ * until gpu_pool_destroy; so cuBLAS's scratch is on the ledger too.
  * Thread-safe: every call takes the pool's lock.
  */
 #define GPU_POOL_ROUND      512u

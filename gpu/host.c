@@ -365,6 +365,13 @@ static void host_shutdown(void) {}
 static const char *host_device_name(void) { return "host"; }
 static int host_ledger_device(void) { return GPU_HOST_DEVICE; }
 
+/* OpenBLAS needs no workspace from the device. */
+static size_t host_blas_workspace_size(void) { return 0; }
+static gpu_status host_set_blas_workspace(void *ws, size_t bytes) {
+  (void)ws, (void)bytes;
+  return GPU_OK;
+}
+
 static gpu_backend host_table;
 static pthread_once_t host_once = PTHREAD_ONCE_INIT;
 
@@ -394,6 +401,8 @@ static void host_table_fill(void) {
   b->event_synchronize = host_event_synchronize;
   b->event_destroy = host_event_destroy;
   b->device_synchronize = host_device_synchronize;
+  b->blas_workspace_size = host_blas_workspace_size;
+  b->set_blas_workspace = host_set_blas_workspace;
   _gpu_host_ops_fill(b);
 }
 

@@ -75,8 +75,9 @@ bench-gpu: $(BUILD)/bench-gpu $(BENCH_GPU_CUDA_ALLOC) $(BUILD)/train-lenet $(BUI
 
 .PHONY: bench-gpu test-bench-gpu-scripts
 
-# train-lenet and train-charlm --device run on gpu/ (tools/train_*device.h):
-# the header path, and the library before the ledger's, which it needs.
-$(GPU_TRAIN): $(BUILD)/libtagalloc-gpu.a tools/train_device.h $(wildcard tools/train_*_device.h)
+# train-lenet and train-charlm --device run on gpu/ (tools/train_common.h
+# picks the backend): the header path, and the library before the ledger's,
+# which it needs.
+$(GPU_TRAIN): $(BUILD)/libtagalloc-gpu.a
 $(GPU_TRAIN): COMMON += -Igpu
 $(GPU_TRAIN): LIBS := $(BUILD)/libtagalloc-gpu.a $(LINKA) $(GPU_LIBS) $(LIBS)

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kinds.h"
 #include "tagalloc.h"
 
 #define K_LARGE_BUFFER ((size_t)20 << 20)   /* an oversize block serves requests within this of its size */
@@ -86,12 +87,19 @@ struct gpu_pool {
   size_t             n_spare, cap_spare;
   gpu_stats          st;
   gpu_pool          *next_pool;        /* every pool, for the exit check */
+  void              *blas_ws;          /* the sgemm library's workspace, when this pool gave it one */
 };
 
-static ta_tag T_SEGMENT, T_BUFFER;
+static ta_tag T_SEGMENT, T_BUFFER, T_BLAS_WS;
 static pthread_once_t tags_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static gpu_pool *pools;
+/* The backends whose sgemm workspace a pool gave (one pool each), under pools_lock. */
+#define WS_OWNERS 4
+static struct {
+  const gpu_backend *b;
+  gpu_pool *pool;
+} ws_owners[WS_OWNERS];
 
 static __thread char pool_msg[512];
 
@@ -102,6 +110,7 @@ static void pool_exit_check(void);
 static void tags_init(void) {
   T_SEGMENT = ta_tag_get("gpu.segment");
   T_BUFFER = ta_tag_get("gpu.buffer");
+  T_BLAS_WS = ta_tag_get("gpu.blas-workspace");
   ta_atexit(pool_exit_check);
 }
 
@@ -500,6 +509,40 @@ static void oom_message(gpu_pool *p, size_t asked, size_t rounded, size_t seg) {
 
 /* ---- the public calls ----------------------------------------------------------------------------- */
 
+/* The sgemm library's workspace, from the backend beside the segments, on
+ * the ledger: the first pool over a backend that wants one gives it
+ * (pools_lock held).  Without one the library allocates its own. */
+static void blas_workspace_give(gpu_pool *p) {
+  const gpu_backend *b = p->b;
+  size_t n = b->blas_workspace_size && b->set_blas_workspace ? b->blas_workspace_size() : 0;
+  int slot = -1;
+  for (int i = 0; i < WS_OWNERS && n; i++) {
+    if (ws_owners[i].b == b) return;   /* given already */
+    if (ws_owners[i].b == NULL && slot < 0) slot = i;
+  }
+  void *ws = NULL;
+  if (n == 0 || slot < 0 || b->alloc(&ws, n) != GPU_OK) return;
+  if (b->set_blas_workspace(ws, n) != GPU_OK) {
+    b->free(ws);
+    return;
+  }
+  ta_device_alloc(T_BLAS_WS, p->device, (uintptr_t)ws, n, TA_DEVICE_RESERVE);
+  p->blas_ws = ws;
+  ws_owners[slot].b = b;
+  ws_owners[slot].pool = p;
+}
+
+/* Takes the workspace back from the library, and frees it (pools_lock held). */
+static void blas_workspace_take(gpu_pool *p) {
+  if (p->blas_ws == NULL) return;
+  p->b->set_blas_workspace(NULL, 0);
+  ta_device_free(T_BLAS_WS, p->device, (uintptr_t)p->blas_ws);
+  p->b->free(p->blas_ws);
+  p->blas_ws = NULL;
+  for (int i = 0; i < WS_OWNERS; i++)
+    if (ws_owners[i].pool == p) ws_owners[i].b = NULL, ws_owners[i].pool = NULL;
+}
+
 gpu_pool *gpu_pool_new(const gpu_backend *b, const gpu_pool_config *cfg) {
   if (b == NULL) return NULL;
   pthread_once(&tags_once, tags_init);
@@ -512,6 +555,7 @@ gpu_pool *gpu_pool_new(const gpu_backend *b, const gpu_pool_config *cfg) {
   pthread_mutex_lock(&pools_lock);
   p->next_pool = pools;
   pools = p;
+  blas_workspace_give(p);
   pthread_mutex_unlock(&pools_lock);
   return p;
 }
@@ -764,7 +808,7 @@ __attribute__((noinline)) size_t gpu_pool_purge(gpu_pool *p) {
       char detail[160];
       snprintf(detail, sizeof detail, "gpu_pool_purge refused a buffer still referenced (%ld reference%s)", refs,
                refs == 1 ? "" : "s");
-      ta_finding_add("gpu.purge-referenced", T_BUFFER, (uintptr_t)ptr, gpu_pool_size(p, ptr),
+      ta_finding_add(ta_kind_name(TA_KIND_GPU_PURGE_REFERENCED), T_BUFFER, (uintptr_t)ptr, gpu_pool_size(p, ptr),
                      stack_of(&bufs, (uintptr_t)ptr), here, detail);
     }
   }
@@ -786,6 +830,7 @@ void gpu_pool_destroy(gpu_pool *p) {
       *q = p->next_pool;
       break;
     }
+  blas_workspace_take(p);
   pthread_mutex_unlock(&pools_lock);
   pthread_mutex_lock(&p->lock);
   synchronize_events(p);
@@ -860,7 +905,8 @@ static void pool_exit_check(void) {
     pthread_mutex_lock(&p->lock);
     for (segment *s = p->segs; s; s = s->next_seg)
       if (s->live == 0)
-        ta_finding_add("gpu.pool-retained", T_SEGMENT, s->ptr, s->size, stack_of(&segs, s->ptr), 0,
+        ta_finding_add(ta_kind_name(TA_KIND_GPU_POOL_RETAINED), T_SEGMENT, s->ptr, s->size,
+                       stack_of(&segs, s->ptr), 0,
                        s->pool == SMALL ? "idle cache: a small-pool segment with no live buffer"
                                         : "idle cache: a large-pool segment with no live buffer");
     pthread_mutex_unlock(&p->lock);

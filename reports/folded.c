@@ -43,7 +43,7 @@ int report_folded_write(int fd, report_model *m, report_folded_what what) {
       uint32_t stack;
       uint64_t value;
       if (what == REPORT_FOLDED_LEAKED) {
-        if (!report_group_is_leak(&p->groups[i])) continue;
+        if (!ta_kind_is_leak(p->groups[i].kind)) continue;
         stack = p->groups[i].stack;
         value = p->groups[i].bytes;
       } else {

@@ -212,7 +212,7 @@ static weight *flame_weights(report_model *m, report_folded_what what, size_t *c
     for (size_t i = 0; i < k; i++) {
       weight x = { pi, 0, 0 };
       if (what == REPORT_FOLDED_LEAKED) {
-        if (!report_group_is_leak(&p->groups[i])) continue;
+        if (!ta_kind_is_leak(p->groups[i].kind)) continue;
         x.stack = p->groups[i].stack;
         x.value = p->groups[i].bytes;
       } else {
@@ -316,7 +316,7 @@ static void frame_json(jbuf *b, strtab *st, const report_mframe *f) {
 
 static int by_group_rank(const void *a, const void *b) {
   const report_group *x = *(const report_group *const *)a, *y = *(const report_group *const *)b;
-  int rx = report_kind_rank(x->kind), ry = report_kind_rank(y->kind);
+  int rx = ta_kind_rank(x->kind), ry = ta_kind_rank(y->kind);
   if (rx != ry) return rx < ry ? -1 : 1;
   if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
   return x < y ? -1 : x > y;
@@ -541,7 +541,7 @@ int report_html_write(int fd, report_model *m) {
     j_str(&b, kinds[i].kind);
     j_printf(&b, ",\"groups\":%llu,\"bytes\":%llu,\"blocks\":%llu,\"leak\":%s}", (unsigned long long)kinds[i].groups,
              (unsigned long long)kinds[i].bytes, (unsigned long long)kinds[i].blocks,
-             report_kind_is_leak(kinds[i].kind) ? "true" : "false");
+             !ta_kind_is_error(kinds[i].kind) ? "true" : "false");
   }
   j_lit(&b, "]");
   free(kinds);
@@ -580,7 +580,7 @@ int report_html_write(int fd, report_model *m) {
       j_lit(&b, ",\"detail\":");
       j_str(&b, g->detail);
     }
-    if (strcmp(g->kind, "leak.growth") == 0)
+    if (ta_kind_of(g->kind) == TA_KIND_LEAK_GROWTH)
       j_printf(&b, ",\"slope\":%.3f,\"iterations\":%zu,\"first\":%llu,\"last\":%llu", g->slope, g->iterations,
                (unsigned long long)g->growth_first, (unsigned long long)g->growth_last);
     if (g->history_len) {

@@ -75,19 +75,6 @@ typedef struct {
   size_t          gcap;
 } proc_priv;
 
-int report_kind_rank(const char *kind) {
-  static const char *order[] = {
-    "use.after-free", "heap.overflow", "free.double", "free.invalid", "arena.after-reset",
-    "ref.underflow", "hold.dangling", "hold.stack", "gpu.purge-referenced", "leak.direct", "leak.orphan", "gpu.leak",
-    "leak.indirect", "ref.leak", "gpu.pool-retained", "leak.possible", "leak.growth", "unclassified",
-  };
-  size_t n = sizeof order / sizeof *order;
-  for (size_t i = 0; i < n; i++)
-    if (strcmp(kind, order[i]) == 0) return (int)i;
-  /* an unknown kind: errors before leaks */
-  return report_kind_is_leak(kind) ? (int)n - 3 : (int)n - 10;
-}
-
 static report_group *group_push(report_process *p) {
   proc_priv *pv = p->priv;
   if (p->ngroups == pv->gcap) {
@@ -114,11 +101,14 @@ typedef struct {
 static void cut_add(build *b, const char *kind, uint64_t bytes, uint64_t blocks) {
   uint64_t *by = NULL, *bl = NULL;
   ta_summary *c = &b->cut;
-  if (strcmp(kind, "leak.direct") == 0) by = &c->direct_bytes, bl = &c->direct_blocks;
-  else if (strcmp(kind, "leak.indirect") == 0) by = &c->indirect_bytes, bl = &c->indirect_blocks;
-  else if (strcmp(kind, "leak.possible") == 0) by = &c->possible_bytes, bl = &c->possible_blocks;
-  else if (strcmp(kind, "leak.orphan") == 0) by = &c->orphan_bytes, bl = &c->orphan_blocks;
-  else if (strcmp(kind, "unclassified") == 0) by = &b->cut_unclassified_bytes, bl = &b->cut_unclassified_blocks;
+  switch (ta_kind_of(kind)) {
+  case TA_KIND_LEAK_DIRECT: by = &c->direct_bytes, bl = &c->direct_blocks; break;
+  case TA_KIND_LEAK_INDIRECT: by = &c->indirect_bytes, bl = &c->indirect_blocks; break;
+  case TA_KIND_LEAK_POSSIBLE: by = &c->possible_bytes, bl = &c->possible_blocks; break;
+  case TA_KIND_LEAK_ORPHAN: by = &c->orphan_bytes, bl = &c->orphan_blocks; break;
+  case TA_KIND_UNCLASSIFIED: by = &b->cut_unclassified_bytes, bl = &b->cut_unclassified_blocks; break;
+  default: break;
+  }
   if (!by) return;
   *by += bytes;
   *bl += blocks;
@@ -194,14 +184,14 @@ static bool count_kinds(report_process *p) {
   for (size_t i = 0; i < p->ngroups; i++) {
     const report_group *g = &p->groups[i];
     /* growth is still reachable memory: a warning, not a problem for the exit status */
-    if (strcmp(g->kind, "unclassified") != 0 && strcmp(g->kind, "leak.growth") != 0) p->findings_count++;
+    if (!ta_kind_is_held(g->kind)) p->findings_count++;
     report_kind_total *k = NULL;
     for (size_t j = 0; j < p->nkinds && !k; j++)
       if (strcmp(p->kinds[j].kind, g->kind) == 0) k = &p->kinds[j];
     if (!k) {
       k = &p->kinds[p->nkinds++];
       k->kind = g->kind;
-      k->rank = report_kind_rank(g->kind);
+      k->rank = ta_kind_rank(g->kind);
     }
     k->groups++;
     k->bytes += g->bytes;
@@ -423,7 +413,7 @@ static bool add_growth(report_process *p, report_suppressions *supp) {
     if (!report_site_grows(s, tm->nmarks)) continue;
     ta_finding f;
     memset(&f, 0, sizeof f);
-    f.kind = "leak.growth";
+    f.kind = ta_kind_name(TA_KIND_LEAK_GROWTH);
     f.bytes = s->mark_last;
     f.blocks = s->live_blocks;
     f.tag = s->tag;
@@ -431,7 +421,7 @@ static bool add_growth(report_process *p, report_suppressions *supp) {
     if (supp && report_suppressed(&f, &p->src, supp)) continue;
     report_group *g = group_push(p);
     if (!g) return false;
-    g->kind = "leak.growth";
+    g->kind = ta_kind_name(TA_KIND_LEAK_GROWTH);
     g->bytes = s->mark_last;
     g->blocks = s->live_blocks;
     g->tag = s->tag;
@@ -544,11 +534,6 @@ static bool top_frame(report_process *p, uint32_t stack, report_mframe *out) {
   return true;
 }
 
-bool report_group_is_leak(const report_group *g) {
-  return report_kind_is_leak(g->kind) && strcmp(g->kind, "unclassified") != 0 &&
-         strcmp(g->kind, "leak.growth") != 0;
-}
-
 static bool add_callsites(report_process *p) {
   const report_trace_model *tm = p->tm;
   proc_priv *pv = p->priv;
@@ -569,7 +554,7 @@ static bool add_callsites(report_process *p) {
   }
   for (size_t i = 0; i < p->ngroups && ok; i++) {
     const report_group *g = &p->groups[i];
-    if (!report_group_is_leak(g)) continue;
+    if (!ta_kind_is_leak(g->kind)) continue;
     if (!top_frame(p, g->stack, &f)) f.function = "<no stack recorded>";
     report_callsite *c = callsite_get(&t, &pv->mem, &f);
     if (!c) {

@@ -74,16 +74,8 @@ typedef struct {
 typedef struct {
   const char *kind;
   uint64_t    groups, bytes, blocks;
-  int         rank;                       /* severity: 0 the worst (see report_kind_rank) */
+  int         rank;                       /* severity: 0 the worst (ta_kind_rank, alloc/kinds.h) */
 } report_kind_total;
-
-/* Whether a group's bytes count as leaked (leak.*, ref.leak, gpu.*; not
- * leak.growth, which is still reachable, nor unclassified). */
-bool report_group_is_leak(const report_group *g);
-
-/* Severity order of the finding kinds, worst first: memory errors, then
- * refcount and hold errors, then leaks, then growth, then unclassified. */
-int report_kind_rank(const char *kind);
 
 /* A callsite: the allocation stacks whose innermost frame is the same
  * source line.  Its key names the line so that it survives address-space

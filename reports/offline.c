@@ -88,11 +88,13 @@ static int clean_findings(report_offline *o) {
     snprintf(f.detail, sizeof f.detail, "%s", g->detail);
     if (push(o, &cap, &f) != 0) return -1;
     uint64_t *bytes = NULL, *blocks = NULL;
-    if (strcmp(f.kind, "leak.direct") == 0) bytes = &s->direct_bytes, blocks = &s->direct_blocks;
-    else if (strcmp(f.kind, "leak.indirect") == 0) bytes = &s->indirect_bytes, blocks = &s->indirect_blocks;
-    else if (strcmp(f.kind, "leak.possible") == 0) bytes = &s->possible_bytes, blocks = &s->possible_blocks;
-    else if (strcmp(f.kind, "leak.orphan") == 0) bytes = &s->orphan_bytes, blocks = &s->orphan_blocks;
-    else if (!report_kind_is_leak(f.kind)) s->errors += f.blocks;
+    switch (ta_kind_of(f.kind)) {
+    case TA_KIND_LEAK_DIRECT: bytes = &s->direct_bytes, blocks = &s->direct_blocks; break;
+    case TA_KIND_LEAK_INDIRECT: bytes = &s->indirect_bytes, blocks = &s->indirect_blocks; break;
+    case TA_KIND_LEAK_POSSIBLE: bytes = &s->possible_bytes, blocks = &s->possible_blocks; break;
+    case TA_KIND_LEAK_ORPHAN: bytes = &s->orphan_bytes, blocks = &s->orphan_blocks; break;
+    default: if (ta_kind_is_error(f.kind)) s->errors += f.blocks; break;
+    }
     if (bytes) {
       *bytes += f.bytes;
       *blocks += f.blocks;
@@ -298,7 +300,7 @@ static int unclassified_findings(report_offline *o, size_t *cap) {
   for (size_t i = 0; i < ng && rc == 0; i++) {
     ta_finding f;
     memset(&f, 0, sizeof f);
-    f.kind = "unclassified";
+    f.kind = ta_kind_name(TA_KIND_UNCLASSIFIED);
     f.bytes = g[i].bytes;
     f.blocks = g[i].blocks;
     f.tag = g[i].tag;
@@ -362,7 +364,7 @@ static int on_ref_record(const report_trace_rec *r, void *arg) {
  * that no release matched, last in first out (as alloc/ref.c matches). */
 static void ref_history(report_offline *o, size_t fi, const obj_event *ev, size_t n, uint64_t until) {
   ta_finding *f = &o->findings[fi];
-  bool leak = strcmp(f->kind, "ref.leak") == 0;
+  bool leak = ta_kind_of(f->kind) == TA_KIND_REF_LEAK;
   size_t end = n;   /* one past the last event of the history */
   if (!leak) {
     size_t bad = n;
@@ -496,7 +498,7 @@ report_offline *report_offline_open(const char *path, char *err, size_t errlen) 
       uint64_t *fs = realloc(o->finding_seq, (o->nfindings ? o->nfindings : 1) * sizeof *fs);
       if (fs) {
         for (size_t i = 0; i < o->nfindings; i++)
-          if (strcmp(o->findings[i].kind, "unclassified") == 0) fs[i] = 0;
+          if (ta_kind_of(o->findings[i].kind) == TA_KIND_UNCLASSIFIED) fs[i] = 0;
         o->finding_seq = fs;
       } else {
         rc = -1;

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kinds.h"
 #include "tagalloc.h"
 
 #ifdef __cplusplus
@@ -130,10 +131,6 @@ void        report_source_ledger(report_source *out);
 report_ctx *report_source_ctx(const report_source *src);
 /* A tag's name from src ("?" for a tag the source cannot name). */
 const char *report_source_tag(const report_source *src, ta_tag tag);
-
-/* The kinds that are leaks (leak.*, ref.leak, gpu.leak, gpu.pool-retained,
- * unclassified): the ones suppressions apply to, and not counted as errors. */
-bool report_kind_is_leak(const char *kind);
 
 /* ---- suppressions (suppress.c) ----------------------------------------------
  *

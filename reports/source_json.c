@@ -40,7 +40,7 @@ static void j_stack(jbuf *b, report_process *p, uint32_t stack) {
 }
 
 static void j_finding(jbuf *b, report_process *p, const report_group *f) {
-  bool error = !report_kind_is_leak(f->kind);
+  bool error = ta_kind_is_error(f->kind);
   j_lit(b, "\n    {\"kind\":");
   j_str(b, f->kind);
   j_printf(b, ",\"bytes\":%llu,\"blocks\":%llu,\"tag\":", (unsigned long long)f->bytes,
@@ -68,7 +68,7 @@ static void j_finding(jbuf *b, report_process *p, const report_group *f) {
     j_lit(b, ",\"slot\":");
     j_str(b, f->slot);
   }
-  if (strcmp(f->kind, "leak.growth") == 0)
+  if (ta_kind_of(f->kind) == TA_KIND_LEAK_GROWTH)
     j_printf(b, ",\"slope\":%.3f,\"iterations\":%zu,\"first\":%llu,\"last\":%llu", f->slope, f->iterations,
              (unsigned long long)f->growth_first, (unsigned long long)f->growth_last);
   if (f->detail[0]) {

@@ -261,7 +261,7 @@ static supp_entry *match_stack(report_suppressions *s, const report_source *src,
 
 bool report_suppressed(const ta_finding *f, const report_source *src, report_suppressions *s) {
   if (!s) s = report_suppressions_default();
-  if (!s || s->n == 0 || !f || !f->kind || !report_kind_is_leak(f->kind)) return false;
+  if (!s || s->n == 0 || !f || !f->kind || ta_kind_is_error(f->kind)) return false;
   report_source ledger;
   if (!src) {
     report_source_ledger(&ledger);

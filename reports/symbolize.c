@@ -8,6 +8,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* dl_iterate_phdr, RTLD_DEFAULT */
 #endif
+#include "procmaps.h"
 #include "report.h"
 
 #include <dlfcn.h>
@@ -277,22 +278,36 @@ static int span_cb(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-/* "lo-hi ..." at the start of the line [p, end): the range in hex. */
-static bool hex_range(const char *p, const char *end, uintptr_t *lo, uintptr_t *hi) {
-  uintptr_t v[2] = { 0, 0 };
-  for (int k = 0; k < 2; k++) {
-    const char *start = p;
-    for (; p < end; p++) {
-      int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
-      if (d < 0) break;
-      v[k] = v[k] << 4 | (uintptr_t)d;
+/* The maps' lines kept for libdw, one after the other. */
+typedef struct {
+  const span_list *spans;
+  char *text;
+  size_t len, cap;
+  bool oom;
+} kept_maps;
+
+/* Keeps a line unless it maps a file outside every object. */
+static int keep_map(const ta_maps_entry *e, void *arg) {
+  kept_maps *k = arg;
+  bool keep = !strchr(e->line, '/');
+  for (size_t i = 0; i < k->spans->n && !keep; i++)
+    keep = e->lo < k->spans->v[i].hi && e->hi > k->spans->v[i].lo;
+  if (!keep) return 0;
+  if (k->cap - k->len < e->len + 1) {
+    size_t cap = k->cap ? k->cap * 2 : 1 << 16;
+    while (cap - k->len < e->len + 1) cap *= 2;
+    char *t = realloc(k->text, cap);
+    if (t == NULL) {
+      k->oom = true;
+      return 1;
     }
-    if (p == start || p == end || *p != (k == 0 ? '-' : ' ')) return false;
-    p++;
+    k->text = t;
+    k->cap = cap;
   }
-  *lo = v[0];
-  *hi = v[1];
-  return true;
+  memcpy(k->text + k->len, e->line, e->len);
+  k->text[k->len + e->len] = '\n';
+  k->len += e->len + 1;
+  return 0;
 }
 
 /* The process's modules for libdw: /proc/self/maps less the mappings of
@@ -305,44 +320,10 @@ static bool hex_range(const char *p, const char *end, uintptr_t *lo, uintptr_t *
 static void report_live_modules(report_ctx *c) {
   span_list spans = { 0 };
   dl_iterate_phdr(span_cb, &spans);
-  size_t cap = 1 << 16, len = 0;
-  char *maps = malloc(cap);
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  bool ok = maps != NULL && fd >= 0 && spans.n > 0;
-  while (ok) {
-    if (cap - len < 4096) {
-      char *m = realloc(maps, cap * 2);
-      if (m == NULL) { ok = false; break; }
-      maps = m;
-      cap *= 2;
-    }
-    ssize_t k = read(fd, maps + len, cap - len);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) ok = false;
-    if (k <= 0) break;
-    len += (size_t)k;
-  }
-  if (fd >= 0) close(fd);
-  if (ok) {                                  /* keep a line unless it maps a file outside every object */
-    size_t out = 0;
-    for (size_t at = 0; at < len;) {
-      char *nl = memchr(maps + at, '\n', len - at);
-      size_t end = nl ? (size_t)(nl - maps) + 1 : len;
-      uintptr_t lo = 0, hi = 0;
-      bool keep = true;
-      const char *path = memchr(maps + at, '/', end - at);
-      if (path && hex_range(maps + at, maps + end, &lo, &hi)) {
-        keep = false;
-        for (size_t i = 0; i < spans.n && !keep; i++)
-          keep = lo < spans.v[i].hi && hi > spans.v[i].lo;
-      }
-      if (keep) {
-        memmove(maps + out, maps + at, end - at);
-        out += end - at;
-      }
-      at = end;
-    }
-    FILE *f = out ? fmemopen(maps, out, "r") : NULL;
+  kept_maps k = { .spans = &spans };
+  bool ok = spans.n > 0 && _ta_maps_each(keep_map, &k) == 0 && !k.oom;
+  if (ok) {
+    FILE *f = k.len ? fmemopen(k.text, k.len, "r") : NULL;
     ok = f != NULL;
     if (f) {
       (void)dwfl_linux_proc_maps_report(c->dwfl, f);
@@ -350,7 +331,7 @@ static void report_live_modules(report_ctx *c) {
     }
   }
   if (!ok) (void)dwfl_linux_proc_report(c->dwfl, c->pid);
-  free(maps);
+  free(k.text);
   free(spans.v);
 }
 

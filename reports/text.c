@@ -219,12 +219,6 @@ const char *report_source_tag(const report_source *src, ta_tag tag) {
   return n ? n : "?";
 }
 
-bool report_kind_is_leak(const char *kind) {
-  size_t n = strlen(kind);
-  return strncmp(kind, "leak.", 5) == 0 || (n >= 5 && strcmp(kind + n - 5, ".leak") == 0) ||
-         strcmp(kind, "gpu.pool-retained") == 0 || strcmp(kind, "unclassified") == 0;
-}
-
 /* ---- frames and stacks ---------------------------------------------------- */
 
 static void write_frame(wbuf *w, const char *indent, size_t index, const report_mframe *f) {
@@ -282,7 +276,7 @@ typedef struct {
   long            max_frames, max_groups;
 } render;
 
-static int kind_is(const report_group *f, const char *k) { return strcmp(f->kind, k) == 0; }
+static bool kind_is(const report_group *f, ta_kind k) { return ta_kind_of(f->kind) == k; }
 
 static void write_tag(render *r, const report_group *f) {
   if (f->tag_name) w_printf(r->w, "   [tag: %s]", f->tag_name);
@@ -359,7 +353,7 @@ static void write_site_frames(render *r, uint32_t stack) {
  * callsite, its transitions, the pairs, and the callsite that owes. */
 static void write_sites(render *r, const report_group *f) {
   if (!f->sites || f->nsites == 0) return;
-  bool leak = kind_is(f, "ref.leak");
+  bool leak = kind_is(f, TA_KIND_REF_LEAK);
   w_printf(r->w, "references by callsite (each releasing callsite is paired with the acquiring one whose "
                  "stack shares the most outer frames):\n");
   for (size_t i = 0; i < f->nsites; i++) {
@@ -377,25 +371,15 @@ static void write_sites(render *r, const report_group *f) {
   }
 }
 
-/* Leak-like groups: "<Title> of B byte(s) in N object(s) allocated from:". */
-static const char *leak_title(const char *kind) {
-  if (strcmp(kind, "leak.direct") == 0) return "Direct leak";
-  if (strcmp(kind, "leak.indirect") == 0) return "Indirect leak";
-  if (strcmp(kind, "leak.possible") == 0) return "Possible leak";
-  if (strcmp(kind, "leak.orphan") == 0) return "Orphaned leak";
-  if (strcmp(kind, "gpu.leak") == 0) return "GPU leak";
-  if (strcmp(kind, "gpu.pool-retained") == 0) return "GPU memory retained by the pool";
-  return NULL;
-}
-
 static void write_finding(render *r, const report_group *f) {
   wbuf *w = r->w;
   report_process *p = r->p;
   unsigned long addr = (unsigned long)f->addr, holder = (unsigned long)f->holder;
   const char *slot = f->slot ? f->slot : "?";
-  const char *title = leak_title(f->kind);
+  /* leak-like groups: "<Title> of B byte(s) in N object(s) allocated from:" */
+  const char *title = ta_kind_title(f->kind);
 
-  if (kind_is(f, "unclassified")) {
+  if (kind_is(f, TA_KIND_UNCLASSIFIED)) {
     char b1[32], b2[32];
     w_color(w, C_TITLE);
     w_printf(w, "Unclassified: %s byte(s) in %s object(s) live at the end, allocated from:",
@@ -403,7 +387,7 @@ static void write_finding(render *r, const report_group *f) {
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
-  } else if (kind_is(f, "leak.growth")) {
+  } else if (kind_is(f, TA_KIND_LEAK_GROWTH)) {
     char b1[32], b2[32];
     w_color(w, C_TITLE);
     w_printf(w, "Growing memory: %.1f byte(s) per iteration over %zu iteration(s), %s -> %s byte(s) "
@@ -420,12 +404,12 @@ static void write_finding(render *r, const report_group *f) {
     write_tag(r, f);
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack, r->max_frames, "    ");
-    if (kind_is(f, "leak.orphan")) {
+    if (kind_is(f, TA_KIND_LEAK_ORPHAN)) {
       if (f->holder) w_printf(w, "last held by 0x%lx in slot \"%s\"; ", holder, slot);
       w_printf(w, "orphaned at:\n");
       write_stack(w, p, f->aux_stack, r->max_frames, "    ");
     }
-  } else if (kind_is(f, "ref.leak")) {
+  } else if (kind_is(f, TA_KIND_REF_LEAK)) {
     char b1[32];
     w_color(w, C_TITLE);
     w_printf(w, "ref.leak: %s object(s)", th(b1, f->blocks));
@@ -440,7 +424,7 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->alloc_stack, "allocated at:");
     write_sites(r, f);
     write_history(r, f, "unmatched acquisitions");
-  } else if (kind_is(f, "free.double")) {
+  } else if (kind_is(f, TA_KIND_FREE_DOUBLE)) {
     w_color(w, C_TITLE);
     w_printf(w, "free.double: attempting double-free on 0x%lx", addr);
     write_block(w, f->bytes);
@@ -451,7 +435,7 @@ static void write_finding(render *r, const report_group *f) {
     write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "previously allocated at:");
-  } else if (kind_is(f, "free.invalid")) {
+  } else if (kind_is(f, TA_KIND_FREE_INVALID)) {
     w_color(w, C_TITLE);
     w_printf(w, "free.invalid: attempting free on address ");
     write_addr(w, f->addr);
@@ -463,7 +447,7 @@ static void write_finding(render *r, const report_group *f) {
     write_stack(w, p, f->stack, r->max_frames, "    ");
     write_section(r, f, f->alloc_stack, "the block around it was allocated at:");
     write_section(r, f, f->free_stack, "freed at:");
-  } else if (kind_is(f, "use.after-free")) {
+  } else if (kind_is(f, TA_KIND_USE_AFTER_FREE)) {
     w_color(w, C_TITLE);
     w_printf(w, "use.after-free: freed block ");
     write_addr(w, f->addr);
@@ -481,7 +465,7 @@ static void write_finding(render *r, const report_group *f) {
     }
     write_labeled(r, f->free_stack, "freed at:");
     write_labeled(r, f->alloc_stack, "allocated at:");
-  } else if (kind_is(f, "heap.overflow")) {
+  } else if (kind_is(f, TA_KIND_HEAP_OVERFLOW)) {
     w_color(w, C_TITLE);
     w_printf(w, "heap.overflow: block ");
     write_addr(w, f->addr);
@@ -504,7 +488,7 @@ static void write_finding(render *r, const report_group *f) {
       write_labeled(r, f->free_stack, "freed at:");
     }
     write_labeled(r, f->alloc_stack, "allocated at:");
-  } else if (kind_is(f, "arena.after-reset")) {
+  } else if (kind_is(f, TA_KIND_ARENA_AFTER_RESET)) {
     w_color(w, C_TITLE);
     w_printf(w, "arena.after-reset: pointer ");
     write_addr(w, f->addr);
@@ -518,7 +502,7 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->aux_stack, "hold declared at:");
     write_section(r, f, f->free_stack, "arena reset at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
-  } else if (kind_is(f, "ref.underflow")) {
+  } else if (kind_is(f, TA_KIND_REF_UNDERFLOW)) {
     w_color(w, C_TITLE);
     w_printf(w, "ref.underflow: refcount of ");
     write_addr(w, f->addr);
@@ -534,7 +518,7 @@ static void write_finding(render *r, const report_group *f) {
     write_history(r, f, "refcount transitions");
     write_section(r, f, f->free_stack, "freed at:");
     write_section(r, f, f->alloc_stack, "allocated at:");
-  } else if (kind_is(f, "hold.stack")) {
+  } else if (kind_is(f, TA_KIND_HOLD_STACK)) {
     w_color(w, C_TITLE);
     w_printf(w, "hold.stack: holder 0x%lx keeps a pointer into a stack frame (0x%lx) in slot \"%s\"",
              holder, addr, slot);
@@ -544,7 +528,7 @@ static void write_finding(render *r, const report_group *f) {
     w_put(w, "\n", 1);
     write_stack(w, p, f->stack ? f->stack : f->aux_stack, r->max_frames, "    ");
     if (f->stack) write_section(r, f, f->aux_stack, "hold declared at:");
-  } else if (kind_is(f, "hold.dangling")) {
+  } else if (kind_is(f, TA_KIND_HOLD_DANGLING)) {
     w_color(w, C_TITLE);
     w_printf(w, "hold.dangling: holder 0x%lx keeps in slot \"%s\" a pointer to dead memory ", holder, slot);
     write_addr(w, f->addr);
@@ -557,7 +541,7 @@ static void write_finding(render *r, const report_group *f) {
     write_section(r, f, f->aux_stack, "hold declared at:");
     write_section(r, f, f->free_stack, "target freed or reset at:");
     write_section(r, f, f->alloc_stack, "target allocated at:");
-  } else if (kind_is(f, "gpu.purge-referenced")) {
+  } else if (kind_is(f, TA_KIND_GPU_PURGE_REFERENCED)) {
     w_printf(w, "gpu.purge-referenced: a purge refused %llu device buffer(s) still referenced, such as 0x%lx",
              (unsigned long long)f->blocks, addr);
     write_block(w, f->bytes);
@@ -623,7 +607,7 @@ static const char *end_note(const report_process *p, char *buf, size_t len) {
  * GPU-leaked memory; indirectly lost, growing and unclassified memory are
  * not errors. */
 static bool is_loss_record(const report_group *g) {
-  return report_group_is_leak(g) && strcmp(g->kind, "leak.indirect") != 0;
+  return ta_kind_is_leak(g->kind) && ta_kind_of(g->kind) != TA_KIND_LEAK_INDIRECT;
 }
 
 void report_text_process(int fd, report_process *p) {
@@ -638,7 +622,7 @@ void report_text_process(int fd, report_process *p) {
   uint64_t loss_records = 0, growth = 0;
   for (size_t i = 0; i < p->ngroups; i++) {
     loss_records += is_loss_record(&p->groups[i]);
-    growth += strcmp(p->groups[i].kind, "leak.growth") == 0;
+    growth += ta_kind_of(p->groups[i].kind) == TA_KIND_LEAK_GROWTH;
   }
   if (p->ngroups == 0 && s.errors == 0 && s.direct_blocks == 0 && s.indirect_blocks == 0 &&
       s.possible_blocks == 0 && s.orphan_blocks == 0 && live_blocks == 0) {
@@ -750,7 +734,7 @@ void report_text_process(int fd, report_process *p) {
     w_printf(&w, "        suppressed: %s bytes in %s blocks\n", th(n1, p->suppressed_bytes),
              th(n2, p->suppressed_blocks));
   for (size_t k = 0; k < p->nkinds; k++)     /* device memory: only when there is some */
-    if (strcmp(p->kinds[k].kind, "gpu.leak") == 0 && p->kinds[k].blocks)
+    if (ta_kind_of(p->kinds[k].kind) == TA_KIND_GPU_LEAK && p->kinds[k].blocks)
       w_printf(&w, "       device lost: %s bytes in %s blocks (gpu.leak)\n", th(n1, p->kinds[k].bytes),
                th(n2, p->kinds[k].blocks));
   w_color(&w, C_BOLD);
@@ -775,7 +759,7 @@ size_t report_text_growth(int fd, report_process *p) {
   size_t n = 0;
   for (size_t i = 0; i < p->ngroups; i++) {
     const report_group *g = &p->groups[i];
-    if (!kind_is(g, "leak.growth") || (long)n >= r.max_groups) continue;
+    if (!kind_is(g, TA_KIND_LEAK_GROWTH) || (long)n >= r.max_groups) continue;
     if (n++ == 0)
       w_printf(&w, "==%ld== tagalloc: from its trace: memory that grows from iteration to iteration "
                    "(leak.growth: still reachable, a warning, not an error)\n", p->pid);

@@ -369,13 +369,16 @@ void tensor_set(tensor *t, const int64_t *index, float v) {
 }
 
 float tensor_item(const tensor *t) {
-  if (!_tensor_arg("tensor_item", "t", t)) return NAN;
+  bool bad, dev = _tensor_dev_dispatch("tensor_item", t, NULL, &bad);
+  if (bad || (!dev && !_tensor_arg("tensor_item", "t", t))) return NAN;
   if (t->numel != 1) {
     char b[TENSOR_SHAPE_STR];
     _tensor_err(TENSOR_ESHAPE, "tensor_item: %s has %lld elements%s, want 1", _tensor_desc(t, b),
                 (long long)t->numel, ta_poison_explain((uint64_t)t->numel, 8));
     return NAN;
   }
+  float v;
+  if (dev) return _tensor_devops->item("tensor_item", t, &v) == TENSOR_OK ? v : NAN;
   return t->dtype == TENSOR_F32 ? *(float *)t->data : (float)*(int32_t *)t->data;
 }
 

@@ -13,8 +13,7 @@
  * only into programs that call tensor_to (it sets _tensor_devops, through
  * which the rest of the library reaches it), so tensor/ needs no gpu/ code
  * otherwise. */
-#include "internal.h"
-#include "gpu.h"
+#include "device.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -23,13 +22,13 @@ static void dev_name(gpu_pool *p, char *buf, size_t len) {
   snprintf(buf, len, "device %s (pool %p)", gpu_pool_backend(p)->name, (void *)p);
 }
 
-static tensor_status dev_fail(const char *op, const gpu_backend *b, gpu_status st) {
+tensor_status _tdev_fail(const char *op, const gpu_backend *b, gpu_status st) {
   return _tensor_err(TENSOR_EINVAL, "%s: the %s backend failed: %s: %s", op, b->name, gpu_status_name(st),
                      b->last_error());
 }
 
 /* A contiguous tensor of dt and shape on p, its data uninitialised. */
-static tensor *dev_out(const char *op, gpu_pool *p, tensor_dtype dt, int ndim, const int64_t *shape) {
+tensor *_tdev_out(const char *op, gpu_pool *p, tensor_dtype dt, int ndim, const int64_t *shape) {
   int64_t n = _tensor_check_shape(op, ndim, shape);
   if (n < 0) return NULL;
   tensor_storage *s = _tensor_storage_new(_tensor_tag_storage, 0);
@@ -63,7 +62,7 @@ static void dev_release(tensor_storage *s) {
 }
 
 /* The device of a and b (b may be NULL): both on one device, else an error. */
-static gpu_pool *same_device(const char *op, const tensor *a, const tensor *b) {
+gpu_pool *_tdev_same(const char *op, const tensor *a, const tensor *b) {
   gpu_pool *da = _tensor_on_device(a->storage) ? a->storage->device : NULL;
   gpu_pool *db = b == NULL ? da : _tensor_on_device(b->storage) ? b->storage->device : NULL;
   if (da == NULL || da != db) {
@@ -85,20 +84,19 @@ static bool dev_f32_contig(const char *op, const char *name, const tensor *t) {
   return true;
 }
 
-static tensor *dev_clone(const char *op, const tensor *a);
 
 /* t itself when contiguous, else a contiguous copy on its device (*copy:
  * the caller frees it); a broadcast view (an expanded gradient) included. */
-static const tensor *dev_borrow(const char *op, const tensor *t, tensor **copy) {
+const tensor *_tdev_borrow(const char *op, const tensor *t, tensor **copy) {
   *copy = NULL;
   if (t->dtype != TENSOR_F32) return _tensor_arg_dtype(op, "a", t), NULL;
   if (_tensor_contig(t)) return t;
-  return *copy = dev_clone(op, t);
+  return *copy = _tdev_clone(op, t);
 }
 
-static tensor *finish(const char *op, const gpu_backend *B, gpu_status st, tensor *out) {
+tensor *_tdev_finish(const char *op, const gpu_backend *B, gpu_status st, tensor *out) {
   if (st != GPU_OK) {
-    dev_fail(op, B, st);
+    _tdev_fail(op, B, st);
     tensor_free(out);
     return NULL;
   }
@@ -109,7 +107,7 @@ static tensor *finish(const char *op, const gpu_backend *B, gpu_status st, tenso
 static tensor_status dev_binary_run(const char *op, int kind, tensor *out, const tensor *a0, const tensor *b0) {
   const gpu_backend *B = gpu_pool_backend(out->storage->device);
   tensor *ca, *cb;
-  const tensor *a = dev_borrow(op, a0, &ca), *b = a ? dev_borrow(op, b0, &cb) : NULL;
+  const tensor *a = _tdev_borrow(op, a0, &ca), *b = a ? _tdev_borrow(op, b0, &cb) : NULL;
   if (b == NULL) {
     tensor_free(ca);
     return tensor_last_status();
@@ -132,7 +130,7 @@ static tensor_status dev_binary_run(const char *op, int kind, tensor *out, const
   }
   tensor_free(ca);
   tensor_free(cb);
-  return st == GPU_OK ? TENSOR_OK : dev_fail(op, B, st);
+  return st == GPU_OK ? TENSOR_OK : _tdev_fail(op, B, st);
 }
 
 /* The shapes a device runs: equal, or [.., cols] + [cols] for an add. */
@@ -147,9 +145,9 @@ static bool dev_shapes(const char *op, int kind, const tensor *a, const tensor *
 }
 
 static tensor *dev_binary(const char *op, int kind, const tensor *a, const tensor *b) {
-  gpu_pool *p = same_device(op, a, b);
+  gpu_pool *p = _tdev_same(op, a, b);
   if (p == NULL || !dev_shapes(op, kind, a, b)) return NULL;
-  tensor *out = dev_out(op, p, TENSOR_F32, a->ndim, a->shape);
+  tensor *out = _tdev_out(op, p, TENSOR_F32, a->ndim, a->shape);
   if (out && dev_binary_run(op, kind, out, a, b) != TENSOR_OK) {
     tensor_free(out);
     return NULL;
@@ -177,12 +175,12 @@ static tensor_status dev_binary_out(const char *op, int kind, tensor *out, const
 }
 
 static tensor *dev_unary(const char *op, int kind, const tensor *a0, float s) {
-  gpu_pool *p = same_device(op, a0, NULL);
+  gpu_pool *p = _tdev_same(op, a0, NULL);
   if (p == NULL) return NULL;
   const gpu_backend *B = gpu_pool_backend(p);
   tensor *ca;
-  const tensor *a = dev_borrow(op, a0, &ca);
-  tensor *out = a ? dev_out(op, p, TENSOR_F32, a->ndim, a->shape) : NULL;
+  const tensor *a = _tdev_borrow(op, a0, &ca);
+  tensor *out = a ? _tdev_out(op, p, TENSOR_F32, a->ndim, a->shape) : NULL;
   if (out == NULL) {
     tensor_free(ca);
     return NULL;
@@ -203,54 +201,22 @@ static tensor *dev_unary(const char *op, int kind, const tensor *a0, float s) {
     default: st = GPU_EINVAL; break;
   }
   tensor_free(ca);
-  return finish(op, B, st, out);
+  return _tdev_finish(op, B, st, out);
 }
 
-/* How sgemm reads a 2-D t: row-major as stored (lda: its row stride), or
- * the transpose of a row-major matrix (a transposed view: no copy). */
-static bool gemm_operand(const tensor *t, gpu_trans *tr, int *ld) {
-  if (t->strides[1] == 1 && t->strides[0] >= t->shape[1]) {
-    *tr = GPU_NO_TRANS;
-    *ld = (int)(t->shape[0] > 1 ? t->strides[0] : t->shape[1]);
-    return true;
-  }
-  if (t->strides[0] == 1 && t->strides[1] >= t->shape[0]) {
-    *tr = GPU_TRANS;
-    *ld = (int)(t->shape[1] > 1 ? t->strides[1] : t->shape[0]);
-    return true;
-  }
-  return false;
-}
-
-static tensor *dev_matmul(const char *op, const tensor *a0, const tensor *b0) {
-  gpu_pool *p = same_device(op, a0, b0);
-  if (p == NULL) return NULL;
-  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-  if (a0->dtype != TENSOR_F32 || b0->dtype != TENSOR_F32)
-    return _tensor_arg_dtype(op, a0->dtype != TENSOR_F32 ? "a" : "b", a0->dtype != TENSOR_F32 ? a0 : b0), NULL;
-  if (a0->ndim != 2 || b0->ndim != 2 || a0->shape[1] != b0->shape[0])
-    return _tensor_err(TENSOR_ESHAPE, "%s: on a device, [m, k] @ [k, n] only: %s and %s", op, _tensor_desc(a0, b1),
-                       _tensor_desc(b0, b2)),
-           NULL;
+static tensor_status dev_scalar_(const char *op, int kind, tensor *a, float s) {
+  gpu_pool *p = _tdev_same(op, a, NULL);
+  if (p == NULL || !dev_f32_contig(op, "a", a)) return tensor_last_status();
   const gpu_backend *B = gpu_pool_backend(p);
-  gpu_trans ta, tb;
-  int lda, ldb;
-  tensor *ca = NULL, *cb = NULL;
-  const tensor *a = a0, *b = b0;
-  if (!gemm_operand(a, &ta, &lda) && ((a = ca = dev_clone(op, a0)) == NULL || !gemm_operand(a, &ta, &lda))) a = NULL;
-  if (a && !gemm_operand(b, &tb, &ldb) && ((b = cb = dev_clone(op, b0)) == NULL || !gemm_operand(b, &tb, &ldb)))
-    b = NULL;
-  int m = (int)a0->shape[0], k = (int)a0->shape[1], n = (int)b0->shape[1];
-  tensor *out = a && b ? dev_out(op, p, TENSOR_F32, 2, (int64_t[]){ m, n }) : NULL;
-  gpu_status st = GPU_OK;
-  if (out) st = B->sgemm(ta, tb, m, n, k, 1.0f, tensor_f32(a), lda, tensor_f32(b), ldb, 0.0f, tensor_f32(out), n, NULL);
-  tensor_free(ca);
-  tensor_free(cb);
-  return out ? finish(op, B, st, out) : NULL;
+  float *x = tensor_f32(a);
+  gpu_status st = kind == _TD_ADD_SCALAR ? B->add_scalar(x, x, s, a->numel, NULL) : B->scale(x, x, s, a->numel, NULL);
+  return st == GPU_OK ? TENSOR_OK : _tdev_fail(op, B, st);
 }
+
+static tensor *dev_matmul(const char *op, const tensor *a, const tensor *b) { return _tdev_matmul_t(op, a, 0, b, 0); }
 
 static tensor *dev_sum(const char *op, const tensor *a0, int axis, int keepdim) {
-  gpu_pool *p = same_device(op, a0, NULL);
+  gpu_pool *p = _tdev_same(op, a0, NULL);
   if (p == NULL) return NULL;
   char b[TENSOR_SHAPE_STR];
   bool all = axis == TENSOR_ALL || (a0->ndim == 1 && axis == 0);
@@ -260,30 +226,30 @@ static tensor *dev_sum(const char *op, const tensor *a0, int axis, int keepdim) 
            NULL;
   const gpu_backend *B = gpu_pool_backend(p);
   tensor *ca;
-  const tensor *a = dev_borrow(op, a0, &ca);
-  tensor *out = a ? dev_out(op, p, TENSOR_F32, all ? 0 : a->ndim - 1, a->shape + 1) : NULL;
+  const tensor *a = _tdev_borrow(op, a0, &ca);
+  tensor *out = a ? _tdev_out(op, p, TENSOR_F32, all ? 0 : a->ndim - 1, a->shape + 1) : NULL;
   gpu_status st = GPU_OK;
   if (out && all) st = B->sum_all(tensor_f32(out), tensor_f32(a), a->numel, NULL);
   else if (out) st = B->sum_rows(tensor_f32(out), tensor_f32(a), a->shape[0], out->numel, NULL);
   tensor_free(ca);
-  return out ? finish(op, B, st, out) : NULL;
+  return out ? _tdev_finish(op, B, st, out) : NULL;
 }
 
-static tensor *dev_clone(const char *op, const tensor *a) {
-  gpu_pool *p = same_device(op, a, NULL);
+tensor *_tdev_clone(const char *op, const tensor *a) {
+  gpu_pool *p = _tdev_same(op, a, NULL);
   if (p == NULL) return NULL;
   const gpu_backend *B = gpu_pool_backend(p);
-  tensor *out = dev_out(op, p, a->dtype, a->ndim, a->shape);
+  tensor *out = _tdev_out(op, p, a->dtype, a->ndim, a->shape);
   if (out == NULL) return NULL;
   gpu_status st;
   if (_tensor_contig(a)) st = B->memcpy_d2d(out->data, a->data, (size_t)a->numel * 4, NULL);
   else if (a->ndim == 0) st = B->memcpy_d2d(out->data, a->data, 4, NULL);
   else st = B->copy_strided(out->data, a->data, a->ndim, a->shape, a->strides, NULL);   /* 4-byte elements */
-  return finish(op, B, st, out);
+  return _tdev_finish(op, B, st, out);
 }
 
 static tensor_status dev_fill(const char *op, tensor *a, float v) {
-  gpu_pool *p = same_device(op, a, NULL);
+  gpu_pool *p = _tdev_same(op, a, NULL);
   if (p == NULL) return tensor_last_status();
   if (!_tensor_contig(a)) {
     char b[TENSOR_SHAPE_STR];
@@ -293,12 +259,17 @@ static tensor_status dev_fill(const char *op, tensor *a, float v) {
   const gpu_backend *B = gpu_pool_backend(p);
   gpu_status st = a->dtype == TENSOR_F32 ? B->fill(a->data, v, a->numel, NULL)
                                          : B->fill_i32(a->data, (int32_t)v, a->numel, NULL);
-  return st == GPU_OK ? TENSOR_OK : dev_fail(op, B, st);
+  return st == GPU_OK ? TENSOR_OK : _tdev_fail(op, B, st);
 }
 
 static const struct _tensor_devops devops = {
-  .binary = dev_binary, .binary_out = dev_binary_out, .unary = dev_unary, .matmul = dev_matmul, .sum = dev_sum,
-  .clone = dev_clone,   .fill = dev_fill,   .release = dev_release, .name = dev_name,
+  .binary = dev_binary, .binary_out = dev_binary_out, .unary = dev_unary, .scalar_ = dev_scalar_, .matmul = dev_matmul, .sum = dev_sum,
+  .clone = _tdev_clone,   .fill = dev_fill,   .release = dev_release, .name = dev_name,
+  .gemm = _tdev_gemm, .matmul_t = _tdev_matmul_t, .sum_add = _tdev_sum_add, .argmax = _tdev_argmax,
+  .item = _tdev_item, .conv2d = _tdev_conv2d, .conv2d_grad = _tdev_conv2d_grad, .pool = _tdev_pool,
+  .pool_grad = _tdev_pool_grad, .softmax = _tdev_softmax,
+  .softmax_grad = _tdev_softmax_grad, .xent = _tdev_xent, .embedding = _tdev_embedding,
+  .embedding_grad = _tdev_embedding_grad, .sgd = _tdev_sgd, .adam = _tdev_adam,
 };
 
 tensor *tensor_to(const tensor *t, gpu_pool *device) {
@@ -309,7 +280,7 @@ tensor *tensor_to(const tensor *t, gpu_pool *device) {
   tensor *src = _tensor_contig(t) ? (tensor *)t : tensor_contiguous(t);
   if (src == NULL) return NULL;
   size_t bytes = (size_t)src->numel * 4;
-  tensor *out = device ? dev_out("tensor_to", device, t->dtype, t->ndim, t->shape)
+  tensor *out = device ? _tdev_out("tensor_to", device, t->dtype, t->ndim, t->shape)
                        : _tensor_out("tensor_to", t->dtype, t->ndim, t->shape);
   if (out == NULL) {
     if (src != t) tensor_free(src);
@@ -331,5 +302,5 @@ tensor *tensor_to(const tensor *t, gpu_pool *device) {
   }
   if (st == GPU_OK && B) st = B->stream_synchronize(NULL);
   if (src != t) tensor_free(src);
-  return finish("tensor_to", B, st, out);
+  return _tdev_finish("tensor_to", B, st, out);
 }

@@ -53,12 +53,38 @@ struct _tensor_devops {
   tensor *(*binary)(const char *op, int kind, const tensor *a, const tensor *b);
   tensor_status (*binary_out)(const char *op, int kind, tensor *out, const tensor *a, const tensor *b);
   tensor *(*unary)(const char *op, int kind, const tensor *a, float s);
+  /* a op= s in place (_TD_ADD_SCALAR, _TD_MUL_SCALAR); a contiguous */
+  tensor_status (*scalar_)(const char *op, int kind, tensor *a, float s);
   tensor *(*matmul)(const char *op, const tensor *a, const tensor *b);
   tensor *(*sum)(const char *op, const tensor *a, int axis, int keepdim);
   tensor *(*clone)(const char *op, const tensor *a);
   tensor_status (*fill)(const char *op, tensor *a, float v);
   void (*release)(tensor_storage *s);   /* the storage's last reference went: its buffer back to the pool */
   void (*name)(gpu_pool *device, char *buf, size_t len);   /* "host#0x55..": the backend and the pool */
+  /* the ops of linalg.c, nn.c and optim.c (device_nn.c; device.h says what each takes) */
+  tensor_status (*gemm)(const char *op, tensor *out, const tensor *a, int ta, const tensor *b, int tb, float alpha,
+                        float beta);
+  tensor *(*matmul_t)(const char *op, const tensor *a, int ta, const tensor *b, int tb);
+  tensor_status (*sum_add)(const char *op, tensor *acc, const tensor *a, int axis);
+  tensor *(*argmax)(const char *op, const tensor *a, int axis, int keepdim);
+  tensor_status (*item)(const char *op, const tensor *t, float *v);
+  tensor *(*conv2d)(const char *op, const tensor *x, const tensor *w, const tensor *bias, int stride, int pad);
+  /* which: 0 dL/dx (other: w, shape: x's), 1 dL/dw (other: x, shape: w's), 2 dL/dbias */
+  tensor *(*conv2d_grad)(const char *op, int which, const tensor *dy, const tensor *other, int ndim,
+                         const int64_t *shape, int stride, int pad);
+  tensor *(*pool)(const char *op, bool max, const tensor *x, int k, int stride, tensor **argmax);
+  /* argmax NULL: average pooling's */
+  tensor *(*pool_grad)(const char *op, const tensor *dy, const tensor *argmax, int k, int stride, int ndim,
+                       const int64_t *x_shape);
+  tensor *(*softmax)(const char *op, const tensor *x, int axis);
+  tensor *(*softmax_grad)(const char *op, const tensor *dy, const tensor *y, int axis);
+  tensor *(*xent)(const char *op, const tensor *logits, const tensor *labels, bool grad);
+  tensor *(*embedding)(const char *op, const tensor *weight, const tensor *indices);
+  tensor_status (*embedding_grad)(const char *op, tensor *dweight, const tensor *dout, const tensor *indices);
+  tensor_status (*sgd)(const char *op, tensor *p, const tensor *g, tensor *buf, float lr, float momentum,
+                       float weight_decay, int first);
+  tensor_status (*adam)(const char *op, tensor *p, const tensor *g, tensor *m, tensor *v, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int64_t t);
 };
 extern const struct _tensor_devops *_tensor_devops;
 /* The error for a device tensor given to an op that runs on host tensors

@@ -132,6 +132,9 @@ static tensor_status gemm_run(const char *op, tensor *out, const tensor *a, cons
 
 tensor_status tensor_gemm_out(tensor *out, const tensor *a, const tensor *b, float alpha, float beta) {
   const char *op = "tensor_gemm_out";
+  bool bad;
+  if (_tensor_dev_dispatch(op, a, b, &bad)) return _tensor_devops->gemm(op, out, a, 0, b, 0, alpha, beta);
+  if (bad) return tensor_last_status();
   if (!_tensor_arg_f32(op, "out", out) || !matmul_args(op, a, b)) return tensor_last_status();
   return gemm_run(op, out, a, b, alpha, beta);
 }
@@ -177,12 +180,18 @@ static const tensor *maybe_t(const tensor *t, int trans, tensor *tmp) {
 tensor_status tensor_gemm_t_out(tensor *out, const tensor *a, int ta, const tensor *b, int tb, float alpha,
                                 float beta) {
   const char *op = "tensor_gemm_t_out";
+  bool bad;
+  if (_tensor_dev_dispatch(op, a, b, &bad)) return _tensor_devops->gemm(op, out, a, ta, b, tb, alpha, beta);
+  if (bad) return tensor_last_status();
   if (!_tensor_arg_f32(op, "out", out) || !matmul_args(op, a, b)) return tensor_last_status();
   tensor at, bt;
   return gemm_run("tensor_gemm_out", out, maybe_t(a, ta, &at), maybe_t(b, tb, &bt), alpha, beta);
 }
 
 tensor *tensor_matmul_t(const tensor *a, int ta, const tensor *b, int tb) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_matmul_t", a, b, &bad)) return _tensor_devops->matmul_t("tensor_matmul_t", a, ta, b, tb);
+  if (bad) return NULL;
   if (!matmul_args("tensor_matmul_t", a, b)) return NULL;
   tensor at, bt;
   return matmul_run("tensor_matmul", maybe_t(a, ta, &at), maybe_t(b, tb, &bt));
@@ -366,6 +375,9 @@ static int conv_parts(const conv_geom *g) {
  * written in place in NCHW order. */
 tensor *tensor_conv2d(const tensor *x, const tensor *w, const tensor *bias, int stride, int pad) {
   const char *op = "tensor_conv2d";
+  bool bad;
+  if (_tensor_dev_dispatch(op, x, w, &bad)) return _tensor_devops->conv2d(op, x, w, bias, stride, pad);
+  if (bad) return NULL;
   tensor *xc = NULL, *wc = NULL, *out = NULL;
   _tensor_scratch col = { 0 };
   conv_geom g;
@@ -427,6 +439,9 @@ static bool check_dy(const char *op, const tensor *dy, const conv_geom *g) {
 tensor *tensor_conv2d_grad_input(const tensor *dy, const tensor *w, int ndim, const int64_t *x_shape, int stride,
                                  int pad) {
   const char *op = "tensor_conv2d_grad_input";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, w, &bad)) return _tensor_devops->conv2d_grad(op, 0, dy, w, ndim, x_shape, stride, pad);
+  if (bad) return NULL;
   tensor *dyc = NULL, *wc = NULL, *dx = NULL;
   _tensor_scratch dcol = { 0 };
   conv_geom g;
@@ -476,6 +491,9 @@ fail:
 tensor *tensor_conv2d_grad_weight(const tensor *dy, const tensor *x, int ndim, const int64_t *w_shape, int stride,
                                   int pad) {
   const char *op = "tensor_conv2d_grad_weight";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, x, &bad)) return _tensor_devops->conv2d_grad(op, 1, dy, x, ndim, w_shape, stride, pad);
+  if (bad) return NULL;
   tensor *dyc = NULL, *xc = NULL, *dw = NULL;
   _tensor_scratch scratch = { 0 };
   conv_geom g;
@@ -547,6 +565,9 @@ TENSOR_SIMD static double plane_sum(const float *p, int64_t n) {
 
 tensor *tensor_conv2d_grad_bias(const tensor *dy) {
   const char *op = "tensor_conv2d_grad_bias";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, NULL, &bad)) return _tensor_devops->conv2d_grad(op, 2, dy, NULL, 0, NULL, 1, 0);
+  if (bad) return NULL;
   tensor *dyc = contig_4d(op, "dy", dy);
   if (dyc == NULL) return NULL;
   int64_t N = dy->shape[0], O = dy->shape[1], P = dy->shape[2] * dy->shape[3];
@@ -613,6 +634,9 @@ tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax) {
   const char *op = "tensor_max_pool2d";
   int64_t shape[4];
   if (argmax) *argmax = NULL;
+  bool bad;
+  if (_tensor_dev_dispatch(op, x, NULL, &bad)) return _tensor_devops->pool(op, true, x, k, stride, argmax);
+  if (bad) return NULL;
   tensor *xc = pool_prepare(op, x, k, stride, shape);
   if (xc == NULL) return NULL;
   tensor *out = _tensor_out(op, TENSOR_F32, 4, shape);
@@ -654,6 +678,9 @@ done:
 
 tensor *tensor_avg_pool2d(const tensor *x, int k, int stride) {
   const char *op = "tensor_avg_pool2d";
+  bool bad;
+  if (_tensor_dev_dispatch(op, x, NULL, &bad)) return _tensor_devops->pool(op, false, x, k, stride, NULL);
+  if (bad) return NULL;
   int64_t shape[4];
   tensor *xc = pool_prepare(op, x, k, stride, shape);
   if (xc == NULL) return NULL;
@@ -680,6 +707,9 @@ tensor *tensor_avg_pool2d(const tensor *x, int k, int stride) {
 
 tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim, const int64_t *x_shape) {
   const char *op = "tensor_max_pool2d_grad";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, argmax, &bad)) return _tensor_devops->pool_grad(op, dy, argmax, 0, 0, ndim, x_shape);
+  if (bad) return NULL;
   if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg(op, "argmax", argmax)) return NULL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (argmax->dtype != TENSOR_I32 || !_tensor_same_shape(dy, argmax) || dy->ndim != 4 || ndim != 4 ||
@@ -708,6 +738,9 @@ tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim,
 
 tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, const int64_t *x_shape) {
   const char *op = "tensor_avg_pool2d_grad";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, NULL, &bad)) return _tensor_devops->pool_grad(op, dy, NULL, k, stride, ndim, x_shape);
+  if (bad) return NULL;
   if (!_tensor_arg_f32(op, "dy", dy)) return NULL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (dy->ndim != 4 || ndim != 4 || k < 1 || stride < 1 || _tensor_check_shape(op, ndim, x_shape) < 0 ||

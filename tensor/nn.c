@@ -106,7 +106,34 @@ static tensor *softmax_any(const char *op, const tensor *x, int axis, bool log_f
   return y;
 }
 
-tensor *tensor_softmax(const tensor *x, int axis) { return softmax_any("tensor_softmax", x, axis, false); }
+tensor *tensor_softmax(const tensor *x, int axis) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_softmax", x, NULL, &bad)) return _tensor_devops->softmax("tensor_softmax", x, axis);
+  if (bad) return NULL;
+  return softmax_any("tensor_softmax", x, axis, false);
+}
+tensor *tensor_softmax_grad(const tensor *dy, const tensor *y, int axis) {
+  const char *op = "tensor_softmax_grad";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dy, y, &bad)) return _tensor_devops->softmax_grad(op, dy, y, axis);
+  if (bad) return NULL;
+  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg_f32(op, "y", y)) return NULL;
+  if (!_tensor_same_shape(dy, y)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
+    return NULL;
+  }
+  tensor *p = tensor_mul(dy, y), *s = p ? tensor_sum(p, axis, 1) : NULL;
+  tensor *d = s ? tensor_sub(dy, s) : NULL;
+  if (d && tensor_mul_(d, y) != TENSOR_OK) {
+    tensor_free(d);
+    d = NULL;
+  }
+  tensor_free(p);
+  tensor_free(s);
+  return d;
+}
+
 tensor *tensor_log_softmax(const tensor *x, int axis) { return softmax_any("tensor_log_softmax", x, axis, true); }
 
 /* Checks logits [N,C] f32 and labels [N] i32 with 0 <= label < C; returns
@@ -140,6 +167,9 @@ static bool ce_prepare(const char *op, const tensor *logits, const tensor *label
 
 tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels) {
   const char *op = "tensor_cross_entropy";
+  bool bad;
+  if (_tensor_dev_dispatch(op, logits, labels, &bad)) return _tensor_devops->xent(op, logits, labels, false);
+  if (bad) return NULL;
   tensor *lc, *yc, *out = NULL;
   if (ce_prepare(op, logits, labels, &lc, &yc) && (out = _tensor_out(op, TENSOR_F32, 0, NULL))) {
     int64_t N = logits->shape[0], C = logits->shape[1];
@@ -163,6 +193,9 @@ tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels) {
 
 tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels) {
   const char *op = "tensor_cross_entropy_grad";
+  bool bad;
+  if (_tensor_dev_dispatch(op, logits, labels, &bad)) return _tensor_devops->xent(op, logits, labels, true);
+  if (bad) return NULL;
   tensor *lc, *yc, *out = NULL;
   if (ce_prepare(op, logits, labels, &lc, &yc) && (out = _tensor_out(op, TENSOR_F32, 2, logits->shape))) {
     int64_t N = logits->shape[0], C = logits->shape[1];
@@ -181,6 +214,9 @@ tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels) {
 
 tensor *tensor_embedding(const tensor *weight, const tensor *indices) {
   const char *op = "tensor_embedding";
+  bool bad;
+  if (_tensor_dev_dispatch(op, weight, indices, &bad)) return _tensor_devops->embedding(op, weight, indices);
+  if (bad) return NULL;
   if (!_tensor_arg_f32(op, "weight", weight) || !_tensor_arg(op, "indices", indices)) return NULL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (indices->dtype != TENSOR_I32) {
@@ -212,4 +248,37 @@ tensor *tensor_embedding(const tensor *weight, const tensor *indices) {
   _tensor_unborrow(indices, ic);
   _tensor_unborrow(weight, wc);
   return out;
+}
+
+tensor_status tensor_embedding_grad_(tensor *dweight, const tensor *dout, const tensor *indices) {
+  const char *op = "tensor_embedding_grad_";
+  bool bad;
+  if (_tensor_dev_dispatch(op, dweight, dout, &bad)) return _tensor_devops->embedding_grad(op, dweight, dout, indices);
+  if (bad) return tensor_last_status();
+  if (!_tensor_arg_f32(op, "dweight", dweight) || !_tensor_arg_f32(op, "dout", dout) ||
+      !_tensor_arg(op, "indices", indices))
+    return tensor_last_status();
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR], b3[TENSOR_SHAPE_STR];
+  if (indices->dtype != TENSOR_I32)
+    return _tensor_err(TENSOR_EDTYPE, "%s: indices are %s, want i32", op, _tensor_desc(indices, b3));
+  if (dweight->ndim != 2 || !_tensor_contig(dweight) || dout->numel != indices->numel * dweight->shape[1] ||
+      (dout->ndim >= 1 && dout->shape[dout->ndim - 1] != dweight->shape[1]))
+    return _tensor_err(TENSOR_ESHAPE, "%s: dweight %s (contiguous [V,D]), dout %s and indices %s do not match", op,
+                       _tensor_desc(dweight, b1), _tensor_desc(dout, b2), _tensor_desc(indices, b3));
+  int64_t V = dweight->shape[0], D = dweight->shape[1];
+  tensor *dc = _tensor_borrow(dout), *ic = dc ? _tensor_borrow(indices) : NULL;
+  if (ic) {
+    const int32_t *idx = ic->data;
+    const float *d = dc->data;
+    float *gw = dweight->data;
+    for (int64_t i = 0; i < ic->numel; i++) {
+      if (idx[i] < 0 || idx[i] >= V) continue;   /* the forward refused them */
+      float *row = gw + (int64_t)idx[i] * D;
+      const float *src = d + i * D;
+      for (int64_t j = 0; j < D; j++) row[j] += src[j];
+    }
+  }
+  _tensor_unborrow(dout, dc);
+  _tensor_unborrow(indices, ic);
+  return ic ? TENSOR_OK : tensor_last_status();
 }

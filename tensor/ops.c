@@ -300,11 +300,19 @@ tensor_status tensor_mul_(tensor *a, const tensor *b) {
 }
 tensor_status tensor_div_(tensor *a, const tensor *b) { return binary_out("tensor_div_", a, a, b, k_div, NULL); }
 tensor_status tensor_add_scalar_(tensor *a, float s) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_add_scalar_", a, NULL, &bad))
+    return _tensor_devops->scalar_("tensor_add_scalar_", _TD_ADD_SCALAR, a, s);
+  if (bad) return tensor_last_status();
   if (!_tensor_arg_f32("tensor_add_scalar_", "a", a)) return tensor_last_status();
   SCALAR(x, s);
   return binary_out_run("tensor_add_scalar_", a, a, &x, k_add, NULL);
 }
 tensor_status tensor_mul_scalar_(tensor *a, float s) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_mul_scalar_", a, NULL, &bad))
+    return _tensor_devops->scalar_("tensor_mul_scalar_", _TD_MUL_SCALAR, a, s);
+  if (bad) return tensor_last_status();
   return binary_out("tensor_mul_scalar_", a, a, a, k_scale, &s);
 }
 
@@ -460,6 +468,9 @@ tensor *tensor_sum(const tensor *a, int axis, int keepdim) {
 
 tensor_status tensor_sum_add_(tensor *acc, const tensor *a, int axis) {
   const char *op = "tensor_sum_add_";
+  bool bad;
+  if (_tensor_dev_dispatch(op, acc, a, &bad)) return _tensor_devops->sum_add(op, acc, a, axis);
+  if (bad) return tensor_last_status();
   if (!_tensor_arg_f32(op, "acc", acc) || !_tensor_arg_f32(op, "a", a)) return tensor_last_status();
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   int ax = _tensor_axis(axis, a->ndim);
@@ -493,6 +504,9 @@ tensor_status tensor_sum_add_(tensor *acc, const tensor *a, int axis) {
 tensor *tensor_mean(const tensor *a, int axis, int keepdim) { return reduce("tensor_mean", R_MEAN, a, axis, keepdim); }
 tensor *tensor_max(const tensor *a, int axis, int keepdim) { return reduce("tensor_max", R_MAX, a, axis, keepdim); }
 tensor *tensor_argmax(const tensor *a, int axis, int keepdim) {
+  bool bad;
+  if (_tensor_dev_dispatch("tensor_argmax", a, NULL, &bad)) return _tensor_devops->argmax("tensor_argmax", a, axis, keepdim);
+  if (bad) return NULL;
   return reduce("tensor_argmax", R_ARGMAX, a, axis, keepdim);
 }
 

@@ -11,6 +11,8 @@ TENSOR_OBJ   = $(TENSOR_SRC:%.c=$(BUILD)/obj/%.o)
 # project never reads the floating-point exception flags).
 TENSOR_OPT   = $(if $(findstring sanitize,$(CFLAGS)),,-O3 -fno-trapping-math)
 TENSOR_LIBS  = -lopenblas -ldl
+# The optimizer updates (optim.c): sqrtf sets no errno, so their loops vectorize.
+$(BUILD)/obj/tensor/optim.o: TENSOR_OPT += -fno-math-errno
 # Device tensors (tensor/device.c) run on gpu/: its archive comes after the
 # tensor one, and is only pulled in by a program that calls tensor_to.
 TENSOR_LINK  = $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc-gpu.a $(LINKA) $(TENSOR_LIBS)

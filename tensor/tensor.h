@@ -102,14 +102,22 @@ static inline int32_t *tensor_i32(const tensor *t) { return (int32_t *)t->data; 
  * host memory) and returns a new contiguous tensor there; ops dispatch on
  * the device of their inputs.  On a device: tensor_add,
  * _sub, _mul, _div (same shapes, or [rows, cols] + [cols] for tensor_add),
- * tensor_add_scalar, _sub_scalar, _mul_scalar, tensor_neg, _relu, _tanh,
- * _sigmoid, _exp, _log, the relu/tanh/sigmoid _grad ops and their _out
- * forms, tensor_add_, _sub_, _mul_, 2-D tensor_matmul (a transposed view
- * read as such), tensor_sum over TENSOR_ALL or axis 0 (keepdim 0),
- * tensor_clone, tensor_contiguous, tensor_fill_, and every function that
- * only makes views or reads shapes (tensor/README.md, Devices).  Strided
- * inputs are copied contiguous on the device first.  Autograd runs on
- * device tensors built from these ops (its gradients stay on the device).  A device tensor given to any other op, or
+ * tensor_add_scalar, _sub_scalar, _mul_scalar and the in-place
+ * add_scalar_, mul_scalar_, tensor_neg, _relu, _tanh, _sigmoid, _exp, _log,
+ * the relu/tanh/sigmoid _grad ops and their _out forms, tensor_add_, _sub_,
+ * _mul_, 2-D tensor_matmul, _matmul_t, _gemm_out, _gemm_t_out (a
+ * transposed view read as such), tensor_sum over TENSOR_ALL or axis 0
+ * (keepdim 0), tensor_sum_add_, tensor_argmax of 2-D rows, tensor_clone,
+ * tensor_contiguous, tensor_fill_, tensor_item (copied back: it waits),
+ * the training ops (conv2d and its gradients, max and average pooling and
+ * their gradients, softmax and tensor_softmax_grad over the last axis,
+ * cross-entropy and its
+ * gradient, embedding and tensor_embedding_grad_, tensor_sgd_step_,
+ * tensor_adam_step_; a device label or index out of range gives NaN
+ * instead of an error), and every function that only makes views or reads
+ * shapes (tensor/README.md, Devices).  Strided inputs are copied contiguous
+ * on the device first.  Autograd runs on device tensors (its gradients stay
+ * on the device; ag_layer_to moves a model).  A device tensor given to any other op, or
  * inputs on two devices, is an error (TENSOR_EINVAL, naming the devices;
  * no finding).  A device storage holds its buffer (ta_hold(storage,
  * "device", buffer)) and counts references to it (ta_ref_*), so a leaked
@@ -304,6 +312,9 @@ tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, co
 /* ---- neural-net ops ---------------------------------------------------------- */
 
 tensor *tensor_softmax(const tensor *x, int axis);
+/* Its backward from dy and the forward's output y (same shape):
+ * dx = y * (dy - sum(dy * y, axis)). */
+tensor *tensor_softmax_grad(const tensor *dy, const tensor *y, int axis);
 tensor *tensor_log_softmax(const tensor *x, int axis);
 /* logits [N,C] (f32), labels [N] (i32, 0 <= label < C) -> the mean of the
  * per-row losses, a scalar.  The grad form gives dL/dlogits [N,C]. */
@@ -311,6 +322,22 @@ tensor *tensor_cross_entropy(const tensor *logits, const tensor *labels);
 tensor *tensor_cross_entropy_grad(const tensor *logits, const tensor *labels);
 /* weight [V,D] (f32), indices (i32, any shape up to 5 dims) -> shape + [D]. */
 tensor *tensor_embedding(const tensor *weight, const tensor *indices);
+/* Its backward: dweight [V,D] (contiguous) += each row of dout (indices'
+ * shape + [D]) at its index, a scatter-add (repeated indices sum; an index
+ * outside [0, V) is skipped: the forward refused it). */
+tensor_status tensor_embedding_grad_(tensor *dweight, const tensor *dout, const tensor *indices);
+
+/* ---- optimizer updates (in place, torch.optim's arithmetic) ------------------ */
+
+/* One parameter p by its gradient g (contiguous f32, one shape):
+ * d = g + weight_decay * p; with momentum: buf = first ? d : momentum * buf + d,
+ * d = buf (buf may be NULL when momentum is 0); p -= lr * d. */
+tensor_status tensor_sgd_step_(tensor *p, const tensor *g, tensor *buf, float lr, float momentum, float weight_decay,
+                               int first);
+/* Adam at step t (1 ..): d = g + weight_decay * p; m = beta1 m + (1 - beta1) d;
+ * v = beta2 v + (1 - beta2) d d; p -= (lr / (1 - beta1^t)) m / (sqrt(v) / sqrt(1 - beta2^t) + eps). */
+tensor_status tensor_adam_step_(tensor *p, const tensor *g, tensor *m, tensor *v, float lr, float beta1, float beta2,
+                                float eps, float weight_decay, int64_t t);
 
 /* ---- scopes ---------------------------------------------------------------- */
 

@@ -1,7 +1,8 @@
 # tools/part.mk - the auditor: the LD_PRELOAD shim (the library plus
 # tools/preload*.c) and the command-line tool (tools/tagalloc*.c); then its
-# CUDA driver shim (below).  The training programs (tools/train_*.c) are
-# built by autograd/part.mk.
+# CUDA driver shim, its tests (make test-cli, test-integration,
+# test-install, compare-memcheck), make install and make deps (below).  The
+# training programs (tools/train_*.c) are built by autograd/part.mk.
 
 PRELOAD_SRC = $(wildcard tools/preload*.c)
 PRELOAD_OBJ = $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
@@ -30,6 +31,14 @@ CLI_LIBS = $(JEMALLOC_PIC) $(filter-out -ljemalloc,$(LIBS))
 else
 PRELOAD_JEMALLOC =
 PRELOAD_LIBS = $(LIBS)
+CLI_LIBS = $(LIBS)
+endif
+
+# A sanitizer build's CLI links libjemalloc.so instead: the archive's
+# malloc would replace the sanitizer's in the executable, and the dynamic
+# loader's first malloc, made while libasan starts, reached jemalloc before
+# anything was set up (a segfault before main, even for --version).
+ifneq ($(findstring sanitize,$(CFLAGS)),)
 CLI_LIBS = $(LIBS)
 endif
 
@@ -68,3 +77,80 @@ test-cuda-audit: all
 	tests/cuda/run.sh $(BUILD)
 
 .PHONY: test-cuda-audit
+
+# ---- the auditor's tests -------------------------------------------------------
+
+TEST_SERIAL += test-cli test-install test-integration
+
+# The command line's conventions: --help, - for stdout, --quiet, colour,
+# unknown variables, --skip, the roll-up, diff's callsite keys.
+test-cli: all
+	tests/cli/run.sh $(BUILD)
+
+# Programs run under `tagalloc run`, their numbers checked exactly, and real
+# programs (python3, perl, git, gcc, node, make, sort) under the auditor.
+test-integration: all
+	tests/integration/run.sh $(BUILD)
+	tests/integration/real.sh $(BUILD)
+
+# The real programs under tagalloc run and under memcheck, side by side (a
+# measurement: see tests/integration/README.md).
+compare-memcheck: all
+	/usr/bin/python3 tests/integration/real_vs_memcheck.py $(BUILD)
+
+# Installs into a temporary prefix (and a DESTDIR), runs the installed tool,
+# builds a program with pkg-config, renders each man page, uninstalls.
+test-install: all
+	tests/install/run.sh $(BUILD)
+
+.PHONY: test-cli test-integration compare-memcheck test-install
+
+# ---- install -------------------------------------------------------------------
+# make install PREFIX=/usr/local DESTDIR=: the tool, the preload (in
+# LIBDIR/tagalloc/, where an installed `tagalloc run` looks for it: beside
+# itself, then ../lib/tagalloc/) and the CUDA shim beside it, the libraries,
+# the public headers (in INCLUDEDIR/tagalloc/), a pkg-config file and the
+# man pages (man/).
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+INSTALL    ?= install
+TA_VERSION := $(shell sed -n 's/^\#define TA_VERSION "\(.*\)"/\1/p' alloc/tagalloc.h)
+INSTALL_LIBS = libtagalloc.so libtagalloc.a libtagalloc-tensor.a libtagalloc-autograd.a
+INSTALL_HEADERS = alloc/tagalloc.h tensor/tensor.h autograd/autograd.h
+MAN1 = man/tagalloc.1 man/tagalloc-run.1 man/tagalloc-report.1 man/tagalloc-diff.1
+MAN7 = man/tagalloc.7
+
+install: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(CUDA_SHIM) $(INSTALL_LIBS:%=$(BUILD)/%)
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/tagalloc $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(INCLUDEDIR)/tagalloc $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
+	$(INSTALL) -m 755 $(BUILD)/tagalloc $(DESTDIR)$(BINDIR)/tagalloc
+	$(INSTALL) -m 755 $(BUILD)/libtagalloc-preload.so $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-preload.so
+	$(INSTALL) -m 755 $(CUDA_SHIM) $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-cuda.so
+	$(INSTALL) -m 755 $(BUILD)/libtagalloc.so $(DESTDIR)$(LIBDIR)/libtagalloc.so
+	$(INSTALL) -m 644 $(filter %.a,$(INSTALL_LIBS:%=$(BUILD)/%)) $(DESTDIR)$(LIBDIR)/
+	$(INSTALL) -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/tagalloc/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	  -e 's|@VERSION@|$(TA_VERSION)|' tools/tagalloc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/tagalloc.pc
+	$(INSTALL) -m 644 $(MAN1) $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/tagalloc $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-preload.so \
+	  $(DESTDIR)$(LIBDIR)/tagalloc/libtagalloc-cuda.so \
+	  $(INSTALL_LIBS:%=$(DESTDIR)$(LIBDIR)/%) $(DESTDIR)$(LIBDIR)/pkgconfig/tagalloc.pc \
+	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/tagalloc/,$(notdir $(INSTALL_HEADERS))) \
+	  $(MAN1:man/%=$(DESTDIR)$(MANDIR)/man1/%) $(MAN7:man/%=$(DESTDIR)$(MANDIR)/man7/%)
+	-rmdir $(DESTDIR)$(LIBDIR)/tagalloc $(DESTDIR)$(INCLUDEDIR)/tagalloc 2>/dev/null
+
+# The packages the build, the tests and the benchmarks need (tools/deps/*.txt).
+deps:
+	@tools/install-deps.sh
+
+bench-deps:
+	@tools/install-deps.sh bench
+
+.PHONY: install uninstall deps bench-deps

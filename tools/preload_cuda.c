@@ -41,7 +41,12 @@
  * location's); a free looks for the block on the current device first.
  * A failed driver call records nothing, and a free the ledger did not see
  * allocated (memory from before the hook) is let go silently: the driver
- * itself reports bad frees.
+ * itself reports bad frees.  An allocation whose first frame outside the
+ * runtime is in tagalloc's own CUDA backend (libtagalloc-gpu-cuda.so, gpu/)
+ * is not recorded: the backend allocates for its caching pool, which puts
+ * every segment and buffer on the program's ledger itself (gpu.segment,
+ * gpu.buffer), so one device byte is one record.  (cuBLAS's own
+ * allocations, from libcublas, are recorded as any library's.)
  *
  * The stack.  It starts at the first frame outside the preload, the driver
  * (a module named libcuda.so*), a shared runtime (libcudart.so*) and a
@@ -206,10 +211,15 @@ static void init_once(void) {
 
 /* ---- the caller's stack, the runtime's and driver's frames hidden ------------ */
 
+/* tagalloc's CUDA backend (gpu/gpu.h's GPU_CUDA_LIB): its allocations are
+ * its pool's, on the program's ledger already. */
+#define OWN_BACKEND "libtagalloc-gpu-cuda.so"
+
 typedef struct { uintptr_t lo, hi; } range;
 typedef struct {
   uintptr_t base;            /* dli_fbase: the module's load address */
   bool      runtime;         /* the driver or a shared runtime: every frame hidden */
+  bool      backend;         /* tagalloc's own CUDA backend (gpu/): its pool records what it allocates */
   range    *fns;             /* the runtime's functions in it, sorted */
   size_t    n;
 } module;
@@ -306,6 +316,7 @@ static module *module_of(uintptr_t pc) {
     m->runtime = true;
     return m;
   }
+  m->backend = starts(b, OWN_BACKEND);
   module_load(m, path, (uintptr_t)lm->l_addr);
   return m;
 }
@@ -330,13 +341,25 @@ static bool runtime_frame(uintptr_t pc) {
   return hidden;
 }
 
-/* The stack of the program's call into the runtime or driver (guard held). */
-static TA_NOINLINE uint32_t caller_stack(void) {
+static bool backend_frame(uintptr_t pc) {
+  pthread_mutex_lock(&module_lock);
+  module *m = module_of(pc);
+  bool own = m && m->backend;
+  pthread_mutex_unlock(&module_lock);
+  return own;
+}
+
+/* The stack of the program's call into the runtime or driver (guard held).
+ * *own (may be NULL): the call came from tagalloc's own CUDA backend (its
+ * first frame outside the runtime is there). */
+static TA_NOINLINE uint32_t caller_stack_own(bool *own) {
+  if (own) *own = false;
   if (!_ta_opt.record || _ta_opt.unwind == TA_UNWIND_NONE) return 0;
   uintptr_t pcs[TA_MAX_DEPTH];
   size_t n = _ta_unwind(pcs, TA_MAX_DEPTH, 1, (int)_ta_opt.unwind);
   size_t i = 0;
   while (i < n && runtime_frame(pcs[i] - 1)) i++;   /* pc - 1: inside the call */
+  if (own && i < n) *own = backend_frame(pcs[i] - 1);
   if (i == n) i = 0;                        /* nothing but the runtime: keep it all */
   size_t keep = n - i;
   if (keep > (size_t)_ta_opt.depth) keep = (size_t)_ta_opt.depth;
@@ -364,8 +387,14 @@ static TA_NOINLINE void on_alloc(ta_tag *tag, int device, uintptr_t addr, size_t
   init_once();
   ta_thread *t = _pl_enter();
   if (t == NULL) return;
-  uint32_t stack = caller_stack();
-  _ta_device_alloc_at(*tag, device, addr, size, flags, stack);
+  bool own;
+  uint32_t stack = caller_stack_own(&own);
+  /* tagalloc's own backend allocates for its caching pool, which records
+   * each segment and buffer in the program's ledger (gpu.segment,
+   * gpu.buffer): a cuda.* block of the same memory would count it twice
+   * (and call a segment the pool keeps to exit a leak).  Its frees are then
+   * of blocks this ledger never saw: let go silently. */
+  if (!own) _ta_device_alloc_at(*tag, device, addr, size, flags, stack);
   _pl_leave(t);
 }
 
@@ -386,7 +415,7 @@ static TA_NOINLINE void on_free(ta_tag *const *tags, size_t ntags, uintptr_t add
   for (size_t i = 0; i < ntags; i++) {
     int d = find_device(*tags[i], addr);
     if (d < 0) continue;
-    _ta_device_free_at(*tags[i], d, addr, caller_stack());
+    _ta_device_free_at(*tags[i], d, addr, caller_stack_own(NULL));
     break;
   }
   _pl_leave(t);
@@ -421,7 +450,7 @@ static void map_check_one(int device, uintptr_t addr, size_t size, ta_tag tag, u
   if (h && ta_device_size(tag_vmm, device, (uintptr_t)h)) return;   /* the handle's leak says it */
   char detail[96];
   _ta_snprintf(detail, sizeof detail, "device %d%s: mapped, its handle released", device, c->when);
-  ta_finding_add("gpu.leak", tag, addr, size, stack, 0, detail);
+  ta_finding_add(ta_kind_name(TA_KIND_GPU_LEAK), tag, addr, size, stack, 0, detail);
   c->found++;
 }
 
@@ -682,7 +711,7 @@ PL_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (t == NULL) return r;
   unmap_walk w = { .lo = (uintptr_t)ptr, .hi = (uintptr_t)ptr + size };
   ta_device_each(-1, unmap_visit, &w);               /* every mapping in the range */
-  uint32_t stack = w.n ? caller_stack() : 0;
+  uint32_t stack = w.n ? caller_stack_own(NULL) : 0;
   for (size_t i = 0; i < w.n; i++) {
     _ta_device_free_at(tag_map, w.device[i], w.found[i], stack);
     mapping_set(w.found[i], 0);

@@ -98,10 +98,6 @@ static const char *text(const json_t *o, const char *key) {
   return json_string_value(json_object_get(o, key));   /* NULL unless a string */
 }
 
-static bool is_leak_kind(const char *k) {
-  return k && report_kind_is_leak(k) && strcmp(k, "unclassified") != 0 && strcmp(k, "leak.growth") != 0;
-}
-
 /* The key of a JSON frame, as model.c makes a callsite's (a run --json
  * frame has no function start line: "function file.c"). */
 static void frame_key(const json_t *f, char *buf, size_t len) {
@@ -157,7 +153,7 @@ static bool load_json(const char *path, const char *data, size_t len, sites *out
     }
     json_t *fs = json_object_get(p, "findings");
     json_array_foreach(fs, k, c) {   /* nothing when fs is not an array */
-      if (!is_leak_kind(text(c, "kind"))) continue;
+      if (!ta_kind_is_leak(text(c, "kind"))) continue;
       json_t *st = json_object_get(c, "stack");
       char key[4096] = "<no stack recorded>";
       if (json_array_size(st)) frame_key(json_array_get(st, 0), key, sizeof key);

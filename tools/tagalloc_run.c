@@ -697,7 +697,7 @@ static void growth_from_trace(cli_proc *p, report_suppressions *supp) {
   if (rm) rp = report_model_add_offline(rm, off, supp, NULL);   /* the model owns off now */
   else report_offline_free(off);
   size_t len = 0;
-  char *objs = rp ? report_json_groups(rp, "leak.growth", &len) : NULL;
+  char *objs = rp ? report_json_groups(rp, ta_kind_name(TA_KIND_LEAK_GROWTH), &len) : NULL;
   char *at = objs && p->json_text ? strstr(p->json_text, "\"findings\":[") : NULL;
   if (at) {
     fflush(stderr);

@@ -17,7 +17,11 @@
  * A point every --every (1000) iterations and at the end: the mean training
  * loss since the previous point, the validation loss, iterations per second,
  * RSS and the ledger's live bytes (by tag).  After each iteration no tape
- * block may be live; at exit the ledger's findings are counted. */
+ * block may be live; at exit the ledger's findings are counted.
+ *
+ * --device host|cuda|auto: the same model, initial weights, windows and
+ * optimizer on a gpu/ backend (train_common.h): the model is moved there,
+ * each batch of windows copied there, and the loop is the same. */
 #define TRAIN_PROG "train-charlm"
 #include "train_common.h"
 
@@ -36,7 +40,7 @@ typedef struct {
   tc_common c;
   int iters, every, val_batches;
   const char *text;
-  const char *device;   /* --device host|cuda|auto (train_charlm_device.h) */
+  const char *device;   /* --device host|cuda|auto  */
 } options;
 
 static void usage(FILE *f) {
@@ -70,8 +74,9 @@ static options parse(int argc, char **argv) {
   if (o.c.steps && o.c.steps < o.iters) o.iters = o.c.steps;
   if (!o.c.adam && !o.c.lr_set) o.c.lr = 0.01f;
   tc_common_check(&o.c);
-  if (o.device && (o.c.checkpoint || o.c.resume || o.c.stop_after || o.c.html))
-    tc_die("--device: --checkpoint, --resume, --stop-after and --html are for the CPU run only");
+  if (o.device && (o.c.checkpoint || o.c.resume))
+    tc_die("--device: --checkpoint and --resume are for the CPU run only (a checkpoint reads the parameters in host "
+           "memory)");
   return o;
 }
 
@@ -157,17 +162,22 @@ static void fill(tensor *x, tensor *y, const int32_t *ids, const int64_t *pos, i
   }
 }
 
-static double validate(ag_layer *net, const tensor *vx, const tensor *vy, int64_t B) {
+/* The mean loss over the held-out batches; dev: the model's device (the
+ * batches are copied there). */
+static double validate(ag_layer *net, const tensor *vx, const tensor *vy, int64_t B, gpu_pool *dev) {
   double sum = 0;
   int64_t nb = tensor_batch_count(vx, B);
   ag_no_grad_begin();
   for (int64_t i = 0; i < nb; i++) {
     tensor *xb = tensor_batch(vx, i, B), *yb = tensor_batch(vy, i, B);
-    ag_var *loss = ag_cross_entropy(ag_layer_forward(net, ag_input(xb)), yb);
+    tensor *xd = dev ? tc_to_device(xb, dev) : NULL, *yd = dev ? tc_to_device(yb, dev) : NULL;
+    ag_var *loss = ag_cross_entropy(ag_layer_forward(net, ag_input(dev ? xd : xb)), dev ? yd : yb);
     if (loss == NULL) {
       tc_step_failed("validation batch", (long long)i + 1);
       tc_free_if_live(xb);
       tc_free_if_live(yb);
+      tensor_free(xd);
+      tensor_free(yd);
       ag_tape_reset(ag_tape_current());
       ag_no_grad_end();
       return NAN;
@@ -175,6 +185,8 @@ static double validate(ag_layer *net, const tensor *vx, const tensor *vy, int64_
     sum += tensor_item(loss->value);
     tensor_free(xb);
     tensor_free(yb);
+    tensor_free(xd);
+    tensor_free(yd);
     ag_tape_reset(ag_tape_current());
   }
   ag_no_grad_end();
@@ -232,8 +244,6 @@ static void save(const options *o, ag_layer *net, ag_optim *opt, int64_t iter, a
   free(x);
 }
 
-#include "train_charlm_device.h"
-
 int main(int argc, char **argv) {
   options o = parse(argc, argv);
   tensor_set_threads(o.c.threads);
@@ -281,9 +291,10 @@ int main(int argc, char **argv) {
                                                 ag_linear(CTX * EMBED, HIDDEN, &rng), ag_tanh_layer(),
                                                 ag_linear(HIDDEN, vocab, &rng) },
                                 5);
-  ag_optim *opt = !net ? NULL
-                  : o.c.adam ? ag_adam_new(net, o.c.lr, 0.9f, 0.999f, 1e-8f, 0.0f)
-                             : ag_sgd_new(net, o.c.lr, 0.9f, 0.0f);
+  if (net == NULL) tc_die("cannot build the model: %s", ag_error());
+  gpu_pool *dev = o.device ? tc_device_pool(o.device) : NULL;
+  if (dev && ag_layer_to(net, dev) != 0) tc_die("moving the model to the device: %s", ag_error());
+  ag_optim *opt = o.c.adam ? ag_adam_new(net, o.c.lr, 0.9f, 0.999f, 1e-8f, 0.0f) : ag_sgd_new(net, o.c.lr, 0.9f, 0.0f);
   if (opt == NULL) tc_die("cannot build the model: %s", ag_error());
   ag_tape_use(tape);
   tensor_pool *pool = tensor_pool_new();
@@ -326,23 +337,27 @@ int main(int argc, char **argv) {
   int tty = isatty(STDOUT_FILENO);
   int64_t done_here = 0;
   double start = tc_now();
-  if (o.device) charlm_device_main(&o, net, vocab, ids, ntrain, vx, vy, xb, yb, pos, &rng, text.n);   /* instead of: */
-  for (int64_t it = first; it < o.iters && !o.device; it++) {
+  for (int64_t it = first; it < o.iters; it++) {
     tc_tape_check_begin(&tc);
     for (int64_t b = 0; b < B; b++) pos[b] = (int64_t)ag_rng_below(&rng, ntrain - CTX);
     fill(xb, yb, ids, pos, B);
-    ag_var *loss = ag_cross_entropy(ag_layer_forward(net, ag_input(xb)), yb);
-    float l = loss ? tensor_item(loss->value) : 0;
+    tensor *xd = dev ? tc_to_device(xb, dev) : NULL, *yd = dev ? tc_to_device(yb, dev) : NULL;
+    ag_var *loss = ag_cross_entropy(ag_layer_forward(net, ag_input(dev ? xd : xb)), dev ? yd : yb);
+    float l = loss ? tensor_item(loss->value) : 0;   /* (from a device: the iteration's one synchronization) */
     /* the seeded bug arena-early-reset: the tape reset before backward */
     if (loss && tensor_fault_get() == TENSOR_FAULT_ARENA_EARLY_RESET) ag_tape_reset(tape);
     ag_optim_zero_grad(opt);
     if (loss == NULL || ag_backward(loss) != 0) {
       tc_step_failed(loss ? "backward of iteration" : "iteration", (long long)it + 1);
       ag_tape_reset(tape);
+      tensor_free(xd);
+      tensor_free(yd);
       break;
     }
     ag_optim_step(opt);
     ag_tape_reset(tape);
+    tensor_free(xd);
+    tensor_free(yd);
     tc_tape_check_end(&tc);
     h.loss_sum += l;
     h.since++;
@@ -354,14 +369,17 @@ int main(int argc, char **argv) {
       point *p = &pts[h.npoints++];
       *p = (point){ .iter = done, .train_loss = h.loss_sum / (double)h.since,
                     .iters_per_s = (double)h.since / h.seconds };
-      p->val_loss = validate(net, vx, vy, B);
+      p->val_loss = validate(net, vx, vy, B, dev);
+      char devline[200] = "";
+      if (dev) tc_device_line(dev, devline, sizeof devline);
       p->rss = tc_rss_bytes();
       tc_tag_live_now(&p->by_tag);
       p->ledger_live = tc_tag_live_total(&p->by_tag);
       printf("%siter %lld: train loss %.4f, val loss %.4f, %.0f iters/s, rss %.1f MiB, ledger live %.2f MiB, "
-             "tape blocks live after iterations %llu\n",
+             "tape blocks live after iterations %llu%s%s\n",
              tty ? "\r" : "", (long long)done, p->train_loss, p->val_loss, p->iters_per_s,
-             (double)p->rss / 1048576.0, (double)p->ledger_live / 1048576.0, (unsigned long long)tc.leaks);
+             (double)p->rss / 1048576.0, (double)p->ledger_live / 1048576.0, (unsigned long long)tc.leaks,
+             dev ? ", " : "", devline);
       fflush(stdout);
       if (o.c.json) write_json(o.c.json, pts, h.npoints, &o, vocab, text.n);
       h.loss_sum = h.seconds = 0;
@@ -391,6 +409,10 @@ int main(int argc, char **argv) {
   ag_optim_free(opt);
   ag_layer_free(net);
   ag_tape_free(tape);
+  if (dev) {
+    gpu_pool_empty_cache(dev);
+    gpu_pool_destroy(dev);
+  }
   tensor_pool_free(pool);
   tensor_free(vx);
   tensor_free(vy);

@@ -7,6 +7,7 @@
 #define TRAIN_COMMON_H
 
 #include "autograd.h"
+#include "gpu.h"
 #include "model.h"
 #include "tagalloc.h"
 
@@ -309,6 +310,42 @@ static inline void tc_step_failed(const char *what, long long step) {
  * made and t left alone): for freeing what a failed step made. */
 static inline void tc_free_if_live(tensor *t) {
   if (t && tensor_storage_block(t)) tensor_free(t);
+}
+
+/* ---- --device host|cuda|auto ---------------------------------------------------
+ * The model is moved to the device (ag_layer_to) and each batch copied there
+ * (tensor_to): autograd's ops, backward and optimizer run on the device's
+ * tensors, whose memory comes from a gpu/ caching pool (gpu.segment and
+ * gpu.buffer on the ledger). */
+
+/* The pool over the backend --device WORD selects, initialised; dies with
+ * one line when it cannot run.  auto's note, if any, goes to stderr. */
+static inline gpu_pool *tc_device_pool(const char *word) {
+  char why[640], note[640];
+  const gpu_backend *b = gpu_backend_select(word, why, sizeof why, note, sizeof note);
+  if (note[0]) fprintf(stderr, "%s\n", note);
+  if (b == NULL) tc_die("--device %s: %s", word, why);
+  gpu_pool *p = gpu_pool_new(b, NULL);
+  if (p == NULL) tc_die("--device %s: cannot make the pool: %s", word, gpu_pool_error());
+  printf(TRAIN_PROG ": on device %s (%s)\n", b->name, b->device_name());
+  return p;
+}
+
+/* t copied to the device; dies with the tensor library's message when it
+ * cannot. */
+static inline tensor *tc_to_device(const tensor *t, gpu_pool *dev) {
+  tensor *d = tensor_to(t, dev);
+  if (d == NULL) tc_die("copying a batch to the device: %s", tensor_error());
+  return d;
+}
+
+/* The pool after a point of the run, one line. */
+static inline void tc_device_line(gpu_pool *p, char *buf, size_t len) {
+  gpu_stats st;
+  gpu_pool_stats(p, &st);
+  snprintf(buf, len, "device: %.1f MiB reserved, %lld of %lld requests from the cache, %lld device allocations",
+           (double)st.reserved_bytes[GPU_STAT_ALL].current / 1048576.0, (long long)st.num_hits,
+           (long long)st.num_requests, (long long)st.num_device_alloc);
 }
 
 #define TC_COMMON_USAGE                                                                                   \

@@ -14,7 +14,17 @@
  * A checkpoint holds the model, the optimizer, the epoch and step, the
  * generator and (as the caller's bytes) the data order, the epoch's partial
  * loss sum and the finished epochs' measurements: a resumed run continues
- * exactly where the saved one was, and its losses are the same bit for bit. */
+ * exactly where the saved one was, and its losses are the same bit for bit.
+ *
+ * --device host|cuda|auto: the same model, initial weights, data order and
+ * optimizer on a gpu/ backend (train_common.h): the model is moved there,
+ * each batch copied there, and the loop is the same.  --fault
+ * gpu-clone-retain reproduces seed 003: the weights are "cloned" into a
+ * layer collection that takes a reference to each device buffer and never
+ * gives it back; at the end the model lets go, the buffers stay referenced,
+ * and the "fix", a purge of the pool, frees only what nothing references
+ * (the refused buffers are gpu.purge-referenced; at exit ref.leak and
+ * gpu.leak name the clone's line). */
 #define TRAIN_PROG "train-lenet"
 #include "train_common.h"
 
@@ -29,7 +39,7 @@ typedef struct {
   int epochs, test;
   float momentum;
   const char *data;
-  const char *device;   /* --device host|cuda|auto (train_lenet_device.h) */
+  const char *device;   /* --device host|cuda|auto */
 } options;
 
 static void usage(FILE *f) {
@@ -63,8 +73,9 @@ static options parse(int argc, char **argv) {
   tc_common_check(&o.c);
   if (tensor_fault_get() == TENSOR_FAULT_GPU_CLONE_RETAIN && !o.device)
     tc_die("--fault gpu-clone-retain needs --device (it clones the device model's weights)");
-  if (o.device && (o.c.checkpoint || o.c.resume || o.c.stop_after || o.c.html))
-    tc_die("--device: --checkpoint, --resume, --stop-after and --html are for the CPU run only");
+  if (o.device && (o.c.checkpoint || o.c.resume))
+    tc_die("--device: --checkpoint and --resume are for the CPU run only (a checkpoint reads the parameters in host "
+           "memory)");
   return o;
 }
 
@@ -184,13 +195,22 @@ static void next_batch(const dataset *d, int64_t i, int64_t batch, tensor **xb, 
   tensor_escape(*yb);
 }
 
-static double evaluate(ag_layer *net, const dataset *test) {
+/* The test accuracy; dev: the model's device (the batches are copied there,
+ * the predictions back). */
+static double evaluate(ag_layer *net, const dataset *test, gpu_pool *dev) {
   int64_t correct = 0, B = 1000;
   ag_no_grad_begin();
   for (int64_t i = 0; i < tensor_batch_count(test->x, B); i++) {
     tensor *xb = tensor_batch(test->x, i, B), *yb = tensor_batch(test->y, i, B);
-    ag_var *logits = ag_layer_forward(net, ag_input(xb));
+    tensor *xd = dev ? tc_to_device(xb, dev) : NULL;
+    ag_var *logits = ag_layer_forward(net, ag_input(xd ? xd : xb));
     tensor *pred = logits ? tensor_argmax(logits->value, 1, 0) : NULL;
+    tensor_free(xd);
+    if (pred && dev) {
+      tensor *h = tensor_to(pred, NULL);
+      tensor_free(pred);
+      pred = h;
+    }
     if (pred == NULL) {
       tc_step_failed("evaluation batch", (long long)i + 1);
       tc_free_if_live(xb);
@@ -236,7 +256,27 @@ static void write_json(const char *path, const epoch_stats *s, int n, const opti
   tc_out_commit(&out);
 }
 
-#include "train_lenet_device.h"
+/* Seed 003 (--fault gpu-clone-retain): the weights cloned into a layer
+ * collection that takes a reference to each device buffer and never gives
+ * it back. */
+typedef struct {
+  void *w[16];
+} clones;
+
+__attribute__((noinline)) static clones *clone_retain(ag_layer *net) {
+  ag_var *ps[16];
+  size_t n = ag_layer_params(net, ps, 16);
+  clones *c = ta_calloc(ta_tag_get("gpu.clones"), 1, sizeof *c);
+  if (c == NULL || n > 16) tc_die("--fault gpu-clone-retain: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    char slot[32];
+    snprintf(slot, sizeof slot, "weight%zu", i);
+    c->w[i] = ps[i]->value->data;   /* the parameter's device buffer */
+    ta_hold(c, slot, c->w[i]);
+    ta_ref_acquire(c->w[i]);   /* the bug: a reference the collection never releases */
+  }
+  return c;
+}
 
 /* ---- checkpoints: the caller's bytes --------------------------------------------- */
 
@@ -289,9 +329,12 @@ int main(int argc, char **argv) {
                       ag_flatten_layer(), ag_linear(400, 120, &rng), ag_relu_layer(), ag_linear(120, 84, &rng),
                       ag_relu_layer(), ag_linear(84, 10, &rng) },
       12);
-  ag_optim *opt = !net ? NULL
-                  : o.c.adam ? ag_adam_new(net, o.c.lr, 0.9f, 0.999f, 1e-8f, 0.0f)
-                             : ag_sgd_new(net, o.c.lr, o.momentum, 0.0f);
+  if (net == NULL) tc_die("cannot build the model: %s", ag_error());
+  gpu_pool *dev = o.device ? tc_device_pool(o.device) : NULL;
+  if (dev && ag_layer_to(net, dev) != 0) tc_die("moving the model to the device: %s", ag_error());
+  clones *cloned = dev && tensor_fault_get() == TENSOR_FAULT_GPU_CLONE_RETAIN ? clone_retain(net) : NULL;
+  ag_optim *opt = o.c.adam ? ag_adam_new(net, o.c.lr, 0.9f, 0.999f, 1e-8f, 0.0f)
+                           : ag_sgd_new(net, o.c.lr, o.momentum, 0.0f);
   if (opt == NULL) tc_die("cannot build the model: %s", ag_error());
   /* Results and gradients come from a pool: after the first steps no op
    * allocates data, and memory stays flat. */
@@ -362,8 +405,7 @@ int main(int argc, char **argv) {
   int tty = isatty(STDOUT_FILENO);
     int64_t done_here = 0;   /* steps run by this process (--stop-after) */
   int stopped = 0, failed = 0;
-  if (o.device) lenet_device_main(&o, net, &train, &test, order, &rng);   /* instead of the loop below */
-  for (int e = first_epoch; e <= o.epochs && !stopped && !failed && !o.device; e++) {
+  for (int e = first_epoch; e <= o.epochs && !stopped && !failed; e++) {
     int64_t i0 = e == first_epoch ? resume_step : 0;
     if (i0 == 0) {
       shuffle(&train, order, &rng);
@@ -375,8 +417,10 @@ int main(int argc, char **argv) {
       tc_tape_check_begin(&tc);
       tensor *xb, *yb;
       next_batch(&train, i, o.c.batch, &xb, &yb);
-      ag_var *loss = ag_cross_entropy(ag_layer_forward(net, ag_input(xb)), yb);
-      float l = loss ? tensor_item(loss->value) : 0;
+      tensor *xd = dev ? tc_to_device(xb, dev) : NULL, *yd = dev ? tc_to_device(yb, dev) : NULL;
+      ag_var *loss = ag_cross_entropy(ag_layer_forward(net, ag_input(dev ? xd : xb)), dev ? yd : yb);
+      float l = loss ? tensor_item(loss->value) : 0;   /* (from a device: the step's one synchronization) */
+      if (dev && !(l == l) && loss) tc_die("step %lld: the loss is NaN", (long long)i + 1);
       /* the seeded bug arena-early-reset: the tape reset before backward */
       if (loss && tensor_fault_get() == TENSOR_FAULT_ARENA_EARLY_RESET) ag_tape_reset(tape);
       ag_optim_zero_grad(opt);
@@ -384,6 +428,8 @@ int main(int argc, char **argv) {
         tc_step_failed(loss ? "backward of step" : "step", (long long)i + 1);
         tc_free_if_live(xb);
         tc_free_if_live(yb);
+        tensor_free(xd);
+        tensor_free(yd);
         ag_tape_reset(tape);
         failed = 1;
         break;
@@ -392,6 +438,8 @@ int main(int argc, char **argv) {
       h.images += xb->shape[0];
       tensor_free(xb);
       tensor_free(yb);
+      tensor_free(xd);
+      tensor_free(yd);
       ag_tape_reset(tape);
       tc_tape_check_end(&tc);
       h.loss_sum += l;
@@ -420,16 +468,18 @@ int main(int argc, char **argv) {
       break;
     }
     h.seconds += tc_now() - start;
-    double acc = evaluate(net, &test);
+    double acc = evaluate(net, &test, dev);
+    char devline[200] = "";
+    if (dev) tc_device_line(dev, devline, sizeof devline);
     epoch_stats *s = &stats[e - 1];
     *s = (epoch_stats){ .epoch = e, .train_loss = h.loss_sum / (double)steps, .accuracy = acc,
                         .images_per_s = (double)h.images / h.seconds, .seconds = h.seconds, .rss = tc_rss_bytes() };
     tc_tag_live_now(&s->by_tag);
     s->ledger_live = tc_tag_live_total(&s->by_tag);
     printf("%sepoch %d: train loss %.4f, test accuracy %.2f%%, %.0f images/s, %.1f s, rss %.1f MiB, "
-           "ledger live %.1f MiB, tape blocks live after steps %llu\n",
+           "ledger live %.1f MiB, tape blocks live after steps %llu%s%s\n",
            tty ? "\r" : "", e, s->train_loss, 100 * acc, s->images_per_s, h.seconds, (double)s->rss / 1048576.0,
-           (double)s->ledger_live / 1048576.0, (unsigned long long)tc.leaks);
+           (double)s->ledger_live / 1048576.0, (unsigned long long)tc.leaks, dev ? ", " : "", devline);
     fflush(stdout);
     if (o.c.json) write_json(o.c.json, stats, e, &o);
     if (o.c.checkpoint && e == o.epochs) {   /* the end of the run */
@@ -443,6 +493,16 @@ int main(int argc, char **argv) {
   ag_optim_free(opt);
   ag_layer_free(net);
   ag_tape_free(tape);
+  if (cloned) {
+    /* The "fix" of seed 003: purge the pool.  The clones' buffers are still
+     * referenced: the purge refuses them and reports each. */
+    size_t back = gpu_pool_purge(dev);
+    printf("train-lenet: the purge returned %zu bytes to the device and refused the buffers still referenced\n",
+           back);
+  } else if (dev) {
+    gpu_pool_empty_cache(dev);
+    gpu_pool_destroy(dev);
+  }
   tensor_pool_free(pool);
   tensor_free(train.x);
   tensor_free(train.y);

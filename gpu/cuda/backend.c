@@ -128,6 +128,7 @@ static struct {
   __typeof__(&cublasSetStream_v2) set_stream;
   __typeof__(&cublasSetMathMode) set_math_mode;
   __typeof__(&cublasSgemm_v2) sgemm;
+  __typeof__(&cublasSetWorkspace_v2) set_workspace;   /* NULL: a cuBLAS without it */
 } cb;
 
 /* Opens cuBLAS and finds its five functions; GPU_EBACKEND naming what was
@@ -150,6 +151,7 @@ static gpu_status cublas_open(void) {
   *(void **)&cb.set_stream = dlsym(lib, "cublasSetStream_v2");
   *(void **)&cb.set_math_mode = dlsym(lib, "cublasSetMathMode");
   *(void **)&cb.sgemm = dlsym(lib, "cublasSgemm_v2");
+  *(void **)&cb.set_workspace = dlsym(lib, "cublasSetWorkspace_v2");
   if (!cb.create || !cb.destroy || !cb.set_stream || !cb.set_math_mode || !cb.sgemm) {
     dlclose(lib);
     return fail(GPU_EBACKEND, "cuda: the cuBLAS found lacks cublasCreate_v2, cublasSgemm_v2 or another function");
@@ -176,6 +178,9 @@ static char dev_name[256] = "cuda (not initialised)";
  * uses it together (a handle is not to be shared by threads unlocked). */
 static cublasHandle_t blas;
 static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The workspace cuBLAS would allocate for itself on this device: its
+ * default, 32 MiB from sm_90 (Hopper) on, 4 MiB below (init). */
+static size_t blas_ws_bytes;
 
 static gpu_status init_locked(int device) {
   if (cur_device >= 0) {
@@ -209,6 +214,7 @@ static gpu_status init_locked(int device) {
     return cublas_fail(bs, "cublasSetMathMode");
   }
   snprintf(dev_name, sizeof dev_name, "%s", prop.name);
+  blas_ws_bytes = cb.set_workspace == NULL ? 0 : prop.major >= 9 ? (size_t)32 << 20 : (size_t)4 << 20;
   thread_device = device;
   __atomic_store_n(&cur_device, device, __ATOMIC_RELEASE);
   return GPU_OK;
@@ -844,6 +850,23 @@ static gpu_status cu_adam_step(float *p, const float *g, float *m, float *v, int
   return GPU_OK;
 }
 
+/* ---- cuBLAS's workspace from the caller (its pool: on the ledger) -------------------------------- */
+
+static size_t cu_blas_workspace_size(void) {
+  return __atomic_load_n(&cur_device, __ATOMIC_ACQUIRE) >= 0 ? blas_ws_bytes : 0;
+}
+
+static gpu_status cu_set_blas_workspace(void *ws, size_t bytes) {
+  NEED_INIT();
+  ARG(cb.set_workspace != NULL, "cuda set_blas_workspace: this cuBLAS has no cublasSetWorkspace");
+  ARG((ws == NULL) == (bytes == 0), "cuda set_blas_workspace: %p and %zu bytes: both or neither", ws, bytes);
+  ARG(((uintptr_t)ws & 255) == 0, "cuda set_blas_workspace: %p is not 256-byte aligned", ws);
+  pthread_mutex_lock(&blas_lock);
+  cublasStatus_t st = cb.set_workspace(blas, ws, bytes);
+  pthread_mutex_unlock(&blas_lock);
+  return st == CUBLAS_STATUS_SUCCESS ? GPU_OK : cublas_fail(st, "cublasSetWorkspace");
+}
+
 /* ---- the table ----------------------------------------------------------------------------------- */
 
 static const gpu_backend table = {
@@ -913,6 +936,8 @@ static const gpu_backend table = {
   .embedding_bwd = cu_embedding_bwd,
   .sgd_step = cu_sgd_step,
   .adam_step = cu_adam_step,
+  .blas_workspace_size = cu_blas_workspace_size,
+  .set_blas_workspace = cu_set_blas_workspace,
 };
 
 /* The table; the loader calls init.  Never NULL: whether a driver and a

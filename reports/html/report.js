@@ -37,9 +37,11 @@
     if (k === 'leak.growth') return 'kind grow';
     return leak ? 'kind leak' : 'kind err';
   }
-  function isLeak(k) {
-    return k.indexOf('leak.') === 0 || /\.leak$/.test(k) || k === 'gpu.pool-retained' || k === 'unclassified';
-  }
+  /* a kind's class comes from the table of kinds (alloc/kinds.c), through
+   * the "leak" flag of each entry of D.kinds, which names every kind shown */
+  var leakKind = {};
+  D.kinds.forEach(function (k) { leakKind[k.kind] = k.leak; });
+  function isLeak(k) { return !!leakKind[k]; }
 
   /* ---- header ---------------------------------------------------------- */
   var cmd = D.argv ? D.argv.join(' ') : D.processes.map(function (p) { return p.trace || ('pid ' + p.pid); }).join(' ');

@@ -173,9 +173,8 @@ lenet_optimizer_state_leak() {
 }
 # tape-no-shrink is memory that grows while it stays reachable: leak.growth
 # comes from a trace (a mark per step), rendered by `tagalloc report`
-# ($AUTOGRAD_TEST_CLI: the sanitizer build's run uses the plain CLI); the
-# run itself exits 0 (growth is a warning), and without the fault the same
-# trace has no finding.
+# (BUILD's, or $AUTOGRAD_TEST_CLI); the run itself exits 0 (growth is a
+# warning), and without the fault the same trace has no finding.
 tape_no_shrink() {
   local prog=$1 fault=$2 trace="$LENET_DIR/tns-$1-$2.trace" page="$LENET_DIR/tns-$1-$2.html" out
   local args=(--epochs 1 --steps 40 --test 100 --seed 3)

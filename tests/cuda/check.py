@@ -211,5 +211,26 @@ check_workload("direct", extra=("--error-exitcode", "42"), exit_code=42)   # gpu
 check_workload("direct", ("reset",), teardown=True)
 check_workload("direct", ("ctx",), extra_leaks={"leak_in_context": (1234, "cuda.malloc", "")})
 check_nocuda()
+
+
+def check_own_backend():
+    """tagalloc's own CUDA backend (a stand-in named libtagalloc-gpu-cuda.so):
+    its allocations are its pool's to record, not the preload's; the
+    program's own leak is found as ever."""
+    problems = []
+    bare, audited, doc = run("own_backend", [])
+    same_run(bare, audited, problems)
+    if doc is None:
+        result("own_backend", problems + ["no JSON document"])
+        return
+    fs = doc["processes"][0]["findings"]
+    got = [(f["kind"], f["bytes"], f["tag"], f["stack"][0].get("function") if f["stack"] else None) for f in fs]
+    if got != [("gpu.leak", 1000, "cuda.malloc", "leak_malloc")]:
+        problems.append(f"findings {got}, expected the program's 1000-byte gpu.leak in leak_malloc alone "
+                        "(the backend's 2 MiB segment is its pool's)")
+    result("own_backend: the backend's own allocations are not recorded twice", problems)
+
+
+check_own_backend()
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

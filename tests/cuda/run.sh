@@ -2,8 +2,9 @@
 # `tagalloc run` on CUDA programs, without a GPU: builds the stand-in
 # driver (libcuda_standin.c as libcuda.so.1), the stand-in runtime (rt.c,
 # static in a program and as libcudart.so.13), the three driver callers
-# (workload.c: static runtime, shared runtime, -lcuda) and a program
-# without the driver (nocuda.c) into BUILD_DIR/cuda-test/, then runs them
+# (workload.c: static runtime, shared runtime, -lcuda), a program
+# without the driver (nocuda.c) and one that loads a stand-in of
+# tagalloc's own CUDA backend (own_backend.c) into BUILD_DIR/cuda-test/, then runs them
 # bare and under BUILD_DIR/tagalloc run --json and checks the findings
 # exactly (check.py).  Ends with "N passed, N failed".
 #
@@ -27,6 +28,10 @@ $cc $flags -o "$out/static_rt" "$here/workload.c" "$here/rt.c" -ldl
 $cc $flags -o "$out/shared_rt" "$here/workload.c" "$out/libcudart.so.13"
 $cc $flags -DDIRECT -o "$out/direct" "$here/workload.c" -L"$out" -lcuda
 $cc $flags -fPIC -shared -o "$out/plain/libplain.so" "$here/plain.c"
+mkdir -p "$out/backend"
+$cc $flags -DBACKEND -fPIC -shared -fvisibility=hidden -Wl,-Bsymbolic -o "$out/backend/libtagalloc-gpu-cuda.so" \
+  "$here/own_backend.c" "$here/rt.c" -ldl
+$cc $flags -o "$out/own_backend" "$here/own_backend.c" "$here/rt.c" -ldl
 $cc $flags -o "$out/nocuda" "$here/nocuda.c" -Wl,--enable-new-dtags,-rpath,'$ORIGIN/plain' -ldl
 { set +x; } 2>/dev/null
 py=/usr/bin/python3

@@ -9,6 +9,10 @@
  *   gpu.purge-referenced  gpu_pool_purge refusing a buffer still referenced,
  *                         while it frees the idle cache and the buffers
  *                         every owner released.
+ * The sgemm library's workspace, for a backend that takes one (the host
+ * backend's table with a 1 MiB workspace wanted): the first pool over it
+ * gives it a gpu.blas-workspace block (reserved) and the second does not;
+ * destroying the pool takes it back from the library and frees it.
  * Exit findings come from children (this program run with --child MODE). */
 #include "harness.h"
 #include "support.h"
@@ -32,6 +36,53 @@ static int ledger_teardown(void **state) {
 }
 
 /* ---- in process ---------------------------------------------------------------------- */
+
+/* A backend that wants a workspace: the host table, recording what is set. */
+static void *ws_set;
+static size_t ws_set_bytes;
+static int ws_calls;
+static size_t ws_size(void) { return MiB; }
+static gpu_status ws_take(void *ws, size_t bytes) {
+  ws_set = ws;
+  ws_set_bytes = bytes;
+  ws_calls++;
+  return GPU_OK;
+}
+
+static void test_blas_workspace(void **state) {
+  (void)state;
+  gpu_backend b = *gpu_backend_host();
+  b.blas_workspace_size = ws_size;
+  b.set_blas_workspace = ws_take;
+  ta_tag ws_tag = ta_tag_get("gpu.blas-workspace");
+  int dev = b.ledger_device();
+  gpu_pool *p = gpu_pool_new(&b, NULL), *q = gpu_pool_new(&b, NULL);
+  assert_non_null(p);
+  assert_non_null(q);
+  assert_int_equal(ws_calls, 1);                    /* the first pool gave it, the second did not */
+  assert_non_null(ws_set);
+  assert_int_equal(ws_set_bytes, MiB);
+  assert_int_equal(((uintptr_t)ws_set & 255), 0);
+  assert_int_equal(ta_device_size(ws_tag, dev, (uintptr_t)ws_set), MiB);
+  gpu_stats st;
+  gpu_pool_stats(p, &st);
+  assert_int_equal(st.reserved_bytes[GPU_STAT_ALL].current, 0);   /* beside the segments, not one */
+  void *ws = ws_set;
+  gpu_pool_destroy(q);
+  assert_int_equal(ws_calls, 1);
+  gpu_pool_destroy(p);
+  assert_int_equal(ws_calls, 2);                    /* taken back */
+  assert_null(ws_set);
+  assert_int_equal(ws_set_bytes, 0);
+  assert_int_equal(ta_device_size(ws_tag, dev, (uintptr_t)ws), 0);
+  /* the next pool over it gives a new one */
+  p = gpu_pool_new(&b, NULL);
+  assert_int_equal(ws_calls, 3);
+  assert_non_null(ws_set);
+  gpu_pool_destroy(p);
+  assert_int_equal(ws_calls, 4);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
 
 NOIPA static void *alloc_here(gpu_pool *p, size_t n) {
   void *x = gpu_pool_alloc(p, n, NULL);
@@ -347,6 +398,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_blocks_on_the_ledger, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_bad_frees, ledger_setup, ledger_teardown),
+    cmocka_unit_test_setup_teardown(test_blas_workspace, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_destroy_with_a_live_buffer, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_purge_refuses_referenced, ledger_setup, ledger_teardown),
     cmocka_unit_test_setup_teardown(test_gpu_leak_at_exit, ledger_setup, ledger_teardown),

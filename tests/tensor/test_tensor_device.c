@@ -10,6 +10,15 @@
  *   - exact ledger counts: tensor_to onto the device makes one storage, one
  *     header and one gpu.buffer; freeing it frees the header and storage
  *     and the buffer goes back to the pool (its gpu.buffer block freed);
+ *   - the training ops on a device give what the CPU ops give, within 1e-5
+ *     relative to max(1, |value|) (the backend sums in its own order):
+ *     conv2d (stride 1 with padding, stride 2 without) and its three
+ *     gradients, max pooling (its argmax exactly) and average pooling and
+ *     their gradients, softmax and its gradient, cross-entropy and its
+ *     gradient, embedding
+ *     and its scatter-add gradient (repeated indices), argmax (exactly),
+ *     matmul_t and gemm_t_out (accumulating), sum_add_, and two steps of
+ *     SGD with momentum and of Adam (parameters and state);
  *   - a host-only op given a device tensor, and inputs on two devices, are
  *     clear errors with no finding;
  *   - a leaked device tensor is gpu.leak at exit with the stack of the
@@ -64,6 +73,17 @@ static void expect_same(const tensor *d, const tensor *want, float tol) {
     float lim = tol * fmaxf(1.0f, fabsf(w));
     if (!(fabsf(g - w) <= lim)) fail_msg("element %lld: device %.9g, CPU %.9g", (long long)i, g, w);
   }
+  tensor_free(h);
+}
+
+static void expect_same_i32(const tensor *d, const tensor *want) {
+  assert_ptr_equal(tensor_device(d), P);
+  tensor *h = tensor_to(d, NULL);
+  assert_non_null(h);
+  assert_int_equal(h->numel, want->numel);
+  for (int64_t i = 0; i < want->numel; i++)
+    if (tensor_i32(h)[i] != tensor_i32(want)[i])
+      fail_msg("element %lld: device %d, CPU %d", (long long)i, tensor_i32(h)[i], tensor_i32(want)[i]);
   tensor_free(h);
 }
 
@@ -202,6 +222,144 @@ static void test_ops_match_cpu(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
+#define NN_TOL 1e-5f
+
+static void check_conv(tensor *x, tensor *w, tensor *bias, int stride, int pad, uint32_t seed) {
+  tensor *dx = tensor_to(x, P), *dw = tensor_to(w, P), *db = tensor_to(bias, P);
+  tensor *y = tensor_conv2d(x, w, bias, stride, pad), *yd = tensor_conv2d(dx, dw, db, stride, pad);
+  assert_non_null(y);
+  assert_non_null(yd);
+  expect_same(yd, y, NN_TOL);
+  tensor *g = values(y->ndim, y->shape, seed, 0), *gd = tensor_to(g, P);
+  tensor *r[4][2] = {
+    { tensor_conv2d_grad_input(g, w, 4, x->shape, stride, pad), tensor_conv2d_grad_input(gd, dw, 4, x->shape, stride, pad) },
+    { tensor_conv2d_grad_weight(g, x, 4, w->shape, stride, pad), tensor_conv2d_grad_weight(gd, dx, 4, w->shape, stride, pad) },
+    { tensor_conv2d_grad_bias(g), tensor_conv2d_grad_bias(gd) },
+    { tensor_conv2d(x, w, NULL, stride, pad), tensor_conv2d(dx, dw, NULL, stride, pad) },
+  };
+  for (int i = 0; i < 4; i++) {
+    assert_non_null(r[i][0]);
+    assert_non_null(r[i][1]);
+    expect_same(r[i][1], r[i][0], NN_TOL);
+    tensor_free(r[i][0]);
+    tensor_free(r[i][1]);
+  }
+  tensor *all[] = { dx, dw, db, y, yd, g, gd };
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
+}
+
+static void check_pool(tensor *x, bool max, int k, int stride, uint32_t seed) {
+  tensor *dx = tensor_to(x, P), *am = NULL, *amd = NULL;
+  tensor *y = max ? tensor_max_pool2d(x, k, stride, &am) : tensor_avg_pool2d(x, k, stride);
+  tensor *yd = max ? tensor_max_pool2d(dx, k, stride, &amd) : tensor_avg_pool2d(dx, k, stride);
+  assert_non_null(y);
+  assert_non_null(yd);
+  expect_same(yd, y, NN_TOL);
+  if (max) expect_same_i32(amd, am);
+  tensor *g = values(y->ndim, y->shape, seed, 0), *gd = tensor_to(g, P);
+  tensor *gx = max ? tensor_max_pool2d_grad(g, am, 4, x->shape) : tensor_avg_pool2d_grad(g, k, stride, 4, x->shape);
+  tensor *gxd = max ? tensor_max_pool2d_grad(gd, amd, 4, x->shape) : tensor_avg_pool2d_grad(gd, k, stride, 4, x->shape);
+  assert_non_null(gx);
+  assert_non_null(gxd);
+  expect_same(gxd, gx, NN_TOL);
+  tensor *all[] = { dx, am, amd, y, yd, g, gd, gx, gxd };
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
+}
+
+static void test_nn_ops_match_cpu(void **state) {
+  (void)state;
+  tensor *x = values(TS(3, 2, 9, 8), 21, 0), *w = values(TS(4, 2, 3, 3), 22, 0), *bias = values(TS(4), 23, 0);
+  check_conv(x, w, bias, 1, 1, 24);
+  check_conv(x, w, bias, 2, 0, 25);
+  tensor *px = values(TS(2, 3, 8, 7), 26, 0);
+  check_pool(px, true, 2, 2, 27);
+  check_pool(px, true, 3, 2, 28);
+  check_pool(px, false, 2, 2, 29);
+  check_pool(px, false, 3, 1, 30);
+
+  /* softmax, cross-entropy, argmax */
+  tensor *lg = values(TS(6, 5), 31, 0), *lgd = tensor_to(lg, P);
+  tensor *lab = tensor_from_i32((const int32_t[]){ 0, 4, 2, 2, 1, 3 }, TS(6)), *labd = tensor_to(lab, P);
+  tensor *sg = values(TS(6, 5), 38, 0), *sgd = tensor_to(sg, P);
+  tensor *sy = tensor_softmax(lg, 1), *syd = tensor_to(sy, P);
+  tensor *sdx = tensor_softmax_grad(sg, sy, 1), *sdxd = tensor_softmax_grad(sgd, syd, -1);
+  assert_non_null(sdxd);
+  expect_same(sdxd, sdx, NN_TOL);
+  tensor *sm[] = { sg, sgd, sy, syd, sdx, sdxd };
+  for (size_t i = 0; i < sizeof sm / sizeof *sm; i++) tensor_free(sm[i]);
+  tensor *r[4][2] = {
+    { tensor_softmax(lg, 1), tensor_softmax(lgd, -1) },
+    { tensor_cross_entropy(lg, lab), tensor_cross_entropy(lgd, labd) },
+    { tensor_cross_entropy_grad(lg, lab), tensor_cross_entropy_grad(lgd, labd) },
+    { tensor_matmul_t(lg, 1, lg, 0), tensor_matmul_t(lgd, 1, lgd, 0) },   /* lg^T @ lg: [5, 5] */
+  };
+  for (int i = 0; i < 4; i++) {
+    assert_non_null(r[i][1]);
+    expect_same(r[i][1], r[i][0], NN_TOL);
+  }
+  assert_true(tensor_item(r[1][0]) > 0.5f);   /* a loss that is there */
+  assert_true(fabsf(tensor_item(r[1][1]) - tensor_item(r[1][0])) <= NN_TOL * tensor_item(r[1][0]));
+  /* r3 += lg^T @ lg again, in place: twice the product */
+  assert_int_equal(tensor_gemm_t_out(r[3][0], lg, 1, lg, 0, 1.0f, 1.0f), TENSOR_OK);
+  assert_int_equal(tensor_gemm_t_out(r[3][1], lgd, 1, lgd, 0, 1.0f, 1.0f), TENSOR_OK);
+  expect_same(r[3][1], r[3][0], NN_TOL);
+  tensor *am = tensor_argmax(lg, 1, 0), *amd = tensor_argmax(lgd, 1, 0);
+  assert_non_null(amd);
+  expect_same_i32(amd, am);
+  /* a bias's gradient accumulated: acc += the column sums */
+  tensor *acc = values(TS(5), 32, 0), *accd = tensor_to(acc, P);
+  assert_int_equal(tensor_sum_add_(acc, lg, 0), TENSOR_OK);
+  assert_int_equal(tensor_sum_add_(accd, lgd, 0), TENSOR_OK);
+  expect_same(accd, acc, NN_TOL);
+  for (int i = 0; i < 4; i++) {
+    tensor_free(r[i][0]);
+    tensor_free(r[i][1]);
+  }
+
+  /* embedding and its gradient: indices repeat */
+  tensor *emb = values(TS(7, 3), 33, 0), *embd = tensor_to(emb, P);
+  tensor *idx = tensor_from_i32((const int32_t[]){ 6, 0, 3, 3, 1, 6, 6, 2 }, TS(2, 4)), *idxd = tensor_to(idx, P);
+  tensor *e = tensor_embedding(emb, idx), *ed = tensor_embedding(embd, idxd);
+  assert_non_null(ed);
+  expect_same(ed, e, NN_TOL);
+  tensor *dout = values(TS(2, 4, 3), 34, 0), *doutd = tensor_to(dout, P);
+  tensor *gw = values(TS(7, 3), 35, 0), *gwd = tensor_to(gw, P);   /* accumulated into */
+  assert_int_equal(tensor_embedding_grad_(gw, dout, idx), TENSOR_OK);
+  assert_int_equal(tensor_embedding_grad_(gwd, doutd, idxd), TENSOR_OK);
+  expect_same(gwd, gw, NN_TOL);
+
+  /* two steps of SGD (momentum, weight decay) and of Adam */
+  tensor *p = values(TS(10), 36, 0), *g = values(TS(10), 37, 0), *buf = tensor_zeros(TENSOR_F32, TS(10));
+  tensor *m = tensor_zeros(TENSOR_F32, TS(10)), *v = tensor_zeros(TENSOR_F32, TS(10));
+  tensor *pd = tensor_to(p, P), *gd = tensor_to(g, P), *bufd = tensor_to(buf, P), *md = tensor_to(m, P),
+         *vd = tensor_to(v, P);
+  for (int step = 1; step <= 2; step++) {
+    assert_int_equal(tensor_sgd_step_(p, g, buf, 0.1f, 0.9f, 0.01f, step == 1), TENSOR_OK);
+    assert_int_equal(tensor_sgd_step_(pd, gd, bufd, 0.1f, 0.9f, 0.01f, step == 1), TENSOR_OK);
+  }
+  expect_same(pd, p, NN_TOL);
+  expect_same(bufd, buf, NN_TOL);
+  for (int step = 1; step <= 2; step++) {
+    assert_int_equal(tensor_adam_step_(p, g, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, step), TENSOR_OK);
+    assert_int_equal(tensor_adam_step_(pd, gd, md, vd, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, step), TENSOR_OK);
+  }
+  expect_same(pd, p, NN_TOL);
+  expect_same(md, m, NN_TOL);
+  expect_same(vd, v, NN_TOL);
+  assert_true(fabsf(tensor_f32(m)[0]) > 0);   /* a state that moved */
+  /* a wrong shape is refused on both */
+  assert_int_equal(tensor_sgd_step_(pd, accd, NULL, 0.1f, 0.0f, 0.0f, 1), TENSOR_ESHAPE);
+  assert_string_equal(last_error, "tensor_sgd_step_: g is f32[5], want a contiguous f32 of p's shape f32[10]");
+  assert_int_equal(tensor_adam_step_(p, g, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0), TENSOR_EINVAL);
+  assert_string_equal(last_error, "tensor_adam_step_: step 0, want >= 1");
+
+  tensor *all[] = { x, w, bias, px, lg, lgd, lab, labd, am, amd, acc, accd, emb, embd, idx, idxd, e, ed, dout,
+                    doutd, gw, gwd, p, g, buf, m, v, pd, gd, bufd, md, vd };
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
+  assert_int_equal(n_errors, 2);   /* the two refused above */
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 /* A host-only op on a device tensor, two devices in one op, an op the
  * device does not run: errors, no finding, nothing made. */
 static void test_errors(void **state) {
@@ -210,19 +368,22 @@ static void test_errors(void **state) {
   assert_non_null(q);
   tensor *x = values(TS(4, 4), 8, 0), *d = tensor_to(x, P), *e = tensor_to(x, q);
   ta_mark m = ta_mark_now();
-  assert_null(tensor_softmax(d, 1));
+  assert_null(tensor_log_softmax(d, 1));
   assert_int_equal(last_error_status, TENSOR_EINVAL);
   char want[200];
-  snprintf(want, sizeof want, "tensor_softmax: x is f32[4,4] on device host (pool %p); this op runs on host tensors "
-           "only (tensor_to(x, NULL) first)", (void *)P);
+  snprintf(want, sizeof want, "tensor_log_softmax: x is f32[4,4] on device host (pool %p); this op runs on host "
+           "tensors only (tensor_to(x, NULL) first)", (void *)P);
   assert_string_equal(last_error, want);
-  tensor *total = tensor_sum(d, TENSOR_ALL, 0);   /* on the device: read it through tensor_to */
+  tensor *total = tensor_sum(d, TENSOR_ALL, 0);   /* on the device: tensor_item reads it back */
   assert_non_null(total);
-  assert_true(isnan(tensor_item(total)));
-  snprintf(want, sizeof want, "tensor_item: t is f32[] on device host (pool %p); this op runs on host tensors only "
+  tensor *htotal = tensor_sum(x, TENSOR_ALL, 0);
+  assert_true(fabsf(tensor_item(total) - tensor_item(htotal)) <= 1e-5f * fmaxf(1.0f, fabsf(tensor_item(htotal))));
+  assert_true(isnan(tensor_get(total, NULL)));   /* element access stays host-only */
+  snprintf(want, sizeof want, "tensor_get: t is f32[] on device host (pool %p); this op runs on host tensors only "
            "(tensor_to(t, NULL) first)", (void *)P);
   assert_string_equal(last_error, want);
   tensor_free(total);
+  tensor_free(htotal);
   assert_null(tensor_add(x, d));
   snprintf(want, sizeof want, "tensor_add: the inputs are on different devices (the host and device host (pool %p)): "
            "tensor_to one of them first", (void *)P);
@@ -317,6 +478,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_to_and_back, dev_setup, dev_teardown),
     cmocka_unit_test_setup_teardown(test_ledger_counts, dev_setup, dev_teardown),
     cmocka_unit_test_setup_teardown(test_ops_match_cpu, dev_setup, dev_teardown),
+    cmocka_unit_test_setup_teardown(test_nn_ops_match_cpu, dev_setup, dev_teardown),
     cmocka_unit_test_setup_teardown(test_errors, dev_setup, dev_teardown),
     cmocka_unit_test_setup_teardown(test_leaked_device_tensor, dev_setup, dev_teardown),
   };

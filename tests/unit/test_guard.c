@@ -19,6 +19,7 @@
 #include "harness.h"
 #include "child.h"
 #include "support.h"
+#include "procmaps.h"
 #include "report.h"
 
 #include <valgrind/valgrind.h>
@@ -269,18 +270,21 @@ static int cmp_uintptr(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
+typedef struct {
+  uintptr_t lo, hi;
+  int n;
+} overlap;
+
+static int count_overlap(const ta_maps_entry *e, void *arg) {
+  overlap *o = arg;
+  o->n += e->lo < o->hi && e->hi > o->lo;
+  return 0;
+}
+
 /* The mappings of the process that overlap [lo, hi). */
 static int mappings_in(uintptr_t lo, uintptr_t hi) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  if (f == NULL) return -1;
-  int n = 0;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    unsigned long a, b;
-    if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a < hi && b > lo) n++;
-  }
-  fclose(f);
-  return n;
+  overlap o = { lo, hi, 0 };
+  return _ta_maps_each(count_overlap, &o) < 0 ? -1 : o.n;
 }
 
 static void test_cycles_recycle_slots(void **state) {

@@ -266,6 +266,51 @@ static void test_underflow_extra_release_flat(void **state) {
   assert_int_equal(a.sites[4].extra, 0);
 }
 
+/* Synthetic stacks for ta_ref_balance (innermost first): seed 003's shape,
+ * a model's init, a clone's extra acquisition and the model's release, all
+ * three called from one function (the same outer frames but the caller's
+ * return address). */
+static uintptr_t syn_stacks[4][3] = {
+  [1] = { 0x1010, 0x5000, 0x9000 },   /* the init: the constructor's code */
+  [2] = { 0x7000, 0x5008, 0x9000 },   /* the clone's acquisition: elsewhere, and after */
+  [3] = { 0x1090, 0x5100, 0x9000 },   /* the release: the destructor, beside the constructor */
+};
+
+static size_t syn_frames(void *arg, uint32_t stack, uintptr_t *pcs, size_t max) {
+  (void)arg;
+  size_t n = max < 3 ? max : 3;
+  memcpy(pcs, syn_stacks[stack], n * sizeof *pcs);
+  return n;
+}
+
+/* On a tie of shared outer frames and of balance, the release pairs with
+ * the acquisition whose innermost frame is nearest its own: the init, so
+ * the clone's acquisition is the one that owes (ref.leak's headline) even
+ * though it acquired last; with the clone's code moved beside the release,
+ * the pairing follows it. */
+static void test_balance_tie_nearest_inner(void **state) {
+  (void)state;
+  const ta_ref_event ev[] = { { .delta = 0, .count = 1, .stack = 1, .thread = 1, .seq = 1 },
+                              { .delta = +1, .count = 2, .stack = 2, .thread = 1, .seq = 2 },
+                              { .delta = -1, .count = 1, .stack = 3, .thread = 1, .seq = 3 } };
+  ta_ref_site sites[TA_REF_SITES_MAX];
+  size_t extra = 0;
+  assert_int_equal(ta_ref_balance(ev, 3, syn_frames, NULL, sites, TA_REF_SITES_MAX, &extra), 3);
+  assert_int_equal(extra, SIZE_MAX);   /* no release owes */
+  assert_int_equal(sites[2].delta, -1);
+  assert_int_equal(sites[2].paired, 0);
+  assert_int_equal(sites[0].balance, 0);
+  assert_int_equal(sites[0].extra, 0);
+  assert_int_equal(sites[1].balance, 1);
+  assert_int_equal(sites[1].extra, 1);
+  syn_stacks[2][0] = 0x10c0;           /* now the clone's code is the nearer */
+  assert_int_equal(ta_ref_balance(ev, 3, syn_frames, NULL, sites, TA_REF_SITES_MAX, &extra), 3);
+  assert_int_equal(sites[2].paired, 1);
+  assert_int_equal(sites[0].extra, 1);
+  assert_int_equal(sites[1].extra, 0);
+  syn_stacks[2][0] = 0x7000;
+}
+
 /* Values read from freed memory are explained as the poison (0xDF). */
 static void test_poison_explain(void **state) {
   (void)state;
@@ -413,6 +458,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_ref_leak_at_exit, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_underflow_extra_release, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_underflow_extra_release_flat, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_balance_tie_nearest_inner, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_poison_explain, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_poisoned_pointer_in_report, messages_setup, messages_teardown),
   };

@@ -1,0 +1,183 @@
+/* block.h - what the files of the block path share (ledger.c: the live
+ * table, allocation and free; quarantine.c: the quarantine), never
+ * included elsewhere: raw memory, the pad past a block's end, the poisoned
+ * span of a freed block, and the quarantine's calls from the free path.
+ * Inline, as they were when all of it was one file: they are on the path of
+ * every allocation and free. */
+#ifndef TAGALLOC_BLOCK_H
+#define TAGALLOC_BLOCK_H
+
+#include "internal.h"
+
+#include <jemalloc/jemalloc.h>
+#include <string.h>
+
+/* ---- raw memory ------------------------------------------------------------ */
+
+/* jemalloc, or in guard mode a block on a page of its own (guard.c);
+ * flags are mallocx's, align and zero are read by guard mode. */
+static inline void *raw_alloc(ta_thread *t, size_t size, size_t align, int flags) {
+  if (TA_UNLIKELY(_ta_guard_on)) {
+    void *g = _ta_guard_alloc(size, align, (flags & MALLOCX_ZERO) != 0);
+    if (g) return g;
+  }
+  (void)t;
+  return mallocx(size ? size : 1, flags);
+}
+
+static inline void raw_free(ta_thread *t, uintptr_t a) {
+  (void)t;
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_release(a)) return;
+  dallocx((void *)a, 0);
+}
+
+/* ---- the pad past a block's end (the overflow check; ledger.c) ------------- */
+
+#define TA_PAD_MAX 16
+#define PAD_WORD (0x0101010101010101ull * TA_PAD_BYTE)
+
+/* jemalloc's size class of a request of n bytes (x86-64: 16-byte quantum,
+ * four classes per doubling above 128 bytes), computed inline: nallocx
+ * cost as much as the rest of the pad (a call and jemalloc's thread
+ * state).  _ta_init checks the formula against nallocx; where they differ
+ * (another jemalloc configuration), nallocx is asked. */
+extern TA_HIDDEN bool _ta_pad_use_nallocx;
+
+static inline size_t class_of(size_t n) {
+  if (n <= 8) return 8;
+  if (n <= 128) return (n + 15) & ~(size_t)15;
+  size_t delta = (size_t)1 << (63 - __builtin_clzll((unsigned long long)(n - 1)) - 2);
+  return (n + delta - 1) & ~(delta - 1);
+}
+
+/* Bytes of pad past a block of `size` bytes: the slack of its size class,
+ * at most TA_PAD_MAX.  The class of an unaligned request; an aligned one's
+ * is at least as big, so the pad is always inside the block's usable size. */
+static inline size_t pad_len(uint64_t size) {
+  size_t n = size ? (size_t)size : 1;
+  size_t usable = TA_UNLIKELY(_ta_pad_use_nallocx) ? nallocx(n, 0) : class_of(n);
+  size_t slack = usable > size ? usable - (size_t)size : 0;
+  return slack < TA_PAD_MAX ? slack : TA_PAD_MAX;
+}
+
+static inline bool pad_owned(uintptr_t a) {
+  return !(TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(a));   /* guard.c checks its own slack */
+}
+
+/* Two overlapping word stores (or loads) cover any n in [8, 16]; no call. */
+static inline void pad_fill(uintptr_t a, uint64_t size) {
+  size_t n = pad_len(size);
+  unsigned char *p = (unsigned char *)(a + size);
+  uint64_t w = PAD_WORD;
+  uint32_t h = (uint32_t)PAD_WORD;
+  if (n >= 8) {
+    memcpy(p, &w, 8);
+    memcpy(p + n - 8, &w, 8);
+  } else if (n >= 4) {
+    memcpy(p, &h, 4);
+    memcpy(p + n - 4, &h, 4);
+  } else {
+    for (size_t i = 0; i < n; i++) p[i] = TA_PAD_BYTE;
+  }
+}
+
+static inline bool pad_intact(const unsigned char *p, size_t n) {
+  if (n >= 8) {
+    uint64_t x, y;
+    memcpy(&x, p, 8);
+    memcpy(&y, p + n - 8, 8);
+    return x == PAD_WORD && y == PAD_WORD;
+  }
+  if (n >= 4) {
+    uint32_t x, y;
+    memcpy(&x, p, 4);
+    memcpy(&y, p + n - 4, 4);
+    return x == (uint32_t)PAD_WORD && y == (uint32_t)PAD_WORD;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != TA_PAD_BYTE) return false;
+  return true;
+}
+
+typedef struct { size_t first, last, count; unsigned char value; } pad_damage;
+
+/* Whether the pad of the block at a (size bytes) was written; d says where. */
+static inline bool pad_changed(uintptr_t a, uint64_t size, pad_damage *d) {
+  size_t n = pad_len(size);
+  const unsigned char *p = (const unsigned char *)(a + size);
+  if (TA_LIKELY(pad_intact(p, n))) return false;
+  d->count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] == TA_PAD_BYTE) continue;
+    if (d->count++ == 0) d->first = i, d->value = p[i];
+    d->last = i;
+  }
+  return true;
+}
+
+enum { PAD_AT_FREE, PAD_AT_QUARANTINE, PAD_AT_EXIT };
+
+/* _ta_init: checks class_of against nallocx (sets _ta_pad_use_nallocx). */
+void _ta_pad_check_classes(void);
+/* heap.overflow: b's pad was written (found at its free, when it left the
+ * quarantine, or at exit). */
+void _ta_report_overflow(const ta_block *b, const pad_damage *d, int when);
+
+/* ---- the quarantine (quarantine.c) ------------------------------------------- */
+
+/* How many leading bytes of a freed block of `size` bytes are poisoned
+ * and checked: TAGALLOC_POISON_SPAN (256) or the whole block if smaller.
+ * A write after free lands in the first bytes of a block far more often
+ * than deep inside it (a stale pointer to a struct writes one of its
+ * fields; a stale buffer is written from its start), and a span keeps the
+ * cost of a free bounded: filling and later re-reading every byte of every
+ * freed block was a quarter of a malloc churn's time under the auditor,
+ * most of it cache misses on lines the program never touched.
+ * TAGALLOC_POISON_SPAN=all checks whole blocks; --guard catches any byte,
+ * read or write, at the faulting instruction. */
+static inline uint64_t poison_span(uint64_t size) {
+  return size < (uint64_t)_ta_opt.poison_span ? size : (uint64_t)_ta_opt.poison_span;
+}
+
+/* What a quarantined block counts against the budget: its size, or in
+ * guard mode what guard.c says for its pages. */
+static inline int64_t q_charge(uintptr_t a, uint64_t size) {
+  return (int64_t)(TA_UNLIKELY(_ta_guard_on) ? _ta_guard_charge(a, size) : size);
+}
+
+/* The ring (quarantine.c says how it works): its first use, doubling it
+ * in place, and taking its oldest block out (poison and pad checked). */
+bool _ta_quarantine_ring(ta_thread *t);
+void _ta_quarantine_grow(ta_thread *t);
+void _ta_quarantine_evict(ta_thread *t);
+
+/* Pushing a freed (poisoned) block on t's ring, and trimming the ring to
+ * t's share of the budget: on every quarantined free. */
+/* Each thread's share of a budget: the budget over the live threads. */
+static inline int64_t quarantine_share(int64_t budget) {
+  int n = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed);
+  return budget / (n > 1 ? n : 1);
+}
+
+static inline bool quarantine_push(ta_thread *t, const ta_block *b, int64_t budget) {
+  if (t->q == NULL && !_ta_quarantine_ring(t)) return false;
+  if (t->qlen == t->qcap) {                            /* full: grow, or the oldest leaves */
+    if (t->qcap < t->qmax && t->qbytes < quarantine_share(budget)) _ta_quarantine_grow(t);
+    else _ta_quarantine_evict(t);
+  }
+  t->q[(t->qhead + t->qlen) & (t->qcap - 1)] = *b;
+  t->qlen++;
+  return true;
+}
+
+static inline void quarantine_trim(ta_thread *t, int64_t budget) {
+  int64_t share = quarantine_share(budget);
+  for (int k = 0; k < 8 && t->qlen > 0 && t->qbytes > share; k++) _ta_quarantine_evict(t);
+}
+
+/* Remembers a block freed outside the quarantine (leaks and errors modes). */
+void _ta_quarantine_recent(ta_thread *t, const ta_block *b);
+/* Is p a quarantined or recently freed block (or, interior, inside one)? */
+bool _ta_quarantine_find(uintptr_t p, bool interior, ta_block *out);
+
+#endif

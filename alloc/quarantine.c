@@ -1,0 +1,261 @@
+/* quarantine.c - the quarantine: each thread's ring of the blocks it freed,
+ * their poison checked when they leave it; the records of recent frees
+ * outside it; the search of both for a bad free or check; the checks at
+ * exit.  The free path (ledger.c, block_free) decides which frees come
+ * here and with what budget, and fills the poison. */
+#include "block.h"
+
+#include <emmintrin.h>
+#include <string.h>
+
+/* Reports a write into a quarantined block: byte `at` holds `value`. */
+static void report_write_after_free(const ta_block *b, int64_t at, unsigned char value) {
+  char detail[96];
+  _ta_snprintf(detail, sizeof detail, "byte %zu of the freed %zu-byte block was written (0x%x, poison 0x%x)",
+               (size_t)at, (size_t)b->size, value, (unsigned)_ta_opt.poison);
+  /* The write itself was not seen (stack 0): the report says so, and
+   * shows the free and the allocation under their own labels. */
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_USE_AFTER_FREE), .bytes = b->size, .tag = b->tag,
+                      .stack = 0, .alloc_stack = b->stack,
+                      .free_stack = b->free_stack, .addr = b->addr, .detail = detail };
+  _ta_finding_error(&e);
+}
+
+typedef struct { ta_block b; int64_t at; unsigned char value; } evicted_block;
+
+/* Offset of the first byte of b's poisoned span that is not poison, or
+ * -1.  Every block that leaves the quarantine is checked, so this goes 64
+ * bytes at a time with SSE2 (four loads, one branch), then a word at a
+ * time, and looks for the exact byte only once something differs. */
+static int64_t poison_changed(const ta_block *b, unsigned char *value) {
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(b->addr)) return -1;   /* PROT_NONE, not poisoned */
+  const unsigned char *p = (const unsigned char *)b->addr;
+  unsigned char poison = (unsigned char)_ta_opt.poison;
+  uint64_t size = poison_span(b->size), i = 0;
+  const __m128i pv = _mm_set1_epi8((char)poison);
+  for (; i + 64 <= size; i += 64) {                /* blocks are 16-byte aligned */
+    const __m128i *v = (const __m128i *)(p + i);
+    __m128i d = _mm_or_si128(_mm_or_si128(_mm_xor_si128(_mm_load_si128(v), pv),
+                                          _mm_xor_si128(_mm_load_si128(v + 1), pv)),
+                             _mm_or_si128(_mm_xor_si128(_mm_load_si128(v + 2), pv),
+                                          _mm_xor_si128(_mm_load_si128(v + 3), pv)));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi8(d, _mm_setzero_si128())) != 0xFFFF) break;
+  }
+  uint64_t word = 0x0101010101010101ull * poison;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    if (w != word) break;
+  }
+  for (; i < size; i++)
+    if (p[i] != poison) { *value = p[i]; return (int64_t)i; }
+  return -1;
+}
+
+/* The quarantine.  Each thread keeps the records of the blocks it freed in
+ * a FIFO ring of its own: no lock to push, read in order (so the blocks
+ * that leave next are prefetched well ahead), and out of the live table, so
+ * the table holds live blocks only and stays small and warm.  While the
+ * thread's quarantine holds more than its share of the budget (the budget
+ * over the threads alive), the thread takes its own oldest blocks out:
+ * checks their poison and gives them back to jemalloc.  A block bigger than
+ * an eighth of the budget now (128 KiB to 8 MiB) skips the quarantine: it
+ * would push out much of the rest at once, and filling it with poison costs
+ * a write of every page (a freed 1 GiB buffer took a second).
+ * A free, hold or check of an address the live table does not know looks
+ * through every thread's ring (slow, and only on such error paths).  A
+ * thread's ring is drained when the thread exits; at the process's exit,
+ * _ta_quarantine_check_all checks the exiting thread's (the other threads
+ * may still be running).
+ *
+ * The ring is one mmap'd array that never moves, so other threads may read
+ * it while its owner writes; they verify what they read. */
+
+#define Q_PREFETCH 16
+
+static inline void q_prefetch(const ta_thread *t) {
+  if (t->qlen > Q_PREFETCH) {
+    const ta_block *e = &t->q[(t->qhead + Q_PREFETCH) & (t->qcap - 1)];
+    const char *p = (const char *)e->addr;
+    uint64_t n = poison_span(e->size < 4096 ? e->size : 4096);
+    for (uint64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i);
+  }
+}
+
+/* Takes t's oldest block out of the quarantine. */
+void _ta_quarantine_evict(ta_thread *t) {
+  ta_block b = t->q[t->qhead];
+  t->q[t->qhead].addr = 0;
+  t->qhead = (t->qhead + 1) & (t->qcap - 1);
+  t->qlen--;
+  q_prefetch(t);
+  unsigned char value = 0;
+  int64_t at = poison_changed(&b, &value);
+  pad_damage d;
+  bool over = !(b.flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(b.addr) && pad_changed(b.addr, b.size, &d);
+  t->qbytes -= q_charge(b.addr, b.size);
+  raw_free(t, b.addr);
+  if (at >= 0) report_write_after_free(&b, at, value);
+  if (TA_UNLIKELY(over)) _ta_report_overflow(&b, &d, PAD_AT_QUARANTINE);
+}
+
+/* The ring: address space for enough entries for the whole budget in
+ * 16-byte blocks (within [64K, 4M] entries), of which the first 4096 are
+ * used; it grows in place while the blocks in it weigh less than the
+ * thread's share.  (A ring cycling through 4M entries touched all 192 MiB
+ * of them, whatever the budget.)  TAGALLOC_QUARANTINE_BLOCKS (16384,
+ * rounded down to a power of two) caps the entries: a program that frees
+ * few small blocks per step behind a large live heap (LeNet-5: ~30 tensor
+ * headers a step, a 64 MiB budget) otherwise fills its quarantine for
+ * eleven epochs, and its memory is not flat; capped, it is full within
+ * the first. */
+#define Q_FIRST 4096u
+
+bool _ta_quarantine_ring(ta_thread *t) {
+  uint64_t cap = 1u << 16;
+  while (cap < (uint64_t)_ta_opt.quarantine / 16 && cap < (1u << 22)) cap <<= 1;
+  if (_ta_opt.quarantine_blocks > 0) {
+    uint64_t most = 16;
+    while (most * 2 <= (uint64_t)_ta_opt.quarantine_blocks) most <<= 1;
+    if (most < cap) cap = most;
+  }
+  void *q = _ta_mmap(cap * sizeof(ta_block));
+  if (q == NULL) return false;
+  t->q = q;
+  t->qmax = (uint32_t)cap;
+  t->qcap = Q_FIRST < cap ? Q_FIRST : (uint32_t)cap;
+  t->qhead = t->qlen = 0;
+  return true;
+}
+
+/* Doubles a full ring in place: the entries that wrapped to the front
+ * move to just past the old end, so every entry keeps its position from
+ * the head.  Other threads reading the ring verify what they read. */
+void _ta_quarantine_grow(ta_thread *t) {
+  uint32_t cap = t->qcap;
+  memcpy(&t->q[cap], &t->q[0], (size_t)t->qhead * sizeof(ta_block));
+  atomic_thread_fence(memory_order_release);
+  t->qcap = cap * 2;
+}
+
+/* The records of the last TA_RECENT blocks a thread freed outside the
+ * quarantine (the leaks and errors modes): their memory went back to
+ * jemalloc at once, but a second free of one of them, before the ledger
+ * hands its address out again, is still told as free.double with its
+ * allocation stack (and in errors mode its free stack).  One 32-byte store
+ * a free into 32 KiB that stays in cache; read only on a bad free. */
+#define TA_RECENT 1024u
+
+void _ta_quarantine_recent(ta_thread *t, const ta_block *b) {
+  if (TA_UNLIKELY(t->recent == NULL)) {
+    t->recent = _ta_mmap(TA_RECENT * sizeof(ta_block));
+    if (t->recent == NULL) return;
+  }
+  t->recent[t->rpos] = *b;
+  t->rpos = (t->rpos + 1) & (TA_RECENT - 1);
+}
+
+void _ta_quarantine_forget(ta_thread *t) {
+  if (t->q) _ta_munmap(t->q, (size_t)t->qmax * sizeof(ta_block));
+  t->q = NULL;
+  t->qcap = t->qmax = t->qhead = t->qlen = 0;
+  if (t->recent) _ta_munmap(t->recent, TA_RECENT * sizeof(ta_block));
+  t->recent = NULL;
+  t->rpos = 0;
+}
+
+void _ta_quarantine_drain(ta_thread *t) {
+  while (t->qlen > 0) _ta_quarantine_evict(t);
+  _ta_quarantine_forget(t);
+}
+
+typedef struct { uintptr_t p; bool interior; ta_block *out; bool found; } q_search;
+
+/* The newest record of p in t's recent frees. */
+static void recent_search(ta_thread *t, q_search *qs) {
+  ta_block *r = t->recent;
+  uint32_t pos = t->rpos;
+  if (r == NULL) return;
+  for (uint32_t k = 1; k <= TA_RECENT; k++) {
+    const ta_block *e = &r[(pos - k) & (TA_RECENT - 1)];
+    uintptr_t a = e->addr;
+    if (a == 0) continue;
+    bool hit = qs->interior ? (qs->p >= a && qs->p < a + (e->size ? e->size : 1)) : qs->p == a;
+    if (!hit) continue;
+    *qs->out = *e;
+    if (qs->out->addr != a) continue;            /* overwritten while we read */
+    qs->out->state = TA_FREED;
+    qs->found = true;
+    return;
+  }
+}
+
+static void q_search_thread(ta_thread *t, void *arg) {
+  q_search *qs = arg;
+  if (!qs->found) recent_search(t, qs);
+  ta_block *q = t->q;
+  uint32_t cap = t->qcap, head = t->qhead, len = t->qlen;   /* the owner may be moving them */
+  if (q == NULL || qs->found) return;
+  for (uint32_t k = 0; k < len && k < cap; k++) {
+    const ta_block *e = &q[(head + k) & (cap - 1)];
+    uintptr_t a = e->addr;
+    if (a == 0) continue;
+    uint64_t size = e->size;
+    bool hit = qs->interior ? (qs->p >= a && qs->p < a + (size ? size : 1)) : qs->p == a;
+    if (!hit) continue;
+    *qs->out = *e;
+    if (qs->out->addr != a) continue;            /* overwritten while we read */
+    qs->out->state = TA_FREED;
+    qs->found = true;
+    return;
+  }
+}
+
+/* Is p a quarantined block (or inside one)? */
+bool _ta_quarantine_find(uintptr_t p, bool interior, ta_block *out) {
+  q_search qs = { p, interior, out, false };
+  _ta_thread_each(q_search_thread, &qs);
+  return qs.found;
+}
+
+/* ---- checks at exit ------------------------------------------------------------ */
+
+typedef struct { evicted_block bad[16]; int n; ta_block over[16]; pad_damage d[16]; int nover; } q_check;
+
+static void q_check_ring(const ta_thread *t, q_check *c) {
+  for (uint32_t k = 0; k < t->qlen && c->n < 16; k++) {
+    evicted_block *e = &c->bad[c->n];
+    e->b = t->q[(t->qhead + k) & (t->qcap - 1)];
+    e->at = poison_changed(&e->b, &e->value);
+    if (e->at >= 0) c->n++;
+    if (c->nover < 16 && !(e->b.flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(e->b.addr) &&
+        pad_changed(e->b.addr, e->b.size, &c->d[c->nover]))
+      c->over[c->nover++] = e->b;
+  }
+}
+
+/* At exit: the pads of the live blocks (under each shard's lock, so that no
+ * block is freed while it is read); reported after, without the locks. */
+static void pad_check_live(const ta_block *b, void *arg) {
+  q_check *c = arg;
+  /* only the blocks block_new padded (arena blocks, or any other kind a
+   * flag marks, have no pad, and may not even be host memory) */
+  if (c->nover >= 16 || (b->flags & ~(TA_F_REF | TA_F_HOLD)) || !pad_owned(b->addr)) return;
+  if (pad_changed(b->addr, b->size, &c->d[c->nover])) c->over[c->nover++] = *b;
+}
+
+/* Only the calling thread's ring: another thread that is still running
+ * (exit() or an exec while other threads allocate) pushes, evicts and grows
+ * its ring meanwhile, and reading it here read torn entries and blocks it
+ * had just given back (a program that exits with its threads churning
+ * crashed in 7 runs of 10).  A thread that ends checks its own ring
+ * (_ta_quarantine_drain). */
+void _ta_quarantine_check_all(void) {
+  q_check c = { .n = 0 };
+  if (_ta_self != NULL) q_check_ring(_ta_self, &c);
+  for (int k = 0; k < c.n; k++) report_write_after_free(&c.bad[k].b, c.bad[k].at, c.bad[k].value);
+  for (int k = 0; k < c.nover; k++) _ta_report_overflow(&c.over[k], &c.d[k], PAD_AT_EXIT);
+  c.nover = 0;
+  _ta_block_each(false, pad_check_live, &c);
+  for (int k = 0; k < c.nover; k++) _ta_report_overflow(&c.over[k], &c.d[k], PAD_AT_EXIT);
+}
