@@ -89,7 +89,6 @@ void ta_report_now(void) {
 }
 
 static atomic_int exit_done;
-void (*_ta_exit_hook)(void);
 void (*_ta_exit_before)(void);
 uintptr_t   _ta_exit_sp;
 const void *_ta_exit_regs;
@@ -121,8 +120,7 @@ void _ta_exit_now(bool again) {
     if (here) _ta_exit_sp = 0;          /* an exec that fails goes on */
   }
   _ta_trace_close();
-  if (_ta_opt.report && reporter) reporter(2);
-  if (_ta_exit_hook) _ta_exit_hook();       /* the preload's per-process JSON */
+  if (_ta_opt.report && reporter && !_ta_host_quiet()) reporter(2);
   _ta_host_leave(host);
   t->guard--;
 }

@@ -48,7 +48,7 @@ typedef struct {
   const char *trace;  /* TAGALLOC_TRACE: path of the trace, NULL for none */
   long follow;        /* TAGALLOC_FOLLOW: the preload follows exec (keeps LD_PRELOAD) */
   long clock;         /* TAGALLOC_CLOCK: threads number trace events from the TSC where it is the kernel's clock */
-  const char *json;   /* TAGALLOC_JSON: the preload's per-process JSON ("%p": pid), NULL: none */
+  long trace_events;  /* TAGALLOC_TRACE_EVENTS: 0 writes the trace's exit records only (trace.c) */
   long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
   long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
   long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
@@ -178,6 +178,9 @@ ta_thread *_ta_thread_slow(void);     /* creates the calling thread's state */
  * allocates (libdw, the symbolizer).  NULL: nothing was raised. */
 ta_thread *_ta_host_enter(void);
 void       _ta_host_leave(ta_thread *host);
+/* This ledger is a program's copy, the preload's runs beside it, and this
+ * one recorded nothing: its exit report would repeat the preload's. */
+bool       _ta_host_quiet(void);
 static inline ta_thread *_ta_thread(void) {   /* the calling thread's, created on first use */
   ta_thread *t = _ta_self;
   return TA_LIKELY(t != NULL) ? t : _ta_thread_slow();
@@ -267,9 +270,6 @@ void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);
 /* The exit work (scan, report, trace), callable early: _exit, a fatal
  * signal, exec.  Runs once per process image unless `again`. */
 void  _ta_exit_now(bool again);
-/* Called by the exit work after the report, guard raised (the LD_PRELOAD
- * shim writes its per-process JSON there); NULL: nothing. */
-extern void (*_ta_exit_hook)(void);
 /* Called by the exit work first, guard not raised (the shim frees the
  * runtime's own blocks there, as memcheck's freeres does); NULL: nothing. */
 extern void (*_ta_exit_before)(void);
@@ -553,6 +553,9 @@ extern bool _ta_tracing;
 void _ta_trace_open(void);
 void _ta_trace_close(void);              /* flushes everything (exit) */
 void _ta_trace_modules(void);            /* MODULE records for mappings new since (dlclose) */
+/* How the image ends (the preload: exit status, or -1 and the fatal
+ * signal), written as an EXIT record at close. */
+void _ta_trace_exit_status(int code, int sig);
 void _ta_trace_flush_all_signal(void);   /* best effort, from a fatal signal */
 void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack, uint64_t seq, int arena);
 void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq);

@@ -31,7 +31,7 @@ ta_options_t _ta_opt = {
   .trace = NULL,
   .follow = 1,
   .clock = 1,
-  .json = NULL,
+  .trace_events = 1,
   .guard = 0,
   .guard_slots = 65536,
   .guard_sample = 100,
@@ -67,7 +67,7 @@ static const opt_desc opt_table[] = {
   { "trace",         OPT_STRING, NULL,                  0, 0, &_ta_opt.trace },
   { "follow",        OPT_FLAG,   &_ta_opt.follow,       0, 1, NULL },   /* the preload: exec */
   { "clock",         OPT_FLAG,   &_ta_opt.clock,        0, 1, NULL },
-  { "json",          OPT_STRING, NULL,                  0, 0, &_ta_opt.json },   /* the preload */
+  { "trace_events",  OPT_FLAG,   &_ta_opt.trace_events, 0, 1, NULL },   /* trace.c: 0 writes the exit records only */
   { "guard",         OPT_FLAG,   &_ta_opt.guard,        0, 1, NULL },
   { "guard_slots",   OPT_SIZE,   &_ta_opt.guard_slots,  16, 1L << 22, NULL },
   { "guard_sample",  OPT_SIZE,   &_ta_opt.guard_sample, 1, 1L << 30, NULL },
@@ -211,11 +211,12 @@ const char *ta_options_unknown(const char *entry, char *hint, size_t hintlen) {
 }
 
 /* A TAGALLOC_ variable that is no option warns once (a misspelt option is
- * otherwise silently the default).  Under `tagalloc run` (TAGALLOC_JSON set)
- * the tool has warned already, once for all processes. */
+ * otherwise silently the default).  Under `tagalloc run` (it sets
+ * TAGALLOC_TRACE_EVENTS) the tool has warned already, once for all
+ * processes. */
 static void warn_unknown(void) {
   extern char **environ;
-  if (getenv("TAGALLOC_JSON")) return;
+  if (getenv("TAGALLOC_TRACE_EVENTS")) return;
   for (size_t i = 0; environ && environ[i]; i++) {
     char hint[80];
     const char *name = ta_options_unknown(environ[i], hint, sizeof hint);

@@ -6,7 +6,14 @@
  * is always in the file before the first event that names it.  At exit
  * every buffer is written, then the findings, then an END record; on
  * SIGSEGV, SIGBUS, SIGABRT and SIGFPE the buffers are written before the
- * signal goes on.  The format is in TRACE.md. */
+ * signal goes on.  The format is in TRACE.md.
+ *
+ * TAGALLOC_TRACE_EVENTS=0 (what `tagalloc run` sets in leaks mode, where no
+ * output needs the events) writes an exit-only trace: the header and the
+ * command line at open, and at exit the tags, the modules, the stacks, the
+ * findings with their refcount balances (REF_SITE), the ledger's summary
+ * (SUMMARY) and END; no event.  It is the process's one record of its
+ * findings, which `tagalloc run` reads as it reads any trace. */
 #include "internal.h"
 #include "trace_format.h"
 
@@ -19,6 +26,9 @@
 #include <unistd.h>
 
 bool _ta_tracing;
+static bool exit_only;                   /* TAGALLOC_TRACE_EVENTS=0: the file is open, no events */
+static bool exit_known;                  /* _ta_trace_exit_status was called: an EXIT record */
+static int exit_code = -1, exit_signal;
 
 typedef struct {
   size_t len, cap;
@@ -401,7 +411,7 @@ static void write_modules(void) {
  * alone). */
 void _ta_trace_modules(void) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  if (!_ta_tracing) return;
+  if (trace_fd < 0) return;
   pthread_mutex_lock(&lock);
   write_modules();
   flush_global();
@@ -410,6 +420,8 @@ void _ta_trace_modules(void) {
 
 /* ---- findings at exit --------------------------------------------------------- */
 
+/* A FINDING, then its refcount balance by callsite (REF_SITE records, the
+ * ledger's own: a reader without the REF events has them all the same). */
 static int finding_out(const ta_finding *f, void *arg) {
   (void)arg;
   bool g;
@@ -426,7 +438,35 @@ static int finding_out(const ta_finding *f, void *arg) {
     put_str(s, f->detail);
   }
   done(g);
+  for (size_t i = 0; i < f->nsites; i++) {
+    const ta_ref_site *site = &f->sites[i];
+    tr_ref_site *rs = reserve(NULL, TR_REF_SITE, sizeof *rs, &g);
+    if (rs)
+      *rs = (tr_ref_site){ site->transitions, site->balance, site->stack, site->paired, site->delta,
+                           site->extra };
+    done(g);
+  }
   return 0;
+}
+
+void _ta_trace_exit_status(int code, int sig) {
+  exit_known = true;
+  exit_code = code;
+  exit_signal = sig;
+}
+
+/* The ledger's summary at exit: the numbers the process's own report
+ * prints, so that every report of the trace prints them too. */
+static void summary_out(void) {
+  ta_summary s = ta_summary_get();
+  bool g;
+  tr_summary *r = reserve(NULL, TR_SUMMARY, sizeof *r, &g);
+  if (r)
+    *r = (tr_summary){ s.direct_bytes, s.direct_blocks, s.indirect_bytes, s.indirect_blocks,
+                       s.possible_bytes, s.possible_blocks, s.reachable_bytes, s.reachable_blocks,
+                       s.orphan_bytes, s.orphan_blocks, s.allocs, s.frees, s.live_bytes, s.peak_bytes,
+                       s.errors };
+  done(g);
 }
 
 /* ---- open, close, signals ------------------------------------------------------ */
@@ -462,10 +502,26 @@ static void on_fatal(int sig, siginfo_t *si, void *ctx) {
 
 static void open_file(void);
 
+/* The TAG records of every named tag. */
+static void write_tags(void) {
+  for (uint32_t i = 1; i < TA_MAX_TAGS; i++) {
+    const char *name = ta_tag_name(i);
+    if (strcmp(name, "?") == 0) break;
+    bool g;
+    tr_tag *r = reserve(NULL, TR_TAG, sizeof *r + str_room(name), &g);
+    if (r) {
+      r->id = i;
+      put_str((char *)(r + 1), name);
+    }
+    done(g);
+  }
+}
+
 void _ta_trace_open(void) {
   if (_ta_opt.trace == NULL) return;
+  exit_only = !_ta_opt.trace_events;
   open_file();
-  if (trace_fd < 0) return;
+  if (trace_fd < 0 || exit_only) return;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_fatal;
@@ -534,13 +590,13 @@ static void open_file(void) {
                         .pid = (uint32_t)getpid(), .ppid = (uint32_t)getppid(),
                         .start_ns = now_ns() };
   raw_write(&fh, sizeof fh);
-  _ta_tracing = true;
   write_command();
-  for (uint32_t i = 1; i < TA_MAX_TAGS; i++) {
-    const char *name = ta_tag_name(i);
-    if (strcmp(name, "?") == 0) break;
-    _ta_trace_tag(i, name);
+  if (exit_only) {          /* the rest at exit (_ta_trace_close) */
+    flush_global();
+    return;
   }
+  _ta_tracing = true;
+  write_tags();
   write_modules();
   flush_global();
 }
@@ -558,13 +614,14 @@ void _ta_trace_fork(int phase) {
     pthread_mutex_lock(&file_lock);
     return;
   }
-  if (phase == TA_FORK_CHILD && _ta_tracing) {
+  if (phase == TA_FORK_CHILD && trace_fd >= 0) {
     _ta_tracing = false;
     close(trace_fd);
     trace_fd = -1;
     stacklen = 0;
     depot_cursor = 0;
     nseen = 0;
+    exit_known = false;
     if (global_buf) global_buf->len = 0;
     /* the registry is locked by the ledger's fork handler: walk it as is */
     ta_thread *self = _ta_self;
@@ -577,10 +634,17 @@ void _ta_trace_fork(int phase) {
 }
 
 void _ta_trace_close(void) {
-  if (!_ta_tracing) return;
+  if (!_ta_tracing && !(exit_only && trace_fd >= 0)) return;
+  if (exit_only) write_tags();
   write_modules();
   ta_findings_visit(finding_out, NULL);
+  summary_out();
   bool g;
+  if (exit_known) {
+    tr_exit *x = reserve(NULL, TR_EXIT, sizeof *x, &g);
+    if (x) *x = (tr_exit){ exit_code, exit_signal };
+    done(g);
+  }
   tr_end *r = reserve(NULL, TR_END, sizeof *r, &g);
   if (r) { r->seq = _ta_seq_now(); r->ns = now_ns(); }
   done(g);

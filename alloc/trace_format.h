@@ -30,6 +30,7 @@ enum {
   TR_THREAD_END = 12, TR_TIME = 13, TR_FINDING_EVENT = 14, TR_FINDING = 15, TR_END = 16,
   TR_PACKED = 17, TR_FRAME = 18, TR_DEVICE_ALLOC = 19, TR_DEVICE_FREE = 20,
   TR_COMMAND = 24,           /* 21..23 are kept for further device records */
+  TR_SUMMARY = 25, TR_REF_SITE = 26, TR_EXIT = 27,
 };
 
 /* PACKED: a run of one thread's ALLOC and FREE events, varint-encoded (see
@@ -60,6 +61,25 @@ typedef struct {
   /* then kind, slot and detail, each NUL-terminated */
 } tr_finding;
 typedef struct { uint64_t seq, ns; } tr_end;
+/* REF_SITE: one callsite of the refcount balance of the FINDING before it
+ * (ta_ref_site, as the ledger computed it at exit). */
+typedef struct {
+  uint64_t transitions;
+  int64_t  balance;
+  uint32_t stack, paired;    /* paired: UINT32_MAX when none */
+  int32_t  delta, extra;
+} tr_ref_site;
+/* EXIT: how the process image ended, as the preload saw it, just before
+ * END: exit_code -1 when it did not exit (an exec, a fatal signal), signal
+ * the fatal signal (0: none). */
+typedef struct { int32_t exit_code, signal; } tr_exit;
+/* SUMMARY: ta_summary_get() at exit, just before END (the exit scan's
+ * numbers: what the process's own report printed). */
+typedef struct {
+  uint64_t direct_bytes, direct_blocks, indirect_bytes, indirect_blocks;
+  uint64_t possible_bytes, possible_blocks, reachable_bytes, reachable_blocks;
+  uint64_t orphan_bytes, orphan_blocks, allocs, frees, live_bytes, peak_bytes, errors;
+} tr_summary;
 /* Device memory (ta_device_alloc, ta_device_free): keyed by (tag, device, addr). */
 typedef struct {
   uint64_t seq, addr, size;

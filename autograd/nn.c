@@ -210,6 +210,7 @@ size_t ag_layer_params(ag_layer *l, ag_var **out, size_t max) {
 
 int ag_layer_to(ag_layer *l, gpu_pool *device) {
   if (l == NULL) return _ag_err("ag_layer_to: layer is NULL"), -1;
+  if (!LAYER_OK("ag_layer_to", l)) return -1;
   size_t n = ag_layer_params(l, NULL, 0);
   if (n == 0) return 0;
   ag_var **ps = ta_calloc(tag_layer, n, sizeof *ps);

@@ -163,8 +163,13 @@ ag_var *ag_max_pool2d(ag_var *x, int k, int stride) {
   tensor *y = tensor_max_pool2d(x->value, k, stride, need(x) && ag_grad_enabled() ? &argmax : NULL);
   ag_op *op;
   ag_var *v = record("ag_max_pool2d", y, OP_MAX_POOL, x, NULL, NULL, &op);
-  if (op && argmax) _ag_save(op, argmax);
-  else tensor_free(argmax);
+  if (op && argmax) {
+    _ag_save(op, argmax);
+    op->ia[0] = k;   /* the window: a device's backward gathers by it */
+    op->ia[1] = stride;
+  } else {
+    tensor_free(argmax);
+  }
   return v;
 }
 
@@ -385,7 +390,7 @@ bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take) {
     if (need(c)) give(c, tensor_conv2d_grad_bias(dy), true);
     break;
   case OP_MAX_POOL:
-    give(a, tensor_max_pool2d_grad(dy, op->saved, 4, a->value->shape), true);
+    give(a, tensor_max_pool2d_grad_k(dy, op->saved, op->ia[0], op->ia[1], 4, a->value->shape), true);
     break;
   case OP_AVG_POOL:
     give(a, tensor_avg_pool2d_grad(dy, op->ia[0], op->ia[1], 4, a->value->shape), true);

@@ -147,6 +147,69 @@ static long stack_id(stacktab *t, size_t proc, report_process *p, uint32_t id) {
   return (long)(t->n - 1);
 }
 
+/* The frame a row of the findings table is named by: the first that is no
+ * allocator wrapper (as the page's topFrame); NULL without a stack. */
+static const report_mframe *headline_frame(report_process *p, uint32_t stack) {
+  const report_mstack *st = report_process_stack(p, stack);
+  if (!st || !st->nframes) return NULL;
+  uint32_t i = 0;
+  while (i + 1 < st->nframes && report_function_is_wrapper(st->frames[i].function)) i++;
+  return &st->frames[i];
+}
+
+static bool same_str(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
+
+/* Two groups of p that the findings table would show under one headline:
+ * the same kind, the same named frame. */
+static bool same_headline(report_process *p, const report_group *a, const report_group *b) {
+  if (strcmp(a->kind, b->kind) != 0) return false;
+  if (a->stack == b->stack) return true;
+  const report_mframe *x = headline_frame(p, a->stack), *y = headline_frame(p, b->stack);
+  return x && y && same_str(x->function, y->function) && same_str(x->file, y->file) && x->line == y->line &&
+         (x->function || x->address == y->address);
+}
+
+/* A finding's fields after its kind and counts: address, stacks (ids in
+ * the page's stack table), holder, slot, detail, growth, history, sites. */
+static void group_fields(jbuf *b, stacktab *stk, size_t pi, report_process *p, const report_group *g) {
+  j_printf(b, ",\"addr\":\"0x%llx\"", (unsigned long long)g->addr);
+  j_printf(b, ",\"stack\":%ld", stack_id(stk, pi, p, g->stack));
+  j_printf(b, ",\"alloc_stack\":%ld", g->alloc_stack != g->stack ? stack_id(stk, pi, p, g->alloc_stack) : -1);
+  /* the further stacks, unless the same as the first (as the text report) */
+  j_printf(b, ",\"free_stack\":%ld", g->free_stack != g->stack ? stack_id(stk, pi, p, g->free_stack) : -1);
+  j_printf(b, ",\"aux_stack\":%ld", g->aux_stack != g->stack ? stack_id(stk, pi, p, g->aux_stack) : -1);
+  if (g->holder) j_printf(b, ",\"holder\":\"0x%llx\"", (unsigned long long)g->holder);
+  if (g->slot) {
+    j_lit(b, ",\"slot\":");
+    j_str(b, g->slot);
+  }
+  if (g->detail && g->detail[0]) {
+    j_lit(b, ",\"detail\":");
+    j_str(b, g->detail);
+  }
+  if (ta_kind_of(g->kind) == TA_KIND_LEAK_GROWTH)
+    j_printf(b, ",\"slope\":%.3f,\"iterations\":%zu,\"first\":%llu,\"last\":%llu", g->slope, g->iterations,
+             (unsigned long long)g->growth_first, (unsigned long long)g->growth_last);
+  if (g->history_len) {
+    j_lit(b, ",\"history\":[");
+    for (size_t h = 0; h < g->history_len; h++)
+      j_printf(b, "%s[%d,%ld,%u,%ld]", h ? "," : "", g->history[h].delta, g->history[h].count,
+               (unsigned)g->history[h].thread, stack_id(stk, pi, p, g->history[h].stack));
+    j_lit(b, "]");
+  }
+  if (g->nsites) {   /* [delta, transitions, paired (-1: none), balance, extra, stack] */
+    j_lit(b, ",\"sites\":[");
+    for (size_t h = 0; h < g->nsites; h++) {
+      const ta_ref_site *st = &g->sites[h];
+      j_printf(b, "%s[%d,%llu,%ld,%lld,%d,%ld]", h ? "," : "", st->delta, (unsigned long long)st->transitions,
+               st->paired < g->nsites ? (long)st->paired : -1L, (long long)st->balance, st->extra ? 1 : 0,
+               stack_id(stk, pi, p, st->stack));
+    }
+    j_lit(b, "]");
+  }
+}
+
+
 /* ---- flame graphs ---------------------------------------------------------------- */
 
 typedef struct {
@@ -489,13 +552,16 @@ int report_html_write(int fd, report_model *m) {
   } else {
     j_lit(&b, "null");
   }
-  uint64_t allocs = 0, frees = 0, peak = 0, errors = 0;
+  uint64_t allocs = 0, frees = 0, peak = 0, errors = 0, loss_records = 0;
+  size_t findings = 0;
   j_lit(&b, ",\"processes\":[");
   for (size_t i = 0; i < m->nprocs; i++) {
     report_process *p = m->procs[i];
     allocs += p->summary.allocs;
     frees += p->summary.frees;
     errors += p->summary.errors;
+    loss_records += p->loss_records;
+    findings += p->findings_count;
     if (p->summary.peak_bytes > peak) peak = p->summary.peak_bytes;
     j_printf(&b, "%s{\"pid\":%ld,\"ppid\":%ld,\"trace\":", i ? "," : "", p->pid, p->ppid);
     j_str(&b, p->trace);
@@ -503,15 +569,18 @@ int report_html_write(int fd, report_model *m) {
     const char *prog = p->argv && p->argc > 0 ? p->argv[0] : NULL;
     j_str(&b, prog && strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog);
     j_printf(&b, ",\"clean_exit\":%d,\"exit_code\":%d,\"signal\":%d,\"allocs\":%llu,\"frees\":%llu,"
-             "\"peak\":%llu,\"start\":%llu,\"end\":%llu,\"unclassified\":%s,\"findings\":%zu}",
+             "\"peak\":%llu,\"start\":%llu,\"end\":%llu,\"unclassified\":%s,\"findings\":%zu,"
+             "\"errors\":%llu,\"loss_records\":%llu}",
              p->clean_exit, p->exit_code, p->signal, (unsigned long long)p->summary.allocs,
              (unsigned long long)p->summary.frees, (unsigned long long)p->summary.peak_bytes,
              (unsigned long long)rel(m, p->start_ns), (unsigned long long)rel(m, p->end_ns),
-             p->unclassified ? "true" : "false", p->findings_count);
+             p->unclassified ? "true" : "false", p->findings_count, (unsigned long long)p->summary.errors,
+             (unsigned long long)p->loss_records);
   }
-  j_printf(&b, "],\"allocs\":%llu,\"frees\":%llu,\"peak\":%llu,\"errors\":%llu,\"duration\":%llu",
+  j_printf(&b, "],\"allocs\":%llu,\"frees\":%llu,\"peak\":%llu,\"errors\":%llu,\"loss_records\":%llu,"
+           "\"findings\":%zu,\"duration\":%llu",
            (unsigned long long)allocs, (unsigned long long)frees, (unsigned long long)peak,
-           (unsigned long long)errors, (unsigned long long)(m->end_ns > m->start_ns ? m->end_ns - m->start_ns : 0));
+           (unsigned long long)errors, (unsigned long long)loss_records, findings, (unsigned long long)(m->end_ns > m->start_ns ? m->end_ns - m->start_ns : 0));
 
   /* kinds over all processes, worst first */
   report_kind_total *kinds = NULL;
@@ -555,56 +624,47 @@ int report_html_write(int fd, report_model *m) {
   if (order && k > 1) qsort(order, k, sizeof *order, by_group_rank);
   size_t shown = k < HTML_MAX_GROUPS ? k : HTML_MAX_GROUPS;
   j_lit(&b, ",\n\"findings\":[");
-  for (size_t i = 0; order && i < shown; i++) {
+  size_t rows = 0, used = 0;
+  for (size_t i = 0; order && i < k && rows < shown; i++) {
     const report_group *g = order[i];
+    if (!g) continue;   /* merged into an earlier row */
     size_t pi = 0;
     while (pi < m->nprocs && !(g >= m->procs[pi]->groups && g < m->procs[pi]->groups + m->procs[pi]->ngroups)) pi++;
     report_process *p = m->procs[pi];
-    j_lit(&b, i ? ",\n{\"kind\":" : "\n{\"kind\":");
+    /* ref.underflow: one row per place of the extra release (the row's
+     * headline), the groups of its objects together in it */
+    uint64_t blocks = g->blocks;
+    size_t same = 0;
+    bool merge = ta_kind_of(g->kind) == TA_KIND_REF_UNDERFLOW;
+    for (size_t j = i + 1; merge && j < k; j++)
+      if (order[j] && order[j] >= p->groups && order[j] < p->groups + p->ngroups && same_headline(p, g, order[j]))
+        blocks += order[j]->blocks, same++;
+    j_lit(&b, rows++ ? ",\n{\"kind\":" : "\n{\"kind\":");
     j_str(&b, g->kind);
     j_printf(&b, ",\"bytes\":%llu,\"blocks\":%llu,\"pid\":%ld,\"tag\":", (unsigned long long)g->bytes,
-             (unsigned long long)g->blocks, p->pid);
+             (unsigned long long)blocks, p->pid);
     j_str(&b, g->tag_name);
-    j_printf(&b, ",\"addr\":\"0x%llx\"", (unsigned long long)g->addr);
-    j_printf(&b, ",\"stack\":%ld", stack_id(&stk, pi, p, g->stack));
-    j_printf(&b, ",\"alloc_stack\":%ld", g->alloc_stack != g->stack ? stack_id(&stk, pi, p, g->alloc_stack) : -1);
-    /* the further stacks, unless the same as the first (as the text report) */
-    j_printf(&b, ",\"free_stack\":%ld", g->free_stack != g->stack ? stack_id(&stk, pi, p, g->free_stack) : -1);
-    j_printf(&b, ",\"aux_stack\":%ld", g->aux_stack != g->stack ? stack_id(&stk, pi, p, g->aux_stack) : -1);
-    if (g->holder) j_printf(&b, ",\"holder\":\"0x%llx\"", (unsigned long long)g->holder);
-    if (g->slot) {
-      j_lit(&b, ",\"slot\":");
-      j_str(&b, g->slot);
-    }
-    if (g->detail && g->detail[0]) {
-      j_lit(&b, ",\"detail\":");
-      j_str(&b, g->detail);
-    }
-    if (ta_kind_of(g->kind) == TA_KIND_LEAK_GROWTH)
-      j_printf(&b, ",\"slope\":%.3f,\"iterations\":%zu,\"first\":%llu,\"last\":%llu", g->slope, g->iterations,
-               (unsigned long long)g->growth_first, (unsigned long long)g->growth_last);
-    if (g->history_len) {
-      j_lit(&b, ",\"history\":[");
-      for (size_t h = 0; h < g->history_len; h++)
-        j_printf(&b, "%s[%d,%ld,%u,%ld]", h ? "," : "", g->history[h].delta, g->history[h].count,
-                 (unsigned)g->history[h].thread, stack_id(&stk, pi, p, g->history[h].stack));
-      j_lit(&b, "]");
-    }
-    if (g->nsites) {   /* [delta, transitions, paired (-1: none), balance, extra, stack] */
-      j_lit(&b, ",\"sites\":[");
-      for (size_t h = 0; h < g->nsites; h++) {
-        const ta_ref_site *st = &g->sites[h];
-        j_printf(&b, "%s[%d,%llu,%ld,%lld,%d,%ld]", h ? "," : "", st->delta, (unsigned long long)st->transitions,
-                 st->paired < g->nsites ? (long)st->paired : -1L, (long long)st->balance, st->extra ? 1 : 0,
-                 stack_id(&stk, pi, p, st->stack));
+    group_fields(&b, &stk, pi, p, g);
+    used++;
+    if (same) {   /* the other groups of the row: their own objects, stacks and histories */
+      j_printf(&b, ",\"groups\":%zu,\"others\":[", same + 1);
+      for (size_t j = i + 1, n = 0; j < k && n < same; j++) {
+        const report_group *o = order[j];
+        if (!o || !(o >= p->groups && o < p->groups + p->ngroups) || !same_headline(p, g, o)) continue;
+        j_printf(&b, "%s{\"bytes\":%llu,\"blocks\":%llu", n++ ? "," : "", (unsigned long long)o->bytes,
+                 (unsigned long long)o->blocks);
+        group_fields(&b, &stk, pi, p, o);
+        j_lit(&b, "}");
+        order[j] = NULL;
+        used++;
       }
       j_lit(&b, "]");
     }
     j_lit(&b, "}");
   }
   j_lit(&b, "]");
-  if (shown < k)
-    j_printf(&notes, "%s\"the table lists the %zu worst of %zu finding groups\"", notes.len ? "," : "", shown, k);
+  if (used < k)
+    j_printf(&notes, "%s\"the table lists the %zu worst of %zu finding groups\"", notes.len ? "," : "", used, k);
   free(order);
 
   /* the timeline, the flame graphs */

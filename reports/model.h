@@ -77,6 +77,13 @@ typedef struct {
   int         rank;                       /* severity: 0 the worst (ta_kind_rank, alloc/kinds.h) */
 } report_kind_total;
 
+/* A loss record counted as an error, as memcheck's ERROR SUMMARY counts
+ * them (--errors-for-leak-kinds=definite,possible: one per group): the
+ * groups of definitely and possibly lost, orphaned, refcount-leaked and
+ * GPU-leaked memory (ta_kind_is_leak but leak.indirect); indirectly lost,
+ * growing and unclassified memory are not errors. */
+bool report_group_is_loss_record(const report_group *g);
+
 /* A callsite: the allocation stacks whose innermost frame is the same
  * source line.  Its key names the line so that it survives address-space
  * randomisation, a rebuild in another folder and edits elsewhere in the
@@ -125,6 +132,9 @@ typedef struct report_process {
   report_group *groups;                   /* shown (not suppressed), in the source's order */
   size_t      ngroups;
   size_t      findings_count;             /* groups that are leaks or errors (not unclassified, not leak.growth) */
+  uint64_t    loss_records;               /* groups counted as errors as memcheck's ERROR SUMMARY counts
+                                           * them (report_group_is_loss_record); every renderer's error
+                                           * count is summary.errors + loss_records */
   report_kind_total *kinds;               /* one per kind, worst first */
   size_t      nkinds;
 

@@ -17,6 +17,9 @@ struct report_offline {
   ta_summary          summary;
   ta_ref_event      **histories;       /* owned, one per finding that has one */
   ta_ref_site       **sites;           /* owned: the balance by callsite of each ref.* finding */
+  ta_ref_site        *rec_sites;       /* the ledger's balances (REF_SITE records), when the trace has them */
+  report_ctx         *ctx;             /* the symbolizer of the trace's modules, made on first use */
+  bool                ctx_tried;
 };
 
 /* ---- the source's callbacks -------------------------------------------------- */
@@ -45,6 +48,23 @@ static size_t off_visit(void *arg, ta_finding_fn *fn, void *fn_arg) {
   return i;
 }
 
+/* The symbolizer, made when a stack is first symbolized: libdw's view of
+ * the process's modules costs about 1.4 MB, and most processes of a run
+ * have nothing to symbolize. */
+static report_ctx *off_ctx(void *arg) {
+  report_offline *o = arg;
+  if (o->ctx_tried) return o->ctx;
+  o->ctx_tried = true;
+  const report_trace_model *m = o->m;
+  report_module *mods = calloc(m->nmodules ? m->nmodules : 1, sizeof *mods);
+  if (!mods) return NULL;
+  for (size_t i = 0; i < m->nmodules; i++)
+    mods[i] = (report_module){ m->modules[i].lo, m->modules[i].hi, m->modules[i].offset, m->modules[i].path };
+  o->ctx = report_ctx_new_offline(mods, m->nmodules);
+  free(mods);
+  return o->ctx;
+}
+
 static ta_summary off_summary(void *arg) {
   report_offline *o = arg;
   return o->summary;
@@ -70,6 +90,7 @@ static int clean_findings(report_offline *o) {
   size_t cap = 0;
   ta_summary *s = &o->summary;
   uint64_t leaked_blocks = 0, leaked_bytes = 0;
+  if (m->nref_sites && !(o->rec_sites = calloc(m->nref_sites, sizeof *o->rec_sites))) return -1;
   for (size_t i = 0; i < m->nfindings; i++) {
     const report_trace_finding *g = &m->findings[i];
     ta_finding f;
@@ -86,6 +107,16 @@ static int clean_findings(report_offline *o) {
     f.holder = (uintptr_t)g->holder;
     f.slot = g->slot[0] ? g->slot : NULL;
     snprintf(f.detail, sizeof f.detail, "%s", g->detail);
+    if (g->nsites && o->rec_sites) {   /* the ledger's balance, as its own report printed it */
+      ta_ref_site *v = o->rec_sites + g->site0;
+      for (size_t k = 0; k < g->nsites; k++) {
+        const tr_ref_site *r = &m->ref_sites[g->site0 + k];
+        v[k] = (ta_ref_site){ .stack = r->stack, .delta = r->delta, .transitions = r->transitions,
+                              .paired = r->paired, .balance = r->balance, .extra = r->extra };
+      }
+      f.sites = v;
+      f.nsites = g->nsites;
+    }
     if (push(o, &cap, &f) != 0) return -1;
     uint64_t *bytes = NULL, *blocks = NULL;
     switch (ta_kind_of(f.kind)) {
@@ -107,6 +138,13 @@ static int clean_findings(report_offline *o) {
   for (size_t i = 0; i < m->nblocks; i++) live_bytes += m->blocks[i].size;
   s->reachable_bytes = live_bytes > leaked_bytes ? live_bytes - leaked_bytes : 0;
   s->reachable_blocks = live_blocks > leaked_blocks ? live_blocks - leaked_blocks : 0;
+  if (m->has_summary) {   /* the ledger's own numbers: what the process's report printed */
+    const tr_summary *r = &m->summary;
+    *s = (ta_summary){ r->direct_bytes, r->direct_blocks, r->indirect_bytes, r->indirect_blocks,
+                       r->possible_bytes, r->possible_blocks, r->reachable_bytes, r->reachable_blocks,
+                       r->orphan_bytes, r->orphan_blocks, r->allocs, r->frees, r->live_bytes, r->peak_bytes,
+                       r->errors };
+  }
   return 0;
 }
 
@@ -413,7 +451,9 @@ static void ref_history(report_offline *o, size_t fi, const obj_event *ev, size_
   f->history_len = k;
   /* The balance by callsite, over the whole story (ta_ref_balance).  The
    * ledger already made the extra release the group's stack; the release
-   * that went below zero is the history's last. */
+   * that went below zero is the history's last.  A trace with the
+   * ledger's own balances (REF_SITE records) keeps them. */
+  if (f->nsites) return;
   ta_ref_event *all = malloc((end - start) * sizeof *all);
   ta_ref_site *sites = malloc(TA_REF_SITES_MAX * sizeof *sites);
   if (all && sites) {
@@ -512,24 +552,19 @@ report_offline *report_offline_open(const char *path, char *err, size_t errlen) 
     report_offline_free(o);
     return NULL;
   }
-  report_module *mods = calloc(m->nmodules ? m->nmodules : 1, sizeof *mods);
-  if (mods) {
-    for (size_t i = 0; i < m->nmodules; i++)
-      mods[i] = (report_module){ m->modules[i].lo, m->modules[i].hi, m->modules[i].offset, m->modules[i].path };
-    o->src.ctx = report_ctx_new_offline(mods, m->nmodules);
-    free(mods);
-  }
+  o->src.ctx_make = off_ctx;
   return o;
 }
 
 void report_offline_free(report_offline *o) {
   if (!o) return;
-  report_ctx_free(o->src.ctx);
+  report_ctx_free(o->ctx);
   report_trace_model_free(o->m);
   for (size_t i = 0; o->histories && i < o->nfindings; i++) free(o->histories[i]);
   free(o->histories);
   for (size_t i = 0; o->sites && i < o->nfindings; i++) free(o->sites[i]);
   free(o->sites);
+  free(o->rec_sites);
   free(o->finding_seq);
   free(o->findings);
   free(o->path);

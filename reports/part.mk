@@ -13,6 +13,14 @@ REPORTS_ASSETS := reports/html/report.css reports/html/body.html reports/html/re
 REPORTS_SRC  = $(wildcard reports/*.c)
 REPORTS_GEN := $(BUILD)/gen/html_assets.c
 REPORTS_OBJ  = $(REPORTS_SRC:%.c=$(BUILD)/obj/%.o) $(REPORTS_GEN:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o)
+# What the LD_PRELOAD shim links of reports/: its own stderr report (the
+# text renderer, the process model, the symbolizer, suppressions, the
+# allocator wrappers' list).  The trace reader, the model of traces, JSON,
+# HTML and folded stacks are the command-line tool's (and libtagalloc's, for
+# programs that render their own pages); the shim writes its findings into
+# its trace, which the tool renders.
+REPORTS_PRELOAD = text process symbolize suppress wrappers
+REPORTS_PRELOAD_OBJ = $(REPORTS_PRELOAD:%=$(BUILD)/obj/reports/%.o)
 
 $(BUILD)/obj/reports/%.o: reports/%.c Makefile reports/part.mk
 	@mkdir -p $(dir $@)

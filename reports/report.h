@@ -107,7 +107,10 @@ typedef struct report_process_info report_process_info;   /* see the JSON sectio
 
 typedef struct report_source {
   long        pid;
-  report_ctx *ctx;          /* the symbolizer; NULL: this process's own (made on first use) */
+  report_ctx *ctx;          /* the symbolizer; NULL: ctx_make's, or this process's own (made on first use) */
+  /* The symbolizer made on first use (an offline source's, which owns it);
+   * NULL: none. */
+  report_ctx *(*ctx_make)(void *arg);
   void       *arg;          /* passed to the callbacks */
   /* Copies up to max frames of a stack id (return addresses, innermost
    * first) into frames; returns how many, 0 if unknown. */
@@ -176,12 +179,13 @@ size_t report_suppressions_used(const report_suppressions *s, report_suppression
 /* ---- JSON of one process (source_json.c) -----------------------------------
  *
  * The object `tagalloc run --json` and `tagalloc report --json` put in
- * "processes": {"pid", "findings_count", "errors", "ppid", "argv",
+ * "processes": {"pid", "findings_count", "errors", "loss_records", "ppid", "argv",
  * "exit_code", "signal", "clean_exit", "trace", "summary", "findings",
  * "suppressions"}.  findings_count counts the groups in "findings" that are
  * leaks or errors ("unclassified" and "leak.growth" groups are neither: the
  * exit status of `tagalloc run --error-exitcode` follows findings_count and
- * errors); errors counts error occurrences.  "signal" is the name of the
+ * errors); errors counts error occurrences, loss_records the groups the
+ * text's SUMMARY line counts as errors besides (report_group_is_loss_record).  "signal" is the name of the
  * signal that killed the process ("SIGSEGV"), null when none, and
  * "clean_exit" false then.  Each finding: "kind", "bytes", "blocks", "tag", "address",
  * "stack", "alloc_stack" (errors), "free_stack", and "aux_stack", "holder",

@@ -122,8 +122,8 @@ int report_json_process(int fd, report_process *p) {
   jbuf b = { 0 };
   const ta_summary s = p->summary;
 
-  j_printf(&b, "{\"pid\":%ld,\"findings_count\":%zu,\"errors\":%llu", p->pid, p->findings_count,
-           (unsigned long long)s.errors);
+  j_printf(&b, "{\"pid\":%ld,\"findings_count\":%zu,\"errors\":%llu,\"loss_records\":%llu", p->pid,
+           p->findings_count, (unsigned long long)s.errors, (unsigned long long)p->loss_records);
   if (p->ppid >= 0) j_printf(&b, ",\"ppid\":%ld", p->ppid);
   else j_lit(&b, ",\"ppid\":null");
   j_lit(&b, ",\"argv\":");

@@ -210,6 +210,7 @@ void report_source_ledger(report_source *out) {
 
 report_ctx *report_source_ctx(const report_source *src) {
   if (src && src->ctx) return src->ctx;
+  if (src && src->ctx_make) return src->ctx_make(src->arg);
   /* only the ledger's own stacks are this process's addresses */
   return !src || src->stack_frames == ledger_frames ? symbolizer() : NULL;
 }
@@ -601,15 +602,6 @@ static const char *end_note(const report_process *p, char *buf, size_t len) {
   return buf;
 }
 
-/* Loss records counted as errors, as memcheck's ERROR SUMMARY counts them
- * (--errors-for-leak-kinds=definite,possible: one per loss record): the
- * groups of definitely and possibly lost, orphaned, refcount-leaked and
- * GPU-leaked memory; indirectly lost, growing and unclassified memory are
- * not errors. */
-static bool is_loss_record(const report_group *g) {
-  return ta_kind_is_leak(g->kind) && ta_kind_of(g->kind) != TA_KIND_LEAK_INDIRECT;
-}
-
 void report_text_process(int fd, report_process *p) {
   wbuf w = { .fd = fd, .color = color_for(fd) };
   long pid = p->pid;
@@ -619,11 +611,8 @@ void report_text_process(int fd, report_process *p) {
 
   char note[96];
   end_note(p, note, sizeof note);
-  uint64_t loss_records = 0, growth = 0;
-  for (size_t i = 0; i < p->ngroups; i++) {
-    loss_records += is_loss_record(&p->groups[i]);
-    growth += ta_kind_of(p->groups[i].kind) == TA_KIND_LEAK_GROWTH;
-  }
+  uint64_t loss_records = p->loss_records, growth = 0;
+  for (size_t i = 0; i < p->ngroups; i++) growth += ta_kind_of(p->groups[i].kind) == TA_KIND_LEAK_GROWTH;
   if (p->ngroups == 0 && s.errors == 0 && s.direct_blocks == 0 && s.indirect_blocks == 0 &&
       s.possible_blocks == 0 && s.orphan_blocks == 0 && live_blocks == 0) {
     if (note[0]) w_printf(&w, "==%ld== tagalloc: %s\n", pid, note);

@@ -133,8 +133,12 @@ report_trace *report_trace_open(const char *path, char *err, size_t errlen) {
   }
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    /* Mapped, not read: an iteration reads it front to back and lets go of
+     * the pages behind it (report_trace_next), so that a pass over a trace
+     * of any size holds a window of it, not the whole file. */
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p != MAP_FAILED) {
+      madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
       t->map = p;
       t->map_len = (size_t)st.st_size;
       t->data = p;
@@ -198,7 +202,8 @@ const char *report_trace_type_name(unsigned type) {
     [TR_THREAD_END] = "THREAD_END", [TR_TIME] = "TIME", [TR_FINDING_EVENT] = "FINDING_EVENT",
     [TR_FINDING] = "FINDING", [TR_END] = "END", [TR_PACKED] = "PACKED", [TR_FRAME] = "FRAME",
     [TR_DEVICE_ALLOC] = "DEVICE_ALLOC", [TR_DEVICE_FREE] = "DEVICE_FREE",
-    [TR_COMMAND] = "COMMAND",
+    [TR_COMMAND] = "COMMAND", [TR_SUMMARY] = "SUMMARY", [TR_REF_SITE] = "REF_SITE",
+    [TR_EXIT] = "EXIT",
   };
   return type < sizeof names / sizeof *names && names[type] ? names[type] : "?";
 }
@@ -224,10 +229,13 @@ static int layout(unsigned type, size_t *fixed) {
   case TR_FINDING_EVENT: *fixed = sizeof(tr_finding_event); return 1;
   case TR_FINDING:       *fixed = sizeof(tr_finding); return 3;
   case TR_END:           *fixed = sizeof(tr_end); return 0;
+  case TR_EXIT:          *fixed = sizeof(tr_exit); return 0;
   case TR_PACKED:        *fixed = sizeof(tr_packed); return 0;
   case TR_DEVICE_ALLOC:  *fixed = sizeof(tr_device_alloc); return 0;
   case TR_DEVICE_FREE:   *fixed = sizeof(tr_device_free); return 0;
   case TR_COMMAND:       *fixed = sizeof(tr_command); return 0;   /* argc strings, read below */
+  case TR_SUMMARY:       *fixed = sizeof(tr_summary); return 0;
+  case TR_REF_SITE:      *fixed = sizeof(tr_ref_site); return 0;
   default:               return -1;
   }
 }
@@ -321,6 +329,18 @@ static bool packed_next(report_trace_iter *it, report_trace_rec *r) {
   return true;
 }
 
+/* The mapped pages of the records before off are done with: they are
+ * given back (a clean page of a private file mapping comes back from the
+ * file if a reader looks again: the model keeps pointers to strings and
+ * STACK frames in it, and may).  Every READ_WINDOW bytes. */
+#define READ_WINDOW (4u << 20)
+static void release_behind(report_trace_iter *it, uint64_t off) {
+  const report_trace *t = it->t;
+  uint64_t page = 4096, lo = it->released & ~(page - 1), hi = off & ~(page - 1);
+  if (hi > lo) madvise((char *)t->map + lo, hi - lo, MADV_DONTNEED);
+  it->released = hi;
+}
+
 bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
   const report_trace *t = it->t;
   while (!it->done) {
@@ -329,6 +349,7 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
       continue;
     }
     uint64_t off = it->off, left = t->size - off;
+    if (t->map && off - it->released >= READ_WINDOW) release_behind(it, off);
     if (left == 0) {
       it->done = true;
       return false;
@@ -572,7 +593,7 @@ typedef struct {
   report_trace_model *m;
   ev *evs;
   size_t nevs, capevs;
-  size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors;
+  size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors, cap_ref_sites;
   bool oom;
   bool unsorted;               /* ALLOC/FREE/MARK not in increasing seq order in the file */
   uint64_t nevents;
@@ -817,8 +838,30 @@ static int on_record(const report_trace_rec *r, void *arg) {
     e->free_stack = x.free_stack;
     e->aux_stack = x.aux_stack;
     e->tag = x.tag;
+    e->site0 = m->nref_sites;
+    e->nsites = 0;
     return b->oom;
   }
+  case TR_REF_SITE: {   /* belongs to the FINDING before it */
+    if (m->nfindings == 0) return false;
+    tr_ref_site *e = PUSH(m->ref_sites, m->nref_sites, b->cap_ref_sites);
+    if (e == NULL) break;
+    memcpy(e, p, sizeof *e);
+    m->findings[m->nfindings - 1].nsites++;
+    return b->oom;
+  }
+  case TR_EXIT: {
+    tr_exit x;
+    memcpy(&x, p, sizeof x);
+    m->has_exit = true;
+    m->exit_code = x.exit_code;
+    m->exit_signal = x.signal;
+    return false;
+  }
+  case TR_SUMMARY:
+    memcpy(&m->summary, p, sizeof m->summary);
+    m->has_summary = true;
+    return false;
   case TR_DEVICE_ALLOC:
   case TR_DEVICE_FREE:
     device_event(b, r);
@@ -1434,6 +1477,8 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
     report_trace_model_free(m);
     return NULL;
   }
+  m->has_events = m->allocs || m->frees || m->refs || m->holds || m->arena_resets || m->nmarks ||
+                  m->thread_starts || m->device_allocs || m->nfinding_events;
   return m;
 }
 
@@ -1473,6 +1518,7 @@ void report_trace_model_free(report_trace_model *m) {
     free((void *)m->findings[i].detail);
   }
   free(m->findings);
+  free(m->ref_sites);
   if (m->index) {
     for (size_t i = 0; i < m->index->nmade; i++) {
       free((void *)m->index->madev[i]->frames);

@@ -48,7 +48,9 @@ extern "C" {
 
 /* ---- the file and its records ------------------------------------------- */
 
-typedef struct report_trace report_trace;   /* an open trace (whole file in memory or mapped) */
+/* An open trace: mapped (an iteration holds a window of it in memory, not
+ * the whole file), or read whole when it cannot be mapped. */
+typedef struct report_trace report_trace;
 
 /* Opens and checks the file header.  NULL on failure, with one line in err
  * (may be NULL), e.g. "TRACE: not a tagalloc trace (bad magic): run.trace" or
@@ -80,6 +82,7 @@ typedef struct {
 typedef struct {
   const report_trace *t;
   uint64_t off;              /* offset of the next record */
+  uint64_t released;         /* a mapped file's pages below this were given back (madvise) */
   uint64_t records;          /* valid records seen (yielded + unknown) */
   uint64_t unknown;          /* records of unknown type, skipped */
   bool     done;             /* nothing more to yield */
@@ -139,6 +142,7 @@ typedef struct {             /* a FINDING record: one group, written at a clean 
   uint64_t bytes, blocks, addr, holder;
   uint32_t stack, alloc_stack, free_stack, aux_stack;
   uint16_t tag;
+  size_t   site0, nsites;    /* its REF_SITE records: m->ref_sites[site0 .. site0 + nsites) */
 } report_trace_finding;
 
 typedef struct {             /* a FINDING_EVENT record: an error as it happened */
@@ -231,6 +235,13 @@ typedef struct {
   size_t   nfinding_events;
   report_trace_finding *findings;      /* the exit groups, in file order */
   size_t   nfindings;
+  tr_ref_site *ref_sites;              /* the REF_SITE records (the ledger's refcount balances) */
+  size_t   nref_sites;
+  bool     has_summary;                /* a SUMMARY record was read: the ledger's numbers at exit */
+  tr_summary summary;
+  bool     has_events;                 /* any event record (an exit-only trace has none) */
+  bool     has_exit;                   /* an EXIT record: how the image ended, as the preload saw it */
+  int      exit_code, exit_signal;     /* exit_code -1: no exit (exec, fatal signal); signal 0: none */
   /* the end */
   bool     clean_exit;                 /* an END record was read */
   uint64_t end_seq, end_ns;

@@ -349,18 +349,19 @@ tensor *_tdev_pool(const char *op, bool max, const tensor *x0, int k, int stride
   return out ? _tdev_finish(op, B, st, out) : NULL;
 }
 
-/* A window k and stride s with (H - k) / s + 1 == OH, the same for W. */
-static bool pool_window(const int64_t *xs, const int64_t *ys, int *k, int *s) {
-  int64_t H = xs[2], W = xs[3], OH = ys[2], OW = ys[3];
-  if (OH < 1 || OW < 1 || H > INT32_MAX || W > INT32_MAX) return false;
-  for (int64_t st = 1; st <= H; st++)
-    for (int64_t kk = H - (OH - 1) * st; kk >= 1 && kk > H - OH * st; kk--)
-      if (kk <= W && (W - kk) / st + 1 == OW) {
-        *k = (int)kk;
-        *s = (int)st;
-        return true;
-      }
-  return false;
+/* For max pooling's gradient without the forward's window (a backend may
+ * gather each pixel's gradient from the windows that cover it): the
+ * stride-1 window k = H - OH + 1, whose windows covering row ih are
+ * oh in [ih - (H - OH), ih].  The forward's window oh (rows oh*s .. oh*s +
+ * k' - 1, with (OH - 1)*s + k' <= H) that holds ih is in that range:
+ * oh <= oh*s <= ih, and ih - oh <= oh*(s - 1) + k' - 1 <= (OH - 1)*(s - 1)
+ * + k' - 1 <= H - OH.  So the gather is exact.  One k for both axes: it
+ * exists only when H - OH == W - OW. */
+static bool covering_window(const int64_t *xs, const int64_t *ys, int *k, int *s) {
+  if (ys[2] < 1 || ys[3] < 1 || xs[2] - ys[2] != xs[3] - ys[3] || xs[2] - ys[2] + 1 > INT32_MAX) return false;
+  *k = (int)(xs[2] - ys[2] + 1);
+  *s = 1;
+  return true;
 }
 
 tensor *_tdev_pool_grad(const char *op, const tensor *dy0, const tensor *argmax0, int k, int stride, int ndim,
@@ -373,9 +374,12 @@ tensor *_tdev_pool_grad(const char *op, const tensor *dy0, const tensor *argmax0
     return NULL;
   }
   gpu_pool2d g;
-  /* max pooling's gradient reads only the argmax (as the host op, which
-   * takes no window): any window and stride that give dy's size describe it */
-  if (argmax0 && !pool_window(x_shape, dy0->shape, &k, &stride)) k = stride = 0;
+  /* max pooling's gradient: the forward's window, or one that covers it */
+  if (argmax0 && k == 0 && !covering_window(x_shape, dy0->shape, &k, &stride))
+    return _tensor_err(TENSOR_EINVAL, "%s: on a device, the window is needed when the input does not lose as "
+                                      "many rows as columns (dy %s, input %s): tensor_max_pool2d_grad_k", op, _tensor_desc(dy0, b1),
+                       _tensor_shape_desc(TENSOR_F32, 4, x_shape, b2)),
+           NULL;
   if (!pool_geom(op, &g, x_shape, k, stride)) return NULL;
   int64_t want[4] = { g.n, g.c, g.oh, g.ow };
   if (memcmp(dy0->shape, want, sizeof want) != 0 || (argmax0 && !_tensor_same_shape(dy0, argmax0)))

@@ -705,15 +705,36 @@ tensor *tensor_avg_pool2d(const tensor *x, int k, int stride) {
   return out;
 }
 
+static tensor *max_pool_grad(const char *op, const tensor *dy, const tensor *argmax, int k, int stride, int ndim,
+                             const int64_t *x_shape);
+
 tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim, const int64_t *x_shape) {
-  const char *op = "tensor_max_pool2d_grad";
+  return max_pool_grad("tensor_max_pool2d_grad", dy, argmax, 0, 0, ndim, x_shape);
+}
+
+tensor *tensor_max_pool2d_grad_k(const tensor *dy, const tensor *argmax, int k, int stride, int ndim,
+                                 const int64_t *x_shape) {
+  const char *op = "tensor_max_pool2d_grad_k";
+  if (k < 1 || stride < 1) {
+    _tensor_err(TENSOR_EINVAL, "%s: window %d, stride %d (want >= 1)", op, k, stride);
+    return NULL;
+  }
+  return max_pool_grad(op, dy, argmax, k, stride, ndim, x_shape);
+}
+
+/* k, stride: the forward's (0: not given; the host op needs only argmax). */
+static tensor *max_pool_grad(const char *op, const tensor *dy, const tensor *argmax, int k, int stride, int ndim,
+                             const int64_t *x_shape) {
   bool bad;
-  if (_tensor_dev_dispatch(op, dy, argmax, &bad)) return _tensor_devops->pool_grad(op, dy, argmax, 0, 0, ndim, x_shape);
+  if (_tensor_dev_dispatch(op, dy, argmax, &bad))
+    return _tensor_devops->pool_grad(op, dy, argmax, k, stride, ndim, x_shape);
   if (bad) return NULL;
   if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg(op, "argmax", argmax)) return NULL;
   char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
   if (argmax->dtype != TENSOR_I32 || !_tensor_same_shape(dy, argmax) || dy->ndim != 4 || ndim != 4 ||
-      _tensor_check_shape(op, ndim, x_shape) < 0 || x_shape[0] != dy->shape[0] || x_shape[1] != dy->shape[1]) {
+      _tensor_check_shape(op, ndim, x_shape) < 0 || x_shape[0] != dy->shape[0] || x_shape[1] != dy->shape[1] ||
+      (k > 0 && (x_shape[2] < k || x_shape[3] < k || (x_shape[2] - k) / stride + 1 != dy->shape[2] ||
+                 (x_shape[3] - k) / stride + 1 != dy->shape[3]))) {
     _tensor_err(TENSOR_ESHAPE, "%s: dy %s, argmax %s and the input shape do not match", op, _tensor_desc(dy, b1),
                 _tensor_desc(argmax, b2));
     return NULL;

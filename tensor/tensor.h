@@ -307,6 +307,13 @@ tensor *tensor_max_pool2d(const tensor *x, int k, int stride, tensor **argmax);
 tensor *tensor_avg_pool2d(const tensor *x, int k, int stride);
 /* Their backward products: dL/dx (x_shape) from dL/dy. */
 tensor *tensor_max_pool2d_grad(const tensor *dy, const tensor *argmax, int ndim, const int64_t *x_shape);
+/* The same, told the forward's window and stride (they must give dy's
+ * size).  A device gathers each input's gradient from the windows that
+ * cover it, so it needs them: without them it takes the stride-1 window
+ * that covers every window of any stride (exact, slower), which exists
+ * only when H - OH == W - OW, and is an error otherwise. */
+tensor *tensor_max_pool2d_grad_k(const tensor *dy, const tensor *argmax, int k, int stride, int ndim,
+                                 const int64_t *x_shape);
 tensor *tensor_avg_pool2d_grad(const tensor *dy, int k, int stride, int ndim, const int64_t *x_shape);
 
 /* ---- neural-net ops ---------------------------------------------------------- */

@@ -46,8 +46,13 @@ $(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile
 	@mkdir -p $(dir $@)
 	objcopy $(JEMALLOC_CLASH:%=--localize-symbol=%) $< $@
 
-$(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_JEMALLOC)
-	$(CC) -shared -Wl,-z,nodelete -Wl,-soname,libtagalloc-preload.so -o $@ $(PRELOAD_OBJ) $(LIB_OBJ) $(PRELOAD_LIBS)
+# The ledger and, of reports/, what its stderr report needs
+# (REPORTS_PRELOAD_OBJ); -z defs: nothing else may be missing.  Those
+# report_* functions stay inside (tools/preload.map).
+$(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(ALLOC_OBJ) $(REPORTS_PRELOAD_OBJ) $(PRELOAD_JEMALLOC) tools/preload.map
+	$(CC) -shared -Wl,-z,nodelete -Wl,-z,defs -Wl,--version-script=tools/preload.map \
+	  -Wl,-soname,libtagalloc-preload.so -o $@ $(PRELOAD_OBJ) \
+	  $(ALLOC_OBJ) $(REPORTS_PRELOAD_OBJ) $(PRELOAD_LIBS)
 
 # The command-line tool too: without libjemalloc.so and its libstdc++ it
 # starts in a third of the time (their relocations were most of it).

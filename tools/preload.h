@@ -6,9 +6,13 @@
  *   preload_raw.c    raw memory: a jemalloc arena of its own whose extents
  *                    all come from one reserved address range, so "is this
  *                    pointer raw?" is a range check;
- *   preload_proc.c   processes: exit status, fork, exec, _exit, abort, fatal
- *                    signals (and sigaction/signal), dlopen/dlclose, the
- *                    per-process label and JSON written at exit.
+ *   preload_exit.c   how a process image ends: exit status, fork, _exit,
+ *                    the exit work, the label and stderr of the report,
+ *                    dlclose, the constructor;
+ *   preload_signal.c fatal and termination signals (sigaction/signal
+ *                    interposed), abort;
+ *   preload_exec.c   exec and posix_spawn: the exit work before an exec,
+ *                    the environment passed on.
  *
  * Every thread-local of the shim uses the initial-exec TLS model: a
  * global-dynamic access may call __tls_get_addr, which may call malloc. */
@@ -52,7 +56,7 @@ size_t _pl_raw_usable(const void *p);
  * guard raised, or NULL when the ledger must not be called now (it is not
  * ready, this thread is already inside it, or the thread is exiting). */
 ta_thread *_pl_enter(void);
-/* A termination signal that arrived inside the ledger (preload_proc.c):
+/* A termination signal that arrived inside the ledger (preload_signal.c):
  * delivered again when its thread leaves the ledger. */
 extern volatile int _pl_pending_term;
 void _pl_term_pending(void);
@@ -75,16 +79,43 @@ bool _pl_own_code(uintptr_t ra);                    /* the preload's or its own 
 extern ta_tag _pl_runtime_tag;                      /* "runtime": the runtime's live blocks */
 void _pl_runtime_blocks(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg);
 
-/* ---- preload_proc.c ------------------------------------------------------ */
+/* ---- preload_exit.c: how an image ends ----------------------------------- */
 
 /* The pid the shim's process state belongs to (a vfork child has another). */
 extern volatile int _pl_pid;
-/* Runs the exit work of this process image once: scan, report, trace, JSON.
+/* Runs the exit work of this process image once: scan, report, trace.
  * Safe to call from a fatal signal (does nothing when the thread is inside
  * the ledger). */
 void _pl_exit_work(void);
 /* Set on the thread that frees the runtime's own blocks at exit (libc's
- * and libstdc++'s freeres, preload_proc.c): those frees record no stack. */
+ * and libstdc++'s freeres): those frees record no stack. */
 extern PL_TLS bool _pl_in_freeres;
+extern int _pl_exit_code;        /* the status given to exit/_exit; -1: none (an exec, a crash) */
+extern int _pl_fatal_signal;     /* the signal that ends the process; 0: none */
+extern int _pl_exec_suffix;      /* N of the trace's "PID.N" while an exec is under way; 0: none */
+/* dlsym(RTLD_NEXT, name), its allocations raw. */
+void *_pl_next_sym(const char *name);
+/* pattern with "%p" made the pid ("PID.N" for suffix N > 0) into out;
+ * false when it does not fit. */
+bool _pl_expand_path(const char *pattern, int suffix, char *out, size_t len);
+bool _pl_has_pid(const char *pattern);
+/* A fork child that leaves nothing of its own (a fork+exec helper), and
+ * the end of its trace (removed: its image is its parent's). */
+bool _pl_quiet_fork_child(void);
+void _pl_quiet_end(void);
+
+/* ---- preload_signal.c: fatal and termination signals --------------------- */
+
+/* The shim's handlers installed, abort() looked up (the constructor). */
+void _pl_signals_init(void);
+/* In a fork child: the locks of the signal state free again. */
+void _pl_signals_fork_child(void);
+extern volatile int _pl_in_abort;   /* SIGABRT comes from abort() */
+
+/* ---- preload_exec.c: exec, posix_spawn, the environment passed on -------- */
+
+/* The real exec functions, this library's path, the TAGALLOC_* variables
+ * kept for the programs this one executes (the constructor). */
+void _pl_exec_init(void);
 
 #endif

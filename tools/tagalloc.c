@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
@@ -173,61 +172,6 @@ bool cli_write_all(int fd, const char *buf, size_t len) {
   return true;
 }
 
-/* ---- a JSON object's top level (libjansson) ------------------------------------- */
-
-void cli_json_scan(const char *text, size_t len, cli_json_top *out) {
-  memset(out, 0, sizeof *out);
-  out->pid = out->findings_count = out->errors = -1;
-  json_error_t err;
-  json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-  if (!doc || !json_is_object(doc)) {
-    out->error_offset = doc ? 0 : (size_t)err.position;
-    json_decref(doc);
-    return;
-  }
-  out->valid = true;
-  json_t *v;
-  if (json_is_integer(v = json_object_get(doc, "pid"))) out->pid = json_integer_value(v);
-  if (json_is_integer(v = json_object_get(doc, "findings_count"))) out->findings_count = json_integer_value(v);
-  if (json_is_integer(v = json_object_get(doc, "errors"))) out->errors = json_integer_value(v);
-  json_decref(doc);
-}
-
-bool cli_json_fill(char **text, size_t *len, const char *key, const char *value) {
-  json_t *doc = json_loadb(*text, *len, 0, NULL);
-  json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
-  json_t *old = doc && json_is_object(doc) ? json_object_get(doc, key) : NULL;
-  bool ok = old && json_is_null(old) && v && json_object_set(doc, key, v) == 0;
-  char *n = ok ? json_dumps(doc, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-  json_decref(v);
-  json_decref(doc);
-  if (!n) return false;
-  free(*text);
-  *text = n;
-  *len = strlen(n);
-  return true;
-}
-
-char *cli_json_quote(const char *s) {
-  size_t n = strlen(s);
-  char *q = malloc(n * 6 + 3), *o = q;
-  if (!q) return NULL;
-  *o++ = '"';
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      *o++ = '\\';
-      *o++ = (char)*p;
-    } else if (*p < 0x20 || *p >= 0x80) {   /* bytes past ASCII escaped one by one: always valid JSON */
-      o += sprintf(o, "\\u%04x", *p);
-    } else {
-      *o++ = (char)*p;
-    }
-  }
-  *o++ = '"';
-  *o = '\0';
-  return q;
-}
-
 /* ---- processes --------------------------------------------------------------- */
 
 bool cli_trace_header(const char *path, uint32_t *pid, uint32_t *ppid, uint64_t *start_ns) {
@@ -247,7 +191,7 @@ static int by_start(const void *a, const void *b) {
   const cli_proc *x = a, *y = b;
   if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
   if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
-  return strcmp(x->trace ? x->trace : x->json ? x->json : "", y->trace ? y->trace : y->json ? y->json : "");
+  return strcmp(x->trace ? x->trace : "", y->trace ? y->trace : "");
 }
 
 void cli_procs_sort(cli_proc *p, size_t n) {
@@ -257,8 +201,6 @@ void cli_procs_sort(cli_proc *p, size_t n) {
 void cli_procs_free(cli_proc *p, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(p[i].trace);
-    free(p[i].json);
-    free(p[i].json_text);
   }
   free(p);
 }
@@ -301,6 +243,11 @@ int cli_getopt(int argc, char **argv, const char *shorts, const struct option *l
 }
 
 void cli_warn_unknown_env(void) {
+  /* The tool's own copy of the ledger (the renderers read its options)
+   * then stays quiet, as the audited processes do: the ledger warns only
+   * where TAGALLOC_TRACE_EVENTS is unset (alloc/options.c); `tagalloc run`
+   * sets it for each process anyway. */
+  if (!getenv("TAGALLOC_TRACE_EVENTS")) setenv("TAGALLOC_TRACE_EVENTS", "1", 0);
   for (char **e = environ; e && *e; e++) {
     char hint[80];
     const char *name = ta_options_unknown(*e, hint, sizeof hint);

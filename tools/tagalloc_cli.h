@@ -1,6 +1,6 @@
 /* tagalloc_cli.h - the pieces the `tagalloc` subcommands share
- * (tools/tagalloc.c): messages, output checks, the per-process JSON files,
- * and the joined JSON document of a run or a report. */
+ * (tools/tagalloc.c): messages, output checks, the processes' traces, and
+ * the joined JSON document of a run or a report. */
 #ifndef TAGALLOC_CLI_H
 #define TAGALLOC_CLI_H
 
@@ -53,32 +53,15 @@ char *cli_read_file(const char *path, size_t *len);
 /* Writes all of buf to fd; false on failure. */
 bool cli_write_all(int fd, const char *buf, size_t len);
 
-/* What a per-process JSON object says at its top level. */
-typedef struct {
-  bool     valid;            /* one JSON object and nothing else */
-  size_t   error_offset;     /* where it stopped being JSON, when not valid */
-  long long pid, findings_count, errors;   /* -1 when absent */
-} cli_json_top;
-void cli_json_scan(const char *text, size_t len, cli_json_top *out);
-
 /* One process of a run, or one trace of a report. */
+struct report_process;
 typedef struct {
-  char     *trace;           /* the trace file (NULL: none) */
-  char     *json;            /* the process's own JSON object file (NULL: none) */
+  char     *trace;           /* the trace file */
   uint32_t  pid, ppid;
-  uint64_t  start_ns;        /* the trace header's; UINT64_MAX without a trace */
+  uint64_t  start_ns;        /* the trace header's; UINT64_MAX when it cannot be read */
   bool      has_header;      /* the trace's header could be read */
-  /* filled while reporting */
-  char     *json_text;       /* the object, valid JSON (NULL: generate from the trace) */
-  size_t    json_len;
-  bool      problems;        /* a leak or an error (for --error-exitcode) */
+  struct report_process *model;   /* run: its process in the run's report model (NULL: left out) */
 } cli_proc;
-
-/* Replaces the first `"key":null` of a JSON object's text with
- * `"key":value` (value: JSON text); false when there is none. */
-bool cli_json_fill(char **text, size_t *len, const char *key, const char *value);
-/* s as a JSON string (quoted, escaped), malloc'd. */
-char *cli_json_quote(const char *s);
 
 /* Reads pid, ppid and start time from a trace's header; false if unreadable. */
 bool cli_trace_header(const char *path, uint32_t *pid, uint32_t *ppid, uint64_t *start_ns);

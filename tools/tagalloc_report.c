@@ -199,8 +199,11 @@ int cmd_report(int argc, char **argv) {
     const report_trace_model *m = report_offline_model(o);
     if (m->damaged)
       cli_warn("%s; the records before it are reported", m->damage);
-    report_process_info info = { .ppid = (long)m->ppid, .exit_code = -1,
-                                 .clean_exit = m->clean_exit, .trace = procs[i].trace };
+    report_process_info info = { .ppid = (long)m->ppid,
+                                 .exit_code = m->has_exit ? m->exit_code : -1,
+                                 .signal = m->has_exit ? m->exit_signal : 0,
+                                 .clean_exit = m->clean_exit && !(m->has_exit && m->exit_signal),
+                                 .trace = procs[i].trace };
     report_process *p = report_model_add_offline(rm, o, supp, &info);
     if (!p) {
       cli_error("%s: out of memory building the report", procs[i].trace);

@@ -4,10 +4,13 @@
  * starts it with the preload library first in LD_PRELOAD and the options in
  * TAGALLOC_* variables, and waits for it and every process it started (the
  * tool is their subreaper: orphans come back to it).  Each audited process
- * writes its trace and its JSON object into a private directory and prints
- * its own report on stderr; afterwards the tool reports, from its trace, each
- * process that ended without its exit report (SIGKILL), joins the JSON
- * objects, keeps the traces if asked, and exits as the program did. */
+ * prints its own report on stderr and writes its findings once, into its
+ * trace in a private directory (an exit-only trace when no output needs the
+ * events: TAGALLOC_TRACE_EVENTS=0).  Afterwards the tool builds one report
+ * model from the traces, and renders from it the text of each process that
+ * ended without its exit report (SIGKILL), the growth findings, the
+ * roll-up, the JSON, the page and the folded stacks; it keeps the traces if
+ * asked, and exits as the program did. */
 #include "tagalloc_cli.h"
 #include "model.h"
 
@@ -17,7 +20,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
@@ -353,7 +355,7 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
   while (environ[n]) n++;
   char **env = calloc(n + 16, sizeof *env);
   if (!env) return NULL;
-  static const char *ours[] = { "LD_PRELOAD", "TAGALLOC_TRACE", "TAGALLOC_JSON", "TAGALLOC_REPORT",
+  static const char *ours[] = { "LD_PRELOAD", "TAGALLOC_TRACE", "TAGALLOC_TRACE_EVENTS", "TAGALLOC_REPORT",
                                 "TAGALLOC_UNWIND", "TAGALLOC_GUARD", "TAGALLOC_FOLLOW",
                                 "TAGALLOC_SUPPRESSIONS", "TAGALLOC_SKIP", "TAGALLOC_CHECK" };
   const char *old_preload = NULL;
@@ -385,20 +387,21 @@ static char **child_env(const run_opts *o, const char *preload, const char *dir,
     }
     free(copy);
   }
-  char trace[PATH_MAX + 16], json[PATH_MAX + 16];
+  char trace[PATH_MAX + 16];
   snprintf(trace, sizeof trace, "%s/%%p.trace", dir);
-  snprintf(json, sizeof json, "%s/%%p.json", dir);
   env[k++] = env_pair("LD_PRELOAD", pl);
   free(pl);
-  /* The mode: --check, else the user's TAGALLOC_CHECK, else leaks, which
-   * writes a trace only where an output needs one (--trace, --html,
-   * --folded-peak: the timeline and the peak are the trace's). */
+  /* The mode: --check, else the user's TAGALLOC_CHECK, else leaks.  Every
+   * process writes a trace, its one record of its findings; its events only
+   * where an output needs them (--trace, --html, --folded-peak: the
+   * timeline and the peak are the trace's) or the mode does (errors, full:
+   * the errors of a process killed before its exit report). */
   const char *check = o->check ? o->check : getenv("TAGALLOC_CHECK");
   bool leaks = check == NULL || strcmp(check, "leaks") == 0;
   if (!o->check && !check) env[k++] = env_pair("TAGALLOC_CHECK", "leaks");
   else if (o->check) env[k++] = env_pair("TAGALLOC_CHECK", o->check);
-  if (!leaks || o->trace || o->html || o->folded_peak) env[k++] = env_pair("TAGALLOC_TRACE", trace);
-  env[k++] = env_pair("TAGALLOC_JSON", json);
+  env[k++] = env_pair("TAGALLOC_TRACE", trace);
+  env[k++] = env_pair("TAGALLOC_TRACE_EVENTS", !leaks || o->trace || o->html || o->folded_peak ? "1" : "0");
   env[k++] = env_pair("TAGALLOC_REPORT", o->quiet ? "0" : "1");
   if (o->unwind) env[k++] = env_pair("TAGALLOC_UNWIND", o->unwind);
   if (o->guard) env[k++] = env_pair("TAGALLOC_GUARD", "1");
@@ -421,13 +424,13 @@ static bool installed[NRELAYED];
 /* While the program runs, a termination signal goes on to it (the preload
  * reports, then the program dies of it, and we exit as it did), but for one
  * from the terminal, which reached it without us (as system() does).  The
- * first is passed with sigqueue and TA_RELAY_VALUE (preload_proc.c): the
+ * first is passed with sigqueue and TA_RELAY_VALUE (tools/preload_signal.c): the
  * program ignores that copy when it got the signal itself already (a kill
  * of the whole process group).  One more of the same within 2 s is passed
  * with a plain kill: the program skips the rest of its report (as a
  * second Ctrl-C does).  Once it has ended, any of them stops the wait for
  * the processes it left behind. */
-#define TA_RELAY_VALUE 0x74616c6c   /* the same in tools/preload_proc.c */
+#define TA_RELAY_VALUE 0x74616c6c   /* the same in tools/preload_signal.c */
 static volatile sig_atomic_t relayed_sig;
 static struct timespec relayed_at;
 
@@ -554,52 +557,28 @@ static char *path_join(const char *dir, const char *name) {
   return s;
 }
 
-/* The processes of the run: X.trace and X.json paired by name. */
+/* The processes of the run: their traces. */
 static cli_proc *collect(const char *dir, size_t *count) {
   cli_proc *v = NULL;
   size_t n = 0, cap = 0;
-  for (int pass = 0; pass < 2; pass++) {   /* traces first, then JSON files */
-    DIR *d = opendir(dir);
-    if (!d) break;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      const char *ext = pass == 0 ? ".trace" : ".json";
-      if (!ends_with(e->d_name, ext) || ends_with(e->d_name, ".gen.json")) continue;
-      size_t stem = strlen(e->d_name) - strlen(ext);
-      cli_proc *p = NULL;
-      if (pass == 1) {
-        for (size_t i = 0; i < n && !p; i++) {
-          const char *t = v[i].trace ? strrchr(v[i].trace, '/') + 1 : NULL;
-          if (t && strlen(t) == stem + 6 && strncmp(t, e->d_name, stem) == 0) p = &v[i];
-        }
-      }
-      if (!p) {
-        if (n == cap) {
-          size_t c = cap ? cap * 2 : 16;
-          cli_proc *nv = realloc(v, c * sizeof *nv);
-          if (!nv) break;
-          v = nv;
-          cap = c;
-        }
-        p = &v[n++];
-        memset(p, 0, sizeof *p);
-        p->start_ns = UINT64_MAX;
-      }
-      char *path = path_join(dir, e->d_name);
-      if (pass == 0) {
-        p->trace = path;
-        p->has_header = path && cli_trace_header(path, &p->pid, &p->ppid, &p->start_ns);
-      } else {
-        p->json = path;
-        if (!p->trace) {   /* no trace: the pid from the name */
-          char *end;
-          unsigned long pid = strtoul(e->d_name, &end, 10);
-          if (end != e->d_name) p->pid = (uint32_t)pid;
-        }
-      }
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (!ends_with(e->d_name, ".trace")) continue;
+    if (n == cap) {
+      size_t c = cap ? cap * 2 : 16;
+      cli_proc *nv = realloc(v, c * sizeof *nv);
+      if (!nv) break;
+      v = nv;
+      cap = c;
     }
-    closedir(d);
+    cli_proc *p = &v[n++];
+    memset(p, 0, sizeof *p);
+    p->start_ns = UINT64_MAX;
+    p->trace = path_join(dir, e->d_name);
+    p->has_header = p->trace && cli_trace_header(p->trace, &p->pid, &p->ppid, &p->start_ns);
   }
+  if (d) closedir(d);
   cli_procs_sort(v, n);
   *count = n;
   return v;
@@ -619,145 +598,80 @@ static void describe_end(char *buf, size_t len, const reaped *r) {
   }
 }
 
-/* A process that left no JSON object (no exit report): its report from the
- * trace on stderr, and its object generated into dir/X.gen.json. */
-static void report_from_trace(cli_proc *p, size_t index, const char *dir, const reaped_list *rl, pid_t child,
-                              const run_opts *o, report_suppressions *supp, const char *kept_trace) {
-  char err[600];
-  report_offline *off = report_offline_open(p->trace, err, sizeof err);
-  if (!off) {
-    cli_warn("process %" PRIu32 " left no report, and its trace cannot be read: %s", p->pid, err);
-    return;
-  }
-  const report_trace_model *m = report_offline_model(off);
-  report_source *src = report_offline_source(off);
-  src->suppressions = supp;
-  const reaped *r = reaped_find(rl, (pid_t)p->pid);
-  char how[128];
-  describe_end(how, sizeof how, r);
-  if (m->damaged) cli_warn("%s; the records before it are reported", m->damage);
-  if (!o->quiet) {
-    fflush(stdout);
-    fprintf(stderr, "==%" PRIu32 "== tagalloc: process %" PRIu32 "%s%s%s %s without its exit report; "
-            "from its trace:\n", p->pid, p->pid, (pid_t)p->pid == child ? " (" : "",
-            (pid_t)p->pid == child ? o->prog_argv[0] : "", (pid_t)p->pid == child ? ")" : "", how);
-    fflush(stderr);
-    report_text_render(STDERR_FILENO, src);
-  }
-
-  char name[64];
-  snprintf(name, sizeof name, "%" PRIu32 ".%zu.gen.json", p->pid, index);
-  char *path = path_join(dir, name);
-  int fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-  if (fd >= 0) {
-    report_process_info info = {
-      .ppid = (long)m->ppid,
-      .argv = (pid_t)p->pid == child ? (const char *const *)o->prog_argv : NULL,
-      .argc = (pid_t)p->pid == child ? o->prog_argc : 0,
-      .exit_code = r && WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1,
-      .signal = r && WIFSIGNALED(r->status) ? WTERMSIG(r->status) : 0,
-      .clean_exit = m->clean_exit,
-      .trace = kept_trace,
-    };
-    bool ok = report_source_json(fd, src, &info) == 0;
-    close(fd);
-    size_t len = 0;
-    char *text = ok ? cli_read_file(path, &len) : NULL;
-    cli_json_top top;
-    if (text) {
-      cli_json_scan(text, len, &top);
-      p->json_text = text;
-      p->json_len = len;
-      p->problems = top.findings_count > 0 || top.errors > 0;
-    }
-    unlink(path);
-  }
-  free(path);
-  report_offline_free(off);
-}
-
-static int count_marks(const report_trace_rec *r, void *arg) {
-  if (r->type != TR_MARK) return 0;
-  return ++*(size_t *)arg >= 3;   /* three are enough for leak.growth */
-}
-
-/* leak.growth needs the marks of a trace: for a process that wrote its own
- * report, the growth groups its trace shows are printed after the reports,
- * and put in its JSON object's findings.  Only a trace with 3 marks or
- * more is read whole (the others: one pass that stops at the third mark). */
-static void growth_from_trace(cli_proc *p, report_suppressions *supp) {
-  char err[600];
-  report_trace *t = report_trace_open(p->trace, err, sizeof err);
-  size_t marks = 0;
-  if (t) report_trace_each(t, count_marks, &marks, NULL);
-  report_trace_close(t);
-  report_offline *off = marks >= 3 ? report_offline_open(p->trace, err, sizeof err) : NULL;
-  report_model *rm = off ? report_model_new() : NULL;
-  report_process *rp = NULL;
-  if (rm) rp = report_model_add_offline(rm, off, supp, NULL);   /* the model owns off now */
-  else report_offline_free(off);
-  size_t len = 0;
-  char *objs = rp ? report_json_groups(rp, ta_kind_name(TA_KIND_LEAK_GROWTH), &len) : NULL;
-  char *at = objs && p->json_text ? strstr(p->json_text, "\"findings\":[") : NULL;
-  if (at) {
-    fflush(stderr);
-    report_text_growth(STDERR_FILENO, rp);
-    at += strlen("\"findings\":[");
-    bool empty = *at == ']';
-    size_t pre = (size_t)(at - p->json_text), nlen = p->json_len + len + (empty ? 0 : 1);
-    char *n = malloc(nlen + 1);
-    if (n) {
-      memcpy(n, p->json_text, pre);
-      memcpy(n + pre, objs, len);
-      if (!empty) n[pre + len] = ',';
-      memcpy(n + pre + len + (empty ? 0 : 1), at, p->json_len - pre);
-      n[nlen] = '\0';
-      free(p->json_text);
-      p->json_text = n;
-      p->json_len = nlen;
-    }
-  }
-  free(objs);
-  report_model_free(rm);
-}
-
-/* The report model of the run's traces, rendered as --html, --folded and
- * --folded-peak ask. */
-static void render_model(const run_opts *o, cli_proc *procs, size_t nprocs, char **kept, const reaped_list *rl,
-                         pid_t child, report_suppressions *supp) {
+/* The report model of the run: one process per trace, with how it ended
+ * (the last image of a pid: as we reaped it; an image that called exec:
+ * exit_code -1), where its trace is kept, and the program's command line
+ * for the program itself.  A trace that cannot be read is left out with a
+ * warning. */
+static report_model *build_model(const run_opts *o, cli_proc *procs, size_t nprocs, char **kept,
+                                 const reaped_list *rl, pid_t child, report_suppressions *supp) {
   report_model *rm = report_model_new();
-  if (!rm) {
-    cli_error("out of memory building the report");
-    return;
-  }
+  if (!rm) return NULL;
   report_model_set_argv(rm, o->prog_argv, o->prog_argc);
   for (size_t i = 0; i < nprocs; i++) {
     cli_proc *p = &procs[i];
-    if (!p->trace) continue;
     char err[600];
     report_offline *off = report_offline_open(p->trace, err, sizeof err);
     if (!off) {
-      cli_warn("--html/--folded: process %" PRIu32 " left out: %s", p->pid, err);
+      cli_warn("process %" PRIu32 ": its trace cannot be read, it is left out: %s", p->pid, err);
       continue;
     }
     const report_trace_model *m = report_offline_model(off);
+    if (m->damaged) cli_warn("%s; the records before it are reported", m->damage);
     const reaped *r = reaped_find(rl, (pid_t)p->pid);
-    bool last = true;
+    bool last = true, first = true;
     for (size_t j = i + 1; j < nprocs; j++) last &= procs[j].pid != p->pid;
+    for (size_t j = 0; j < i; j++) first &= procs[j].pid != p->pid;
+    if (!last) r = NULL;
+    /* the command line its trace recorded; the program's as given when
+     * none was (its first image) */
+    bool given = (pid_t)p->pid == child && first && !m->argv;
+    /* how it ended: as we reaped it, else as its trace says (EXIT) */
+    int sig = r && WIFSIGNALED(r->status) ? WTERMSIG(r->status) : !r && m->has_exit ? m->exit_signal : 0;
+    int code = r && WIFEXITED(r->status) ? WEXITSTATUS(r->status) : !r && m->has_exit ? m->exit_code : -1;
     report_process_info info = {
       .ppid = (long)m->ppid,
-      .argv = (pid_t)p->pid == child ? (const char *const *)o->prog_argv : NULL,
-      .argc = (pid_t)p->pid == child ? o->prog_argc : 0,
-      .exit_code = r && last && WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1,
-      .signal = r && last && WIFSIGNALED(r->status) ? WTERMSIG(r->status) : 0,
-      .clean_exit = m->clean_exit,
+      .argv = given ? (const char *const *)o->prog_argv : NULL,
+      .argc = given ? o->prog_argc : 0,
+      .exit_code = code,
+      .signal = sig,
+      .clean_exit = m->clean_exit && !sig,
       .trace = kept ? kept[i] : NULL,
     };
-    if (!report_model_add_offline(rm, off, supp, &info))
-      cli_warn("--html/--folded: process %" PRIu32 " left out: out of memory", p->pid);
+    p->model = report_model_add_offline(rm, off, supp, &info);
+    if (!p->model) cli_warn("process %" PRIu32 " left out of the report: out of memory", p->pid);
   }
-  cli_write_renderings(rm, o->html, o->folded, o->folded_peak);
-  report_model_free(rm);
+  return rm;
+}
+
+/* What the tool says on stderr of each process: the report of one that
+ * ended without its exit report (from its trace), and the growth groups of
+ * one that made it (its own report had no marks to compare). */
+static void report_process_text(const run_opts *o, const cli_proc *p, const reaped_list *rl, pid_t child) {
+  report_process *rp = p->model;
+  const report_trace_model *m = rp->tm;
+  if (m && m->clean_exit) {
+    fflush(stderr);
+    report_text_growth(STDERR_FILENO, rp);
+    return;
+  }
+  const reaped *r = reaped_find(rl, (pid_t)p->pid);
+  char how[128];
+  describe_end(how, sizeof how, r);
+  bool prog = (pid_t)p->pid == child;
+  fflush(stdout);
+  if (m && !m->has_events) {   /* an exit-only trace: nothing to report from */
+    fprintf(stderr, "==%" PRIu32 "== tagalloc: process %" PRIu32 "%s%s%s %s without its exit report "
+            "(its trace has no events: run with --trace to see what was live)\n", p->pid, p->pid,
+            prog ? " (" : "", prog ? o->prog_argv[0] : "", prog ? ")" : "", how);
+    fflush(stderr);
+    return;
+  }
+  fprintf(stderr, "==%" PRIu32 "== tagalloc: process %" PRIu32 "%s%s%s %s without its exit report; "
+          "from its trace:\n", p->pid, p->pid, prog ? " (" : "", prog ? o->prog_argv[0] : "",
+          prog ? ")" : "", how);
+  fflush(stderr);
+  report_text_process(STDERR_FILENO, rp);
 }
 
 /* Moves (or copies) from to to. */
@@ -830,33 +744,22 @@ typedef struct {
   bool      listed;                /* on a line of its own, or counted in the grouped line */
 } rollup_row;
 
-static uint64_t jnum(json_t *o, const char *a, const char *b) {
-  json_t *v = json_object_get(o, a);
-  if (b) v = json_object_get(v, b);
-  return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
-}
-
-static bool rollup_read(const cli_proc *p, rollup_row *r) {
-  json_t *o = p->json_text ? json_loadb(p->json_text, p->json_len, 0, NULL) : NULL;
-  if (!o) return false;
+static void rollup_read(const report_process *p, rollup_row *r) {
   memset(r, 0, sizeof *r);
-  json_t *v;
-  r->pid = json_is_integer(v = json_object_get(o, "pid")) ? json_integer_value(v) : (long long)p->pid;
-  r->exit_code = json_is_integer(v = json_object_get(o, "exit_code")) ? json_integer_value(v) : -1;
-  r->signal = json_is_integer(v = json_object_get(o, "signal")) ? json_integer_value(v) : 0;
-  const char *a0 = json_string_value(json_array_get(json_object_get(o, "argv"), 0));
+  r->pid = p->pid;
+  r->exit_code = p->exit_code;
+  r->signal = p->signal;
+  const char *a0 = p->argv && p->argc ? p->argv[0] : p->tm && p->tm->argc ? p->tm->argv[0] : NULL;
   const char *base = a0 ? strrchr(a0, '/') : NULL;
   snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : a0 ? a0 : "?");
-  json_t *sum = json_object_get(o, "summary");
-  r->leaked_bytes = jnum(sum, "direct", "bytes") + jnum(sum, "indirect", "bytes") + jnum(sum, "orphan", "bytes");
-  r->leaked_blocks = jnum(sum, "direct", "blocks") + jnum(sum, "indirect", "blocks") + jnum(sum, "orphan", "blocks");
-  r->reachable_bytes = jnum(sum, "reachable", "bytes");
-  r->unclassified = json_object_get(sum, "unclassified") != NULL;
-  r->unclassified_bytes = jnum(sum, "unclassified", "bytes");
-  r->errors = jnum(o, "errors", NULL);
-  r->problems = p->problems;
-  json_decref(o);
-  return true;
+  const ta_summary *s = &p->summary;
+  r->leaked_bytes = s->direct_bytes + s->indirect_bytes + s->orphan_bytes;
+  r->leaked_blocks = s->direct_blocks + s->indirect_blocks + s->orphan_blocks;
+  r->reachable_bytes = s->reachable_bytes;
+  r->unclassified = p->unclassified;
+  r->unclassified_bytes = p->unclassified_bytes;
+  r->errors = s->errors;
+  r->problems = p->findings_count > 0 || s->errors > 0;
 }
 
 #define th cli_thousands
@@ -866,12 +769,11 @@ static bool rollup_read(const cli_proc *p, rollup_row *r) {
 /* With several processes, after their reports: one line per process (those
  * with findings first; beyond ROLLUP_LINES the clean ones by program name),
  * then the totals. */
-static void rollup(const cli_proc *procs, size_t nprocs, const char *prog) {
-  rollup_row *rows = calloc(nprocs ? nprocs : 1, sizeof *rows);
+static void rollup(const report_model *rm, const char *prog) {
+  rollup_row *rows = calloc(rm->nprocs ? rm->nprocs : 1, sizeof *rows);
   if (!rows) return;
   size_t n = 0;
-  for (size_t i = 0; i < nprocs; i++)
-    if (rollup_read(&procs[i], &rows[n])) n++;
+  for (size_t i = 0; i < rm->nprocs; i++) rollup_read(rm->procs[i], &rows[n++]);
   if (n < 2) {
     free(rows);
     return;
@@ -1015,7 +917,7 @@ int cmd_run(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
 
-  /* The private directory of the per-process traces and JSON objects, next
+  /* The private directory of the per-process traces, next
    * to where the traces are kept (a rename, not a copy), or in TMPDIR. */
   char dir[PATH_MAX];
   const char *tmpdir = getenv("TMPDIR");
@@ -1081,90 +983,32 @@ int cmd_run(int argc, char **argv) {
   reaped_list rl = { 0 };
   int status = wait_all(child, &rl, name);
 
-  /* What each process said, or what its trace says. */
+  /* The processes' traces, the names they are kept under, and the report
+   * model of them all: every output below is rendered from it. */
   size_t nprocs = 0;
   cli_proc *procs = collect(dir, &nprocs);
   bool problems = false;
-  for (size_t i = 0; i < nprocs; i++) {
-    cli_proc *p = &procs[i];
-    if (p->json) {
-      size_t len = 0;
-      char *text = cli_read_file(p->json, &len);
-      cli_json_top top;
-      if (text) cli_json_scan(text, len, &top);
-      if (text && top.valid) {
-        p->json_text = text;
-        p->json_len = len;
-        while (p->json_len && (text[p->json_len - 1] == '\n' || text[p->json_len - 1] == ' '))
-          p->json_len--;
-        p->problems = top.findings_count > 0 || top.errors > 0;
-      } else {
-        if (text)
-          cli_warn("%s: not one complete JSON object (it stops being JSON at byte %zu)%s", p->json,
-                   top.error_offset, p->trace ? "; using the process's trace instead" : "");
-        else
-          cli_warn("%s: %s", p->json, strerror(errno));
-        free(text);
-      }
-    }
-  }
-  /* The kept traces' names, then the reports of the processes without one. */
   char **kept = calloc(nprocs ? nprocs : 1, sizeof *kept);
   size_t first_trace = SIZE_MAX;   /* --trace FILE: the program's own (first) trace */
   for (size_t i = 0; i < nprocs && first_trace == SIZE_MAX; i++)
-    if (procs[i].trace && (pid_t)procs[i].pid == child) first_trace = i;
-  for (size_t i = 0; i < nprocs && first_trace == SIZE_MAX; i++)
-    if (procs[i].trace) first_trace = i;
+    if ((pid_t)procs[i].pid == child) first_trace = i;
+  if (first_trace == SIZE_MAX && nprocs) first_trace = 0;
   for (size_t i = 0, other = 1; kept && i < nprocs; i++)
-    if (procs[i].trace) kept[i] = trace_destination(&o, trace_to_dir, &procs[i], i == first_trace ? 0 : other++);
-  for (size_t i = 0; i < nprocs; i++) {
-    cli_proc *p = &procs[i];
-    if (!p->json_text && p->trace) {
-      report_from_trace(p, i, dir, &rl, child, &o, supp, kept ? kept[i] : NULL);
-    } else if (p->json_text) {
-      if (p->trace) growth_from_trace(p, supp);
-      /* What the process could not know: where its trace is kept, and how
-       * it ended when we reaped it (the last image of its pid only). */
-      if (kept && kept[i]) {
-        char *q = cli_json_quote(kept[i]);
-        if (q) cli_json_fill(&p->json_text, &p->json_len, "trace", q);
-        free(q);
-      }
-      const reaped *r = reaped_find(&rl, (pid_t)p->pid);
-      bool last = true;
-      for (size_t j = i + 1; j < nprocs; j++) last &= procs[j].pid != p->pid;
-      if (r && last) {
-        char v[32];
-        snprintf(v, sizeof v, "%d", WIFEXITED(r->status) ? WEXITSTATUS(r->status) : WTERMSIG(r->status));
-        cli_json_fill(&p->json_text, &p->json_len, WIFEXITED(r->status) ? "exit_code" : "signal", v);
-        const char *abbrev = WIFSIGNALED(r->status) ? sigabbrev_np(WTERMSIG(r->status)) : NULL;
-        if (abbrev) {
-          snprintf(v, sizeof v, "\"SIG%s\"", abbrev);
-          cli_json_fill(&p->json_text, &p->json_len, "signal_name", v);
-        }
-      }
-    }
-    problems |= p->problems;
+    kept[i] = trace_destination(&o, trace_to_dir, &procs[i], i == first_trace ? 0 : other++);
+  report_model *rm = build_model(&o, procs, nprocs, kept, &rl, child, supp);
+  if (!rm) cli_error("out of memory building the report");
+  for (size_t i = 0; rm && i < nprocs; i++) {
+    const report_process *p = procs[i].model;
+    if (!p) continue;
+    if (!o.quiet) report_process_text(&o, &procs[i], &rl, child);
+    problems |= p->findings_count > 0 || p->summary.errors > 0;
   }
-  if (!o.quiet) rollup(procs, nprocs, name);
+  if (rm && !o.quiet) rollup(rm, name);
 
-  /* The joined JSON. */
-  if (o.json) {
-    int fd = cli_open_output(o.json);
-    bool wok = fd >= 0 && cli_json_begin(fd);
-    size_t k = 0;
-    for (size_t i = 0; wok && i < nprocs; i++) {
-      if (!procs[i].json_text) continue;
-      wok = cli_json_sep(fd, k++) && cli_write_all(fd, procs[i].json_text, procs[i].json_len);
-    }
-    wok = wok && cli_json_end(fd);
-    if (fd >= 0 && close(fd) != 0) wok = false;
-    if (!wok) cli_error("--json %s: %s", o.json, strerror(errno));
-  }
-
-  /* The page and the folded stacks: the report model of the traces. */
-  if (o.html || o.folded || o.folded_peak)
-    render_model(&o, procs, nprocs, kept, &rl, child, supp);
+  /* The joined JSON, the page and the folded stacks. */
+  if (rm && o.json) cli_write_json(o.json, rm);
+  if (rm) cli_write_renderings(rm, o.html, o.folded, o.folded_peak);
+  report_model_free(rm);
 
   /* The traces: kept, or gone with the directory. */
   size_t others = 0;

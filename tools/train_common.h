@@ -1,6 +1,7 @@
 /* train_common.h - what the training programs (train_lenet.c, train_charlm.c)
  * share: one-line errors, option values, clocks, RSS, the ledger's live bytes
- * by tag as JSON, the in-process HTML report and the common options.
+ * by tag as JSON, the in-process HTML report, the common options and
+ * --device's backend and pool.
  *
  * Each program defines TRAIN_PROG ("train-lenet") before including this. */
 #ifndef TRAIN_COMMON_H

@@ -47,11 +47,12 @@
   var cmd = D.argv ? D.argv.join(' ') : D.processes.map(function (p) { return p.trace || ('pid ' + p.pid); }).join(' ');
   $('cmd').textContent = cmd;
   document.title = 'tagalloc: ' + cmd;
-  var nfind = 0;
-  D.kinds.forEach(function (k) { if (k.kind !== 'unclassified') nfind += k.groups; });
+  /* the text report's SUMMARY line: error occurrences plus loss records */
+  var nerr = D.errors + D.loss_records;
   [['program', D.argv ? D.argv[0] : '(no command line recorded)'], ['processes', count(D.processes.length)],
    ['duration', dur(D.duration)], ['allocations', count(D.allocs)], ['frees', count(D.frees)],
-   ['peak live', bytes(D.peak)], ['findings', count(nfind)], ['errors', count(D.errors)]].forEach(function (f) {
+   ['peak live', bytes(D.peak)], ['findings', count(D.findings)],
+   ['errors', count(nerr) + (D.loss_records ? ' (' + count(D.loss_records) + ' loss records)' : '')]].forEach(function (f) {
     var d = el('div');
     d.appendChild(el('dt', null, f[0]));
     d.appendChild(el('dd', null, f[1]));
@@ -164,6 +165,13 @@
         stackList(h[3], t, box);
       });
     }
+    /* ref.underflow: the other objects released too often at the same place */
+    (g.others || []).forEach(function (o, n) {
+      box.appendChild(el('div', 'sect', 'object ' + (n + 2) + ' of ' + g.groups + ', the same extra release'));
+      var sub = { kind: g.kind };
+      Object.keys(o).forEach(function (key) { sub[key] = o[key]; });
+      box.appendChild(details(sub));
+    });
     return box;
   }
   function drawTable() {

@@ -134,6 +134,45 @@ static void test_param_on_device(void **state) {
   assert_int_equal(ta_findings_count(NULL), 0);
 }
 
+/* ag_layer_to moves every parameter there and back, bit for bit; the
+ * variables stay the same; NULL is an error that moves nothing. */
+static void test_layer_to_and_back(void **state) {
+  (void)state;
+  assert_int_equal(gpu_backend_host()->init(0), GPU_OK);
+  gpu_pool *dev = gpu_pool_new(gpu_backend_host(), NULL);
+  ag_rng rng = ag_rng_new(3);
+  ag_layer *l = ag_sequential((ag_layer *[]){ ag_conv2d_layer(2, 3, 3, 1, 1, &rng), ag_linear(4, 5, &rng) }, 2);
+  ag_var *ps[4];
+  assert_int_equal(ag_layer_params(l, ps, 4), 4);
+  tensor *before[4];
+  for (int i = 0; i < 4; i++) before[i] = tensor_clone(ps[i]->value);
+  assert_int_equal(ag_layer_to(l, dev), 0);
+  ag_var *again[4];
+  ag_layer_params(l, again, 4);
+  for (int i = 0; i < 4; i++) {
+    assert_ptr_equal(again[i], ps[i]);
+    assert_ptr_equal(tensor_device(ps[i]->value), dev);
+    assert_ptr_equal(tensor_device(ps[i]->grad), dev);
+  }
+  assert_int_equal(ag_layer_to(l, NULL), 0);
+  for (int i = 0; i < 4; i++) {
+    assert_null(tensor_device(ps[i]->value));
+    assert_int_equal(memcmp(tensor_f32(ps[i]->value), tensor_f32(before[i]), (size_t)before[i]->numel * 4), 0);
+    for (int64_t j = 0; j < ps[i]->grad->numel; j++) assert_true(tensor_f32(ps[i]->grad)[j] == 0.0f);
+    tensor_free(before[i]);
+  }
+  assert_int_equal(ag_layer_to(NULL, dev), -1);
+  assert_string_equal(ag_error(), "ag_layer_to: layer is NULL");
+  ag_error_clear();
+  ag_layer_free(l);
+  gpu_stats st;
+  gpu_pool_stats(dev, &st);
+  assert_int_equal(st.allocated_bytes[GPU_STAT_ALL].current, 0);
+  gpu_pool_empty_cache(dev);
+  gpu_pool_destroy(dev);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 /* softmax's backward on a device: loss = sum(softmax(x @ w) * t); the
  * gradients of x and w as the CPU's, to 1e-5. */
 static void softmax_grads(gpu_pool *dev, tensor *const in[3], tensor *out[2]) {
@@ -318,6 +357,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_gradients_match_cpu),
     cmocka_unit_test(test_param_on_device),
+    cmocka_unit_test(test_layer_to_and_back),
     cmocka_unit_test(test_softmax_backward_on_device),
     cmocka_unit_test(test_lenet_shape_matches_cpu),
     cmocka_unit_test(test_charlm_shape_matches_cpu),

@@ -3,8 +3,10 @@
 # standard output, --quiet, colour only on a terminal, the warning for an
 # unknown TAGALLOC_ variable, --skip, the roll-up of a run with several
 # processes, thousands separators and the still-reachable line, symbolized
-# assertion stacks, and `tagalloc diff` keys that survive an added line and
-# another build folder.  Ends with "N passed, N failed".
+# assertion stacks, `tagalloc diff` keys that survive an added line and
+# another build folder, one report model behind the text, --json, --html and
+# `tagalloc report` of a run (agree.py), and the preload's exports.  Ends
+# with "N passed, N failed".
 #   tests/cli/run.sh BUILD_DIR
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
@@ -173,13 +175,15 @@ expect "diff: a surrogate pair is the same callsite as its UTF-8" "0 tagalloc di
 # 1,600 writes); full all of them.
 # kinds FILE: "kind:blocks:free_stack ..." of the one process, by kind
 kinds() { "$py" -c 'import json; p=json.load(open("'"$1"'")); p=p["processes"][0] if "processes" in p else p; print(" ".join("%s:%d:%d" % (f["kind"], f["blocks"], bool(f.get("free_stack"))) for f in sorted(p["findings"], key=lambda f: f["kind"])))' 2>&1; }
-# traced MODE-OPTIONS...: does the audited process get a trace to write?
-traced() { "$ta" run -q "$@" -- env | grep -c '^TAGALLOC_TRACE='; }
+# traced MODE-OPTIONS...: does the audited process trace its events?  (Every
+# process writes a trace, its one record of its findings; the events only
+# where an output or the mode needs them.)
+traced() { "$ta" run -q "$@" -- env | grep -c '^TAGALLOC_TRACE_EVENTS=1'; }
 if cc -g -O0 -Wno-free-nonheap-object -o modes "$here/progs/modes.c"; then
   "$ta" run -q --json m.json -- ./modes 2> err; rc=$?
   expect "--check: the default is leaks (no use after free, no free stacks, no trace)" \
     "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
-  expect "--check: a trace in leaks mode only for --trace, --html, --folded-peak; always in errors and full" \
+  expect "--check: trace events in leaks mode only for --trace, --html, --folded-peak; always in errors and full" \
     "0 1 1 1 0 1 1" "$(traced) $(traced --trace t.trace) $(traced --html h.html) $(traced --folded-peak -) $(traced --folded -) $(traced --check=errors) $(traced --check=full)"
   "$ta" run -q --check errors --json m.json -- ./modes 2> err; rc=$?
   expect "--check=errors: one write after free in 16, free stacks" \
@@ -193,7 +197,8 @@ if cc -g -O0 -Wno-free-nonheap-object -o modes "$here/progs/modes.c"; then
   TAGALLOC_CHECK=full "$ta" run -q --check=leaks --json m.json -- ./modes 2> err; rc=$?
   expect "--check wins over TAGALLOC_CHECK" \
     "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
-  LD_PRELOAD=$pre TAGALLOC_JSON=m.json TAGALLOC_REPORT=0 ./modes 2> err; rc=$?
+  LD_PRELOAD=$pre TAGALLOC_TRACE=m.trace TAGALLOC_REPORT=0 ./modes 2> err; rc=$?
+  "$ta" report -q --json m.json m.trace
   expect "the preload alone: full" \
     "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:1600:1" "$rc $(kinds m.json)"
 else
@@ -201,6 +206,108 @@ else
 fi
 "$ta" run --check=some -- true > out 2> err; rc=$?
 expect "--check: a bad mode is a usage error" "2 tagalloc: run: --check some: expected leaks, errors or full" "$rc $(cat err)"
+
+# ---- one model behind every rendering -----------------------------------------------------------
+# progs/agree.c: two groups of direct leaks, an indirect leak, a double free,
+# an invalid free.  The process's own text report, run's --json, --html and
+# --folded, and `tagalloc report`'s JSON and text of the kept trace: the same
+# findings (kind, bytes, blocks, top frame), the same error and loss-record
+# counts, the same leaked bytes by frame.
+if cc -g -O0 -Wno-free-nonheap-object -o agree "$here/progs/agree.c"; then
+  "$ta" run --json ag.json --html ag.html --folded ag.folded --trace ag.trace -- ./agree 2> ag-run.txt
+  "$ta" report --json ag-rep.json ag.trace > ag-rep.txt 2>&1
+  expect "run's text, --json, --html, --folded and report of the trace agree, finding by finding" \
+    "agree: 6 findings, 2 errors, 3 loss records" \
+    "$("$py" "$here/agree.py" ag-run.txt ag.json ag.html ag-rep.json ag-rep.txt ag.folded 2>&1)"
+  # the same without a kept trace (an exit-only trace): the same JSON
+  "$ta" run -q --json ag2.json -- ./agree 2> /dev/null
+  expect "run --json from an exit-only trace: the same findings" \
+    "$("$py" -c 'import json; p=json.load(open("ag.json"))["processes"][0]; print([(f["kind"], f["bytes"], f["blocks"]) for f in p["findings"]], p["errors"], p["loss_records"], p["summary"])')" \
+    "$("$py" -c 'import json; p=json.load(open("ag2.json"))["processes"][0]; print([(f["kind"], f["bytes"], f["blocks"]) for f in p["findings"]], p["errors"], p["loss_records"], p["summary"])')"
+else
+  bad "cannot build agree.c"
+fi
+
+# ---- a process killed before its report, in leaks mode ------------------------------------------
+# Its exit-only trace has the header and the command line: the JSON lists it
+# (killed by SIGKILL, nothing counted) and the text says what to add.
+printf '#include <signal.h>\n#include <stdlib.h>\nint main(void) { void *volatile p = malloc(100); (void)p; raise(SIGKILL); return 0; }\n' > killed.c
+if cc -O0 -o killed killed.c; then
+  "$ta" run --json k.json -- ./killed > out 2> err
+  expect "killed in leaks mode: in the JSON, without findings" "SIGKILL False 0" \
+    "$("$py" -c 'import json; p=json.load(open("k.json"))["processes"][0]; print(p["signal_name"], p["clean_exit"], len(p["findings"]))')"
+  has "killed in leaks mode: the text says what to add" err "without its exit report (its trace has no events: run with --trace to see what was live)"
+else
+  bad "cannot build killed.c"
+fi
+
+# ---- a report holds a window of its trace, not the whole file -------------------------------------
+# progs/grow.c: 120 iterations of 40,000 blocks made and freed (a trace of
+# about 55 MB) and a site that grows.  tagalloc report of it finds the growth
+# with a peak RSS under a quarter of the trace's size (it was the size of the
+# trace plus the model).
+if cc -g -O0 -I"$root/alloc" -o grow "$here/progs/grow.c" -L"$build" -ltagalloc -Wl,-rpath,"$build"; then
+  "$ta" run -q --trace grow.trace -- ./grow 120 40000 2> /dev/null
+  got=$("$py" - "$ta" grow.trace <<'PY'
+import json, os, resource, subprocess, sys
+ta, trace = sys.argv[1:3]
+subprocess.run([ta, "report", "-q", "--json", "grow.json", trace], check=True)
+peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+size_kib = os.path.getsize(trace) // 1024
+p = json.load(open("grow.json"))["processes"][0]
+growth = [f for f in p["findings"] if f["kind"] == "leak.growth"]
+print("growth", len(growth), growth[0]["bytes"] if growth else 0,
+      "bounded" if size_kib > 40000 and peak_kib * 4 < size_kib else f"peak {peak_kib} KiB for a {size_kib} KiB trace")
+PY
+)
+  expect "report: the growth of a 55 MB trace, in a quarter of its size" "growth 1 120000 bounded" "$got"
+else
+  bad "cannot build grow.c"
+fi
+
+# ---- the page: one row per headline of ref.underflow ----------------------------------------------
+# progs/underflow.c: two objects released once too often in drop_ref, from
+# two callers.  The JSON keeps the ledger's two groups; the page's table
+# shows one row (blocks 2, the second object under it).
+if cc -g -O0 -I"$root/alloc" -o underflow "$here/progs/underflow.c" -Wl,-u,report_text_write \
+     "$build/libtagalloc.a" -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm; then
+  TAGALLOC_TRACE=uf.trace TAGALLOC_REPORT=0 ./underflow 2> /dev/null
+  "$ta" report -q --json uf.json --html uf.html uf.trace
+  got=$("$py" - <<'PY'
+import json, re
+j = json.load(open("uf.json"))["processes"][0]["findings"]
+page = open("uf.html").read()
+d = json.loads(re.search(r'<script type="application/json" id="tagalloc-data">(.*?)</script>', page, re.S).group(1))
+rows = [f for f in d["findings"] if f["kind"] == "ref.underflow"]
+print(sum(f["kind"] == "ref.underflow" for f in j), len(rows), [(f["blocks"], f.get("groups"), len(f.get("others", []))) for f in rows])
+PY
+)
+  expect "html: ref.underflow groups under one headline are one row" "2 1 [(2, 2, 1)]" "$got"
+else
+  bad "cannot build underflow.c"
+fi
+
+# ---- a program linked with libtagalloc.a: one report ---------------------------------------------
+# Its own copy of the ledger records nothing (malloc is the preload's): the
+# preload's report is the process's, and the copy's "no leaks" would repeat it.
+printf '#include "tagalloc.h"\n#include <stdlib.h>\nint main(void) { void *volatile p = malloc(10); free(p); ta_mark_now(); return 0; }\n' > linked.c
+if cc -g -O0 -I"$root/alloc" -o linked linked.c -Wl,-u,report_text_write "$build/libtagalloc.a" \
+     -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm; then
+  "$ta" run -- ./linked > out 2> err
+  expect "libtagalloc.a under run: one \"no leaks\" line" "1" "$(grep -c 'no leaks, no errors' err)"
+  ./linked > out 2> err
+  expect "libtagalloc.a alone: its own report" "1" "$(grep -c 'no leaks, no errors' err)"
+else
+  bad "cannot build a program linked with libtagalloc.a"
+fi
+
+# ---- the preload links only its own stderr report --------------------------------------------
+# No renderer of traces in it (trace reader, JSON, HTML, folded stacks), and
+# no report_* symbol exported: a program that links libtagalloc keeps its own.
+expect "the preload exports no report_* function" "0" \
+  "$(nm -D --defined-only "$pre" | grep -c ' report_')"
+expect "the preload has no trace reader, JSON, HTML or folded renderer" "" \
+  "$(nm "$pre" | grep -oE ' (report_trace_open|report_offline_open|report_json_process|report_html_write|report_folded_write|report_model_add_offline)$')"
 
 # ---- every option of the table is documented ------------------------------------------------
 missing=

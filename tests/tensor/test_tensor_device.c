@@ -258,10 +258,33 @@ static void check_pool(tensor *x, bool max, int k, int stride, uint32_t seed) {
   if (max) expect_same_i32(amd, am);
   tensor *g = values(y->ndim, y->shape, seed, 0), *gd = tensor_to(g, P);
   tensor *gx = max ? tensor_max_pool2d_grad(g, am, 4, x->shape) : tensor_avg_pool2d_grad(g, k, stride, 4, x->shape);
-  tensor *gxd = max ? tensor_max_pool2d_grad(gd, amd, 4, x->shape) : tensor_avg_pool2d_grad(gd, k, stride, 4, x->shape);
+  tensor *gxd = max ? tensor_max_pool2d_grad_k(gd, amd, k, stride, 4, x->shape)
+                    : tensor_avg_pool2d_grad(gd, k, stride, 4, x->shape);
   assert_non_null(gx);
   assert_non_null(gxd);
   expect_same(gxd, gx, NN_TOL);
+  if (max) {
+    /* without the window: the covering stride-1 one, where the input loses
+     * as many rows as columns; else an error naming the _k form */
+    tensor *gk = tensor_max_pool2d_grad_k(g, am, k, stride, 4, x->shape);
+    expect_same(gxd, gk, NN_TOL);   /* the host form with the window: the same */
+    tensor_free(gk);
+    assert_null(tensor_max_pool2d_grad_k(g, am, k + 1, stride, 4, x->shape));   /* not the forward's window */
+    assert_int_equal(last_error_status, TENSOR_ESHAPE);
+    n_errors--;
+    int64_t oh = y->shape[2], ow = y->shape[3];
+    tensor *gn = tensor_max_pool2d_grad(gd, amd, 4, x->shape);
+    if (x->shape[2] - oh == x->shape[3] - ow) {
+      assert_non_null(gn);
+      expect_same(gn, gx, NN_TOL);
+    } else {
+      assert_null(gn);
+      assert_int_equal(last_error_status, TENSOR_EINVAL);
+      assert_non_null(strstr(last_error, "the window is needed"));
+      n_errors--;   /* expected */
+    }
+    tensor_free(gn);
+  }
   tensor *all[] = { dx, am, amd, y, yd, g, gd, gx, gxd };
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
 }

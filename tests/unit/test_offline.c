@@ -115,7 +115,7 @@ static void test_clean_exit(void **state) {
   assert_true(m->clean_exit);
   report_source *src = report_offline_source(o);
   assert_false(src->unclassified);
-  assert_non_null(src->ctx);
+  assert_non_null(report_source_ctx(src));   /* made on first use */
   collected c = { .src = src };
   src->visit(src->arg, collect, &c);
   assert_int_equal(c.n, 2);
