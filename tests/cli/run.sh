@@ -318,5 +318,19 @@ for n in $(grep -o '{ "[a-z_]*", *OPT_' "$root/alloc/options.c" | sed 's/{ "\([a
 done
 expect "every option in README's table and in tagalloc(7)" "" "$missing"
 
+# ---- every finding kind of the table is documented ------------------------------------------
+# (alloc/kinds.c's table; an entry of tagalloc(7)'s FINDING KINDS is a .B or .BR line naming
+# it, one of ARCHITECTURE.md's table a row whose first cell names it)
+missing=
+kinds_man=$(sed -n '/^\.SH FINDING KINDS/,/^\.SH /p' "$root/man/tagalloc.7" | grep '^\.BR\? ')
+for k in $(sed -n 's/^ *\[TA_KIND_[A-Z_]*\] *= { "\([a-z.-]*\)".*/\1/p' "$root/alloc/kinds.c"); do
+  printf '%s\n' "$kinds_man" | grep -qwF -- "$k" || missing="$missing tagalloc.7:$k"
+  grep '^| `' "$root/docs/ARCHITECTURE.md" | cut -d'|' -f2 | grep -qF "\`$k\`" \
+    || missing="$missing ARCHITECTURE.md:$k"
+done
+[ -n "$(sed -n 's/^ *\[TA_KIND_[A-Z_]*\] *= { "\([a-z.-]*\)".*/\1/p' "$root/alloc/kinds.c")" ] \
+  || missing="no kinds read from alloc/kinds.c"
+expect "every finding kind in tagalloc(7) and docs/ARCHITECTURE.md" "" "$missing"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
