@@ -182,6 +182,12 @@ void          report_model_set_argv(report_model *m, char *const *argv, int argc
 report_process *report_model_add_offline(report_model *m, report_offline *o, report_suppressions *supp,
                                          const report_process_info *info);
 
+/* Adds the running process (report_source_ledger), with the timeline
+ * the ledger samples at its marks (alloc/samples.h; ledger_timeline.c):
+ * its duration, live bytes by tag and marks, for a program that writes its
+ * own page without a trace.  info may be NULL.  NULL when out of memory. */
+report_process *report_model_add_ledger(report_model *m, const report_process_info *info);
+
 /* leak.growth: a site grows when the trace has at least 3 marks, its live
  * bytes at the last mark exceed those at the first, it grew in at least 2
  * iterations and shrank in at most a quarter as many, its slope is at least
