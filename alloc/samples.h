@@ -36,7 +36,8 @@ void     _ta_samples_start(void);
 /* CLOCK_MONOTONIC ns when the ledger started (0: not yet). */
 uint64_t _ta_samples_start_ns(void);
 /* Copies up to max samples, oldest first (a partly filled last one
- * included) into out; returns how many there are (may exceed max).
+ * included: TA_SAMPLES + 1 in all at most) into out; returns how many
+ * there are (may exceed max).
  * *other_tags: column TA_SAMPLE_TAGS holds several tags. */
 size_t   _ta_samples_read(ta_sample *out, size_t max, bool *other_tags);
 /* A sample of now (not kept): the live bytes at this moment, hi = lo. */

@@ -19,7 +19,7 @@ static void release_model(void *tm) { report_trace_model_free(tm); }
 /* The model of the samples; NULL when out of memory. */
 static report_trace_model *samples_model(void) {
   report_trace_model *tm = calloc(1, sizeof *tm);
-  ta_sample *s = malloc((TA_SAMPLES + 2) * sizeof *s);
+  ta_sample *s = malloc((TA_SAMPLES + 3) * sizeof *s);   /* the start, the kept, the pending, now */
   if (!tm || !s) {
     free(tm);
     free(s);
@@ -27,8 +27,8 @@ static report_trace_model *samples_model(void) {
   }
   bool other = false;
   memset(&s[0], 0, sizeof s[0]);
-  size_t n = _ta_samples_read(s + 1, TA_SAMPLES, &other);
-  if (n > TA_SAMPLES) n = TA_SAMPLES;      /* a mark since the count: the next page has it */
+  size_t n = _ta_samples_read(s + 1, TA_SAMPLES + 1, &other);
+  if (n > TA_SAMPLES + 1) n = TA_SAMPLES + 1;   /* cannot be: at most TA_SAMPLES kept and one pending */
   _ta_samples_now(&s[n + 1]);
   n += 2;
   tm->pid = (uint32_t)getpid();
