@@ -15,7 +15,9 @@
  *
  * A process from the running ledger (the exit report) is built the same
  * way from report_source_ledger(): report_process_new(src, info) and
- * report_process_free().  Stacks are symbolized on first use and cached,
+ * report_process_free().  A page the program renders itself adds it with
+ * report_model_add_ledger(rm, info), which brings the ledger's timeline
+ * (samples at marks) too.  Stacks are symbolized on first use and cached,
  * so a renderer that shows 100 groups symbolizes only their stacks.
  * This code runs at report time; its memory comes from plain malloc. */
 #ifndef REPORT_MODEL_H
