@@ -3,6 +3,7 @@
  * taken around fork(), and the exit (the quarantine's and holds' checks,
  * the scan, the trace's end, the report). */
 #include "block.h"
+#include "samples.h"
 
 #include <stdlib.h>
 
@@ -60,6 +61,7 @@ void _ta_init(void) {
     running = true;
     _ta_options_init();
     _ta_seq_clock_init();
+    _ta_samples_start();                 /* the timeline's start (samples.h) */
     _ta_guard_init();                    /* guard mode: its regions and fault handler */
     _ta_pad_check_classes();                 /* the overflow pad: the size classes as jemalloc makes them */
     atomic_store(&_ta_ready, 1);         /* what follows may call the ledger */

@@ -2,9 +2,11 @@
  * ta_live_since and ta_print_live_since (the assertion macros' report),
  * the peaks of the intervals between marks, and the summary's counts. */
 #include "internal.h"
+#include "samples.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- marks and counts ---------------------------------------------------------- */
 
@@ -29,6 +31,106 @@ static mark_rec *marks;
 static size_t nmarks, cap_marks;
 static ta_mark last_mark;
 static uint64_t dropped_peak[TA_MAX_TAGS];   /* the peaks of the intervals of marks gone */
+
+/* ---- samples: the timeline without a trace (samples.h) ------------------------- */
+
+static _Atomic uint64_t start_ns;
+static ta_sample *samples;         /* TA_SAMPLES of them, from the first mark; mark_lock */
+static size_t nsamples;
+static ta_sample pending;          /* the marks since the last sample kept */
+static uint64_t stride = 1;        /* marks per sample kept */
+static uint32_t max_tag;           /* the highest tag sampled */
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void _ta_samples_start(void) {
+  uint64_t zero = 0;
+  atomic_compare_exchange_strong(&start_ns, &zero, now_ns());
+}
+
+uint64_t _ta_samples_start_ns(void) { return atomic_load(&start_ns); }
+
+static size_t sample_col(uint32_t tag) { return tag < TA_SAMPLE_TAGS ? tag : TA_SAMPLE_TAGS; }
+
+/* Adds the mark's live bytes (live[tag]) and the peaks since the mark
+ * before (peak[tag]) to the pending sample; keeps it after stride marks,
+ * merging neighbours first when the series is full.  mark_lock held. */
+static void sample_mark(ta_mark id, uint64_t ns, const uint64_t *live, const uint64_t *peak, uint32_t ntags) {
+  if (samples == NULL) {
+    samples = _ta_meta_alloc(TA_SAMPLES * sizeof *samples);
+    if (samples == NULL) return;   /* no timeline: the page says so */
+  }
+  ta_sample s = { .ns = ns, .mark = id };
+  for (size_t c = 0; c <= TA_SAMPLE_TAGS; c++) s.lo[c] = UINT64_MAX;
+  for (uint32_t i = 0; i < ntags; i++) {
+    size_t c = sample_col(i);
+    if (i > TA_SAMPLE_TAGS && c == TA_SAMPLE_TAGS) {   /* several tags in the last column: sums */
+      s.hi[c] += peak[i];
+      s.lo[c] = (s.lo[c] == UINT64_MAX ? 0 : s.lo[c]) + live[i];
+      continue;
+    }
+    s.hi[c] = peak[i];
+    s.lo[c] = live[i];
+    if ((live[i] || peak[i]) && i > max_tag) max_tag = i;
+  }
+  for (size_t c = 0; c <= TA_SAMPLE_TAGS; c++)
+    if (s.lo[c] == UINT64_MAX) s.lo[c] = 0;
+  if (pending.marks == 0) {
+    pending = s;
+  } else {
+    for (size_t c = 0; c <= TA_SAMPLE_TAGS; c++) {
+      if (s.hi[c] > pending.hi[c]) pending.hi[c] = s.hi[c];
+      if (s.lo[c] < pending.lo[c]) pending.lo[c] = s.lo[c];
+    }
+    pending.ns = ns;
+    pending.mark = id;
+  }
+  if (++pending.marks < stride) return;
+  if (nsamples == TA_SAMPLES) {          /* full: merge pairs, twice the marks per sample */
+    for (size_t i = 0; i < TA_SAMPLES / 2; i++) {
+      ta_sample *a = &samples[2 * i], *b = &samples[2 * i + 1];
+      for (size_t c = 0; c <= TA_SAMPLE_TAGS; c++) {
+        if (a->hi[c] > b->hi[c]) b->hi[c] = a->hi[c];
+        if (a->lo[c] < b->lo[c]) b->lo[c] = a->lo[c];
+      }
+      b->marks += a->marks;
+      samples[i] = *b;
+    }
+    nsamples = TA_SAMPLES / 2;
+    stride *= 2;
+  }
+  samples[nsamples++] = pending;
+  pending.marks = 0;
+}
+
+size_t _ta_samples_read(ta_sample *out, size_t max, bool *other_tags) {
+  pthread_mutex_lock(&mark_lock);
+  size_t n = nsamples + (pending.marks ? 1 : 0);
+  for (size_t i = 0; i < n && i < max; i++) out[i] = i < nsamples ? samples[i] : pending;
+  if (other_tags) *other_tags = max_tag > TA_SAMPLE_TAGS;
+  pthread_mutex_unlock(&mark_lock);
+  return n;
+}
+
+void _ta_samples_now(ta_sample *out) {
+  _ta_ensure();
+  uint32_t ntags = atomic_load(&_ta_tag_count);
+  ta_tag_counts_plain counts[TA_MAX_TAGS];
+  _ta_thread_sum(counts, ntags);
+  memset(out, 0, sizeof *out);
+  out->ns = now_ns();
+  for (uint32_t i = 0; i < ntags; i++) {
+    uint64_t live = counts[i].alloc_bytes - counts[i].free_bytes;
+    size_t c = sample_col(i);
+    if (i > TA_SAMPLE_TAGS) out->hi[c] += live;
+    else out->hi[c] = live;
+  }
+  memcpy(out->lo, out->hi, sizeof out->lo);
+}
 
 /* The live mark m, or NULL; mark_lock held. */
 static mark_rec *mark_get(ta_mark m) {
@@ -95,12 +197,16 @@ ta_mark ta_mark_now(void) {
   _ta_thread_sum(counts, ntags);
   /* Close the interval of the previous mark: its peak, and restart. */
   mark_rec *prev = nmarks ? &marks[nmarks - 1] : NULL;
+  uint64_t live_at[TA_MAX_TAGS], peak_in[TA_MAX_TAGS];
   for (uint32_t i = 0; i < ntags; i++) {
     uint64_t live = counts[i].alloc_bytes - counts[i].free_bytes;
     uint64_t p = _ta_peak_restart((ta_tag)i, live);
-    if (prev && i < prev->ntags) prev->peak_after[i] = p > live ? p : live;
+    live_at[i] = live;
+    peak_in[i] = p > live ? p : live;
+    if (prev && i < prev->ntags) prev->peak_after[i] = peak_in[i];
   }
   ta_mark id = ++last_mark;
+  sample_mark(id, now_ns(), live_at, peak_in, ntags);
   marks[nmarks++] = (mark_rec){ id, seq, ntags, false, counts, peak_after };
   if (prev && prev->freed) marks_compact();    /* its interval just closed */
   pthread_mutex_unlock(&mark_lock);

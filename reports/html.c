@@ -417,7 +417,8 @@ static void device_series(jbuf *b, report_model *m, const report_trace_model *tm
 }
 
 /* What was live at the process's peak, by tag, largest first: the sites'
- * bytes at the peak (exact: the replay's, not the timeline's buckets). */
+ * bytes at the peak (exact: the replay's, not the timeline's buckets);
+ * without sites, the timeline's values in the interval of the peak. */
 static void peak_by_tag(jbuf *b, const report_trace_model *tm) {
   enum { MAXT = 256 };
   uint64_t bytes[MAXT] = { 0 };
@@ -433,6 +434,19 @@ static void peak_by_tag(jbuf *b, const report_trace_model *tm) {
       tags[n++] = s->tag;
     }
     bytes[k] += s->peak_bytes;
+  }
+  const report_trace_timeline *tl = &tm->timeline;
+  for (size_t i = 0; tm->nsites == 0 && i < tl->nbuckets; i++) {
+    /* no sites (the ledger's samples, ledger_timeline.c): each tag's
+     * highest in the interval that holds the peak */
+    if (tl->seq[i] != tm->peak_seq) continue;
+    for (size_t col = 1; col <= tl->ntags && n < MAXT; col++) {
+      uint64_t v = tl->values[i * (REPORT_TRACE_TAGS + 1) + col];
+      if (!v || (col == REPORT_TRACE_TAGS && tl->other_tags)) continue;
+      tags[n] = tl->tags[col - 1];
+      bytes[n++] = v;
+    }
+    break;
   }
   for (size_t i = 1; i < n; i++)   /* insertion sort, largest first: few tags */
     for (size_t j = i; j > 0 && bytes[j] > bytes[j - 1]; j--) {

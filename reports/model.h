@@ -15,7 +15,9 @@
  *
  * A process from the running ledger (the exit report) is built the same
  * way from report_source_ledger(): report_process_new(src, info) and
- * report_process_free().  Stacks are symbolized on first use and cached,
+ * report_process_free().  A page the program renders itself adds it with
+ * report_model_add_ledger(rm, info), which brings the ledger's timeline
+ * (samples at marks) too.  Stacks are symbolized on first use and cached,
  * so a renderer that shows 100 groups symbolizes only their stacks.
  * This code runs at report time; its memory comes from plain malloc. */
 #ifndef REPORT_MODEL_H
@@ -181,6 +183,12 @@ void          report_model_set_argv(report_model *m, char *const *argv, int argc
  * callsites and the timeline.  NULL when out of memory. */
 report_process *report_model_add_offline(report_model *m, report_offline *o, report_suppressions *supp,
                                          const report_process_info *info);
+
+/* Adds the running process (report_source_ledger), with the timeline
+ * the ledger samples at its marks (alloc/samples.h; ledger_timeline.c):
+ * its duration, live bytes by tag and marks, for a program that writes its
+ * own page without a trace.  info may be NULL.  NULL when out of memory. */
+report_process *report_model_add_ledger(report_model *m, const report_process_info *info);
 
 /* leak.growth: a site grows when the trace has at least 3 marks, its live
  * bytes at the last mark exceed those at the first, it grew in at least 2

@@ -186,27 +186,20 @@ static inline void tc_tape_check_end(tc_tape_check *c) { c->leaks += ta_since(c-
 /* ---- the HTML report of this process ---------------------------------------------- */
 
 /* The ledger's findings of the running process as the self-contained page
- * of reports/ (header, totals by kind, findings with symbolized stacks).
- * The live-bytes timeline and the flame graphs come from a trace: run with
- * TAGALLOC_TRACE=FILE and render it with `tagalloc report FILE --html`.
+ * of reports/ (header, totals by kind, findings with symbolized stacks),
+ * with the live bytes by tag the ledger sampled at each mark (one per
+ * training step) as its timeline.  The flame graphs come from a trace: run
+ * with TAGALLOC_TRACE=FILE and render it with `tagalloc report FILE --html`.
  * Returns 0, or -1 with errno's message printed. */
 static inline int tc_write_html(const char *path, int argc, char **argv) {
-  report_source src;
-  report_source_ledger(&src);
   report_process_info info = { .ppid = (long)getppid(), .argv = (const char *const *)argv, .argc = argc,
                                .exit_code = -1, .clean_exit = -1 };
   report_model *m = report_model_new();
-  report_process *p = m ? report_process_new(&src, &info) : NULL;
-  report_process **v = p ? malloc(sizeof *v) : NULL;
-  if (v == NULL) {
-    report_process_free(p);
+  if (m == NULL || report_model_add_ledger(m, &info) == NULL) {
     report_model_free(m);
     fprintf(stderr, TRAIN_PROG ": --html %s: out of memory building the report\n", path);
     return -1;
   }
-  v[0] = p;
-  m->procs = v;
-  m->nprocs = 1;
   report_model_set_argv(m, argv, argc);
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);

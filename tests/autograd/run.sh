@@ -8,7 +8,8 @@ for t in "$BUILD"/tests/autograd/test_*; do
 done
 
 # train-lenet: a few steps end to end (the JSON keys scripts rely on, no
-# findings, nothing live on the tape), and a bad option refused in one line.
+# findings, nothing live on the tape, the --html page's timeline), and a bad
+# option refused in one line.
 # The losses and accuracies of a --json file, one epoch a line (the
 # measurements of time and memory left out).
 losses() { grep -o '"epoch": [0-9]*, "train_loss": [-0-9.e]*, "test_accuracy": [0-9.]*' "$1"; }
@@ -28,6 +29,10 @@ lenet_probe() {
   done
   [ "$(losses "$dir/run.json" | wc -l)" -eq 2 ] || { echo "    not 2 epochs of losses"; ok=0; }
   grep -q '"argv":\["[^"]*train-lenet","--epochs","2"' "$dir/run.html" 2>/dev/null || { echo "    no HTML report"; ok=0; }
+  # the page's timeline, from the ledger's samples: 12 steps, a mark each
+  local tl
+  tl=$(python3 "$(dirname "$0")/check_timeline.py" "$dir/run.html" 12 \
+       tensor.storage,tensor.pool,tensor.scratch,autograd.param,autograd.tape 2>&1) || { echo "    $tl"; ok=0; }
   [ $ok -eq 1 ] || sed 's/^/    /' <<<"$out" | tail -n 20
   [ $ok -eq 1 ]
 }

@@ -1,6 +1,7 @@
 // check_report.js - opens a tagalloc HTML report in headless Chromium and
 // checks it (tests/browser/run.sh):
 //   node check_report.js PAGE SCREENSHOT ROWS FUNCTION [--xss] [--cmd PROGRAM] [--top TEXT] [--demo]
+//                        [--marks N]
 // ROWS: the findings rows expected (a number, or "data": as many as the
 // page's embedded findings); FUNCTION: text to filter the table by, which
 // the first remaining row's expanded stack must show.  --xss: nothing the program controlled may have become markup
@@ -12,6 +13,9 @@
 // the flame graph opens on leaked bytes only when something leaked.
 // --demo: the page of `make demo` (a mark per training step drawn, the
 // steps not flattened by the dataset, what was live at the peak by tag).
+// --marks N: a page a program rendered in the process (train-lenet --html):
+// its timeline from the ledger's samples, N marks drawn, a duration, what
+// was live at the peak by tag; no stacks of allocations, so no flame graph.
 // Exits 1 with one line per failure.
 'use strict';
 const path = require('path');
@@ -23,6 +27,7 @@ const [page_path, shot, rows_arg, fn, ...flags] = process.argv.slice(2);
 const xss = flags.includes('--xss');
 const opt = name => (flags.indexOf(name) >= 0 ? flags[flags.indexOf(name) + 1] : undefined);
 const want_cmd = opt('--cmd'), want_top = opt('--top'), demo = flags.includes('--demo');
+const want_marks = opt('--marks') === undefined ? undefined : Number(opt('--marks'));
 const failures = [];
 function check(ok, what) {
   if (!ok) failures.push(what);
@@ -133,6 +138,19 @@ function check(ok, what) {
       check(!facts.includes('duration0 ns') && await page.locator('#tl-none').isHidden(), `a duration and a timeline (${facts[2]})`);
     }
 
+    if (want_marks !== undefined) {
+      const marks = await page.locator('#timeline svg line.mark').count();
+      check(data.timeline.marks.length === want_marks && marks === want_marks,
+            `a mark per training step: ${marks} drawn of ${data.timeline.marks.length}, ${want_marks} expected`);
+      const facts = await page.locator('#facts div').allTextContents();
+      check(!facts.includes('duration0 ns') && data.timeline.duration > 0 && await page.locator('#tl-none').isHidden(),
+            `a duration and a timeline (${facts[2]})`);
+      const rows = await page.locator('#tl-peak tr').allTextContents();
+      const sum = data.timeline.peak.tags.reduce((a, t) => a + t[1], 0);
+      check(rows.length > 3 && sum === data.timeline.peak.y,
+            `live at the peak by tag: ${rows.length} tags, adding up to the peak (${sum} = ${data.timeline.peak.y})`);
+    }
+
     // the flame graph opens on leaked bytes only when something leaked
     const leaked = data.kinds.some(k => k.leak && k.kind !== 'unclassified' && k.bytes > 0);
     const on = await page.locator(leaked ? '#fl-leaked' : '#fl-peak').getAttribute('class');
@@ -142,17 +160,19 @@ function check(ok, what) {
       check(facts.includes('program' + want_cmd), `the header names the program ${want_cmd} (${facts[0]})`);
     }
 
-    // flame graph: nodes, click to zoom
-    const nodes = await page.locator('#flame .node').count();
-    check(nodes > 1, `the flame graph draws ${nodes} nodes`);
-    const deepest = page.locator('#flame .node').last();
-    const before = await page.locator('#fl-info').textContent();
-    await deepest.click();
-    const after = await page.locator('#fl-info').textContent();
-    check(after !== before && await page.locator('#flame .node.anc').count() > 0, 'clicking a frame zooms in');
-    await page.click('#fl-peak');
-    check(await page.locator('#flame .node').count() > 1, 'the flame graph of live bytes at the peak draws');
-    await page.click('#fl-leaked');
+    // flame graph: nodes, click to zoom (a page rendered in the process has no stacks of allocations)
+    if (want_marks === undefined) {
+      const nodes = await page.locator('#flame .node').count();
+      check(nodes > 1, `the flame graph draws ${nodes} nodes`);
+      const deepest = page.locator('#flame .node').last();
+      const before = await page.locator('#fl-info').textContent();
+      await deepest.click();
+      const after = await page.locator('#fl-info').textContent();
+      check(after !== before && await page.locator('#flame .node.anc').count() > 0, 'clicking a frame zooms in');
+      await page.click('#fl-peak');
+      check(await page.locator('#flame .node').count() > 1, 'the flame graph of live bytes at the peak draws');
+      await page.click('#fl-leaked');
+    }
 
     if (xss) {
       const pwned = await page.evaluate(() => document.body.dataset.pwned);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The browser test of the HTML report: Debian's chromium, driven headless by
 # playwright-core (installed into tests/browser/node_modules from
-# package-lock.json on first use), opens three generated reports and checks
+# package-lock.json on first use), opens generated reports and checks
 # the findings table, an expanded stack, the timeline, the flame graphs and
 # that nothing the program controls can run (tests/browser/check_report.js).
 # Screenshots go to BUILD/browser/*.png.
@@ -82,6 +82,13 @@ if make -s -C "$root" BUILD="$(cd "$build" && pwd)" demo-bugs > "$out/demo-bugs.
   run demo-bugs "$build/demo-bugs.html" "$out/demo-bugs.png" data tensor_new --cmd "$(cd "$build" && pwd)/demo"
 else
   echo "FAIL browser demo-bugs: make demo-bugs failed (see $out/demo-bugs.log)"; failed=$((failed + 1))
+fi
+# 7. a page rendered in the process, without a trace: train-lenet --html,
+# 12 steps (a mark each), its timeline from the ledger's samples
+if "$build/train-lenet" --epochs 2 --steps 6 --test 200 --seed 3 --html "$out/lenet-inproc.html" > "$out/lenet-inproc.log" 2>&1; then
+  run lenet-inproc "$out/lenet-inproc.html" "$out/lenet-inproc.png" 0 main --cmd "$build/train-lenet" --marks 12
+else
+  echo "FAIL browser lenet-inproc: train-lenet failed (see $out/lenet-inproc.log)"; failed=$((failed + 1))
 fi
 
 [ "$failed" = 0 ] && echo "browser test: all passed (screenshots in $out)" || echo "browser test: $failed failed"
