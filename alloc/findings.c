@@ -329,6 +329,10 @@ ta_summary ta_summary_get(void) {
   ta_summary s = leak_summary;
   uint64_t errs = 0;
   for (size_t i = 0; i < errors.n; i++) errs += errors.v[i].f.blocks;
+  /* Findings added by their callers (ta_finding_add) count as errors when
+   * their kind is one: gpu.purge-referenced is an error like free.double. */
+  for (size_t i = 0; i < added.n; i++)
+    if (ta_kind_is_error(added.v[i].f.kind)) errs += added.v[i].f.blocks;
   s.errors = errs + error_occurrences_dropped;
   pthread_mutex_unlock(&lock);
   _ta_summary_counts(&s);

@@ -193,6 +193,23 @@ static void test_finding_add(void **state) {
   assert_int_equal(ta_findings_count("gpu.pool-retained"), 0);
 }
 
+/* An added finding of an error kind is an error in the summary (and so in
+ * the report's SUMMARY, the JSON's errors and --error-exitcode); one of a
+ * leak or held-memory kind is not. */
+static void test_finding_add_errors(void **state) {
+  (void)state;
+  ta_tag S = ta_tag_get("dev.buffer");
+  uint32_t here = ta_stack_here();
+  uint64_t before = ta_summary_get().errors;
+  ta_finding_add("gpu.purge-referenced", S, 0x1000, 64, here, 0, "device 0");
+  ta_finding_add("gpu.purge-referenced", S, 0x2000, 64, here, 0, "device 0");
+  ta_finding_add("gpu.leak", S, 0x3000, 64, here, 0, "device 0");
+  ta_finding_add("gpu.pool-retained", S, 0x4000, 64, here, 0, "device 0");
+  assert_int_equal(ta_summary_get().errors - before, 2);
+  ta_findings_clear();
+  assert_int_equal(ta_summary_get().errors, 0);
+}
+
 /* Threads allocating and freeing device blocks at once: each makes 1000
  * blocks on its own device and frees the even ones. */
 #define THREADS 4
@@ -338,6 +355,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_each_may_free, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_bad_free, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_finding_add, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_finding_add_errors, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_threads, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_gpu_leak_at_exit, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_atexit_order, messages_setup, messages_teardown),
