@@ -322,24 +322,46 @@ uint64_t _ta_guard_charge(uintptr_t a, uint64_t size) {
   return pages > pl->charge ? pages : pl->charge;
 }
 
-/* The slack between a freed block's end and its guard page still holds
- * poison?  Otherwise something wrote past the block's end. */
-static void check_slack(const ta_block *b, uintptr_t end) {
-  const unsigned char *s = (const unsigned char *)(b->addr + b->size);
-  size_t n = end - (b->addr + b->size);
+/* Where the slack between a block's end and its guard page was written
+ * (no longer poison): the count of bytes, the first and last offsets past
+ * the end, the first value.  False when it is intact. */
+typedef struct { size_t first, last, count; unsigned char value; } slack_damage;
+
+static bool slack_written(uintptr_t addr, uint64_t size, uintptr_t end, slack_damage *d) {
+  const unsigned char *s = (const unsigned char *)(addr + size);
+  size_t n = end - (addr + size);
   unsigned char poison = (unsigned char)_ta_opt.poison;
+  d->count = 0;
   for (size_t i = 0; i < n; i++) {
     if (s[i] == poison) continue;
-    char detail[96];
-    _ta_snprintf(detail, sizeof detail,
-                 "byte %zu past the end of the %zu-byte block was written (0x%x), found at its free",
-                 i, (size_t)b->size, s[i]);
-    ta_error_info e = { .kind = ta_kind_name(TA_KIND_HEAP_OVERFLOW), .bytes = b->size, .tag = b->tag,
-                        .stack = b->free_stack, .alloc_stack = b->stack, .addr = b->addr,
-                        .detail = detail };
-    _ta_finding_error(&e);
-    return;
+    if (d->count++ == 0) d->first = i, d->value = s[i];
+    d->last = i;
   }
+  return d->count > 0;
+}
+
+bool _ta_guard_slack_written(uintptr_t addr, uint64_t size) {
+  g_pool *pl = pool_of(addr);
+  if (pl == NULL) return false;
+  slack_damage d;
+  return slack_written(addr, size, slot_lo(pl, slot_of(pl, addr)) + pl->data, &d);
+}
+
+/* heap.overflow found at b's free: the slack between its end and its
+ * guard page was written, by a write the guard page could not stop.  The
+ * free is where it was found (stack and free stack both, as the pad's
+ * report says it). */
+static void check_slack(const ta_block *b, uintptr_t end) {
+  slack_damage d;
+  if (!slack_written(b->addr, b->size, end, &d)) return;
+  char detail[96];
+  _ta_snprintf(detail, sizeof detail,
+               "wrote %zu byte(s) past the end of the %zu-byte block: offsets %zu..%zu, first 0x%02x",
+               d.count, (size_t)b->size, (size_t)b->size + d.first, (size_t)b->size + d.last, d.value);
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_HEAP_OVERFLOW), .bytes = b->size, .tag = b->tag,
+                      .stack = b->free_stack, .free_stack = b->free_stack, .alloc_stack = b->stack,
+                      .addr = b->addr, .detail = detail };
+  _ta_finding_error(&e);
 }
 
 static void unmap_block(const g_pool *pl, const g_meta *m, uintptr_t end) {

@@ -448,6 +448,8 @@ bool     _ta_guard_owns(uintptr_t addr);     /* in a guarded region? */
 /* block_free: makes a guarded block's pages PROT_NONE (instead of the
  * poison) and checks the slack past its end; false: not a guarded block. */
 bool     _ta_guard_retire(const ta_block *freed);
+/* Whether the slack past the guard block at addr (size bytes) was written. */
+bool     _ta_guard_slack_written(uintptr_t addr, uint64_t size);
 /* Instead of dallocx: the slot goes back to the free list; false: not ours. */
 bool     _ta_guard_release(uintptr_t addr);
 /* What a quarantined block counts against the budget (size, unless guarded). */

@@ -442,7 +442,7 @@ static void report_bad_free(uintptr_t a, uint32_t stack, const ta_block *old) {
       e.alloc_stack = in.stack;
       e.free_stack = in.free_stack;
     } else {
-      _ta_snprintf(detail, sizeof detail, "address never allocated by the ledger");
+      _ta_snprintf(detail, sizeof detail, "not a block of the ledger: never allocated, or freed too long ago to remember");
     }
   }
   e.detail = detail;
@@ -495,6 +495,18 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   uint8_t flags = b->flags;
   uint64_t size = b->size;
   ta_tag tag = b->tag;
+  /* A quiet free has no stack (leaks mode).  A written pad or guard slack
+   * is a heap.overflow found at this free, and its report names the free:
+   * leave the block as it is and let the caller come back with its stack. */
+  if (TA_UNLIKELY(quiet) && stack == 0) {
+    pad_damage d;
+    if ((!(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a) && pad_changed(a, size, &d)) ||
+        (TA_UNLIKELY(_ta_guard_on) && _ta_guard_slack_written(a, size))) {
+      shard_unlock_if(s, solo);
+      _ta_solo_leave(t, solo);
+      return false;
+    }
+  }
   if (TA_UNLIKELY(flags & (TA_F_REF | TA_F_HOLD))) {
     /* Holds and refcounts take their own locks: leave ours first. */
     shard_unlock_if(s, solo);

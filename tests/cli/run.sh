@@ -171,7 +171,7 @@ expect "diff: a surrogate pair is the same callsite as its UTF-8" "0 tagalloc di
 # ---- --check: what each mode catches, exactly -------------------------------------------------
 # progs/modes.c: 1,600 writes after free, 10 double frees, 5 interior frees,
 # 4 overflows, 3 leaks.  leaks (the default) misses the writes after free and
-# keeps no free stack; errors quarantines one freed block in 16 (100 of the
+# keeps no free stack but a finding's (an overflow found at a free); errors quarantines one freed block in 16 (100 of the
 # 1,600 writes); full all of them.
 # kinds FILE: "kind:blocks:free_stack ..." of the one process, by kind
 kinds() { "$py" -c 'import json; p=json.load(open("'"$1"'")); p=p["processes"][0] if "processes" in p else p; print(" ".join("%s:%d:%d" % (f["kind"], f["blocks"], bool(f.get("free_stack"))) for f in sorted(p["findings"], key=lambda f: f["kind"])))' 2>&1; }
@@ -182,7 +182,7 @@ traced() { "$ta" run -q "$@" -- env | grep -c '^TAGALLOC_TRACE_EVENTS=1'; }
 if cc -g -O0 -Wno-free-nonheap-object -o modes "$here/progs/modes.c"; then
   "$ta" run -q --json m.json -- ./modes 2> err; rc=$?
   expect "--check: the default is leaks (no use after free, no free stacks, no trace)" \
-    "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
+    "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0" "$rc $(kinds m.json)"
   expect "--check: trace events in leaks mode only for --trace, --html, --folded-peak; always in errors and full" \
     "0 1 1 1 0 1 1" "$(traced) $(traced --trace t.trace) $(traced --html h.html) $(traced --folded-peak -) $(traced --folded -) $(traced --check=errors) $(traced --check=full)"
   "$ta" run -q --check errors --json m.json -- ./modes 2> err; rc=$?
@@ -196,13 +196,30 @@ if cc -g -O0 -Wno-free-nonheap-object -o modes "$here/progs/modes.c"; then
     "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:1600:1" "$rc $(kinds m.json)"
   TAGALLOC_CHECK=full "$ta" run -q --check=leaks --json m.json -- ./modes 2> err; rc=$?
   expect "--check wins over TAGALLOC_CHECK" \
-    "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:0 leak.direct:3:0" "$rc $(kinds m.json)"
+    "0 free.double:10:0 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0" "$rc $(kinds m.json)"
   LD_PRELOAD=$pre TAGALLOC_TRACE=m.trace TAGALLOC_REPORT=0 ./modes 2> err; rc=$?
   "$ta" report -q --json m.json m.trace
   expect "the preload alone: full" \
     "0 free.double:10:1 free.invalid:5:0 heap.overflow:4:1 leak.direct:3:0 use.after-free:1600:1" "$rc $(kinds m.json)"
 else
   bad "cannot build modes.c"
+fi
+# progs/overflow_free.c: an overflow found at the free on line 13.  Every
+# mode, with and without --guard, says so and shows that free's stack (leaks
+# mode takes the stack when the free finds the damage; --guard's check of the
+# slack before its guard page did not set the free stack).
+if cc -g -O0 -o overflow_free "$here/progs/overflow_free.c"; then
+  got=""
+  for g in "" --guard; do
+    for m in leaks full; do
+      "$ta" run $g --check=$m -- ./overflow_free > out 2> err
+      got="$got $(grep -A1 -e 'found at its free:' -e 'accessed at' err | grep -oE 'found at its free:|accessed at: not seen|accessed at:|overflow_free.c:[0-9]+' | tr '\n' ' ')"
+    done
+  done
+  expect "heap.overflow found at a free names the free, in leaks and full mode, with and without --guard" \
+    " found at its free: overflow_free.c:13  found at its free: overflow_free.c:13  found at its free: overflow_free.c:13  found at its free: overflow_free.c:13 " "$got"
+else
+  bad "cannot build overflow_free.c"
 fi
 "$ta" run --check=some -- true > out 2> err; rc=$?
 expect "--check: a bad mode is a usage error" "2 tagalloc: run: --check some: expected leaks, errors or full" "$rc $(cat err)"

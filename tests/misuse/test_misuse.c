@@ -152,7 +152,7 @@ static void test_invalid_free_never_allocated(void **state) {
   ta_finding f = the_finding("free.invalid");
   assert_int_equal(f.addr, (uintptr_t)&not_a_block[1]);
   assert_string_equal(frame0(f.stack), "do_invalid_free");
-  assert_string_equal(f.detail, "address never allocated by the ledger");
+  assert_string_equal(f.detail, "not a block of the ledger: never allocated, or freed too long ago to remember");
   assert_int_equal(f.alloc_stack, 0);
 
   void *libc = malloc(16);                          /* not the ledger's either */
