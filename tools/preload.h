@@ -19,7 +19,15 @@
 #ifndef TAGALLOC_PRELOAD_H
 #define TAGALLOC_PRELOAD_H
 
-#include "internal.h"
+/* Of the ledger, only what the shim uses (alloc/internal.h is the
+ * ledger's own): */
+#include "attrs.h"
+#include "errors.h"
+#include "extents.h"
+#include "options.h"
+#include "shim.h"
+#include "tagalloc.h"
+#include "thread.h"
 
 #include <stdbool.h>
 #include <stddef.h>
