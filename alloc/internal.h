@@ -153,6 +153,8 @@ static inline uint64_t _ta_next_seq(ta_thread *t, bool solo) {
   return t->seq_next++;
 }
 
+/* ---- live.c (ledger.c: arena blocks, peaks): the live table --------------- */
+
 bool   _ta_block_get(uintptr_t addr, ta_block *out);       /* exact, live or quarantined */
 bool   _ta_block_live(uintptr_t addr, ta_block *out);      /* exact, live table only */
 /* One probe of the live table: is a the start of a live block of tag or alt? */

@@ -56,7 +56,7 @@ static inline void _ta_ensure(void) {
   if (TA_UNLIKELY(!atomic_load_explicit(&_ta_ready, memory_order_acquire))) _ta_init();
 }
 
-/* ---- ledger.c ---------------------------------------------------------------- */
+/* ---- live.c ------------------------------------------------------------------ */
 
 void   _ta_block_prefetch(const void *p);                  /* its table slot, a hint */
 
