@@ -1,5 +1,5 @@
-/* block.h - what the files of the block path share (ledger.c: the live
- * table, allocation and free; quarantine.c: the quarantine), never
+/* block.h - what the files of the block path share (ledger.c: allocation
+ * and free; quarantine.c: the quarantine; live.c: the live table), never
  * included elsewhere: raw memory, the pad past a block's end, the poisoned
  * span of a freed block, and the quarantine's calls from the free path.
  * Inline, as they were when all of it was one file: they are on the path of

@@ -1,73 +1,28 @@
 /* internal.h - what the ledger's .c files share; prototypes grouped by the
- * file that defines them.  Names: _ta_ shared-internal, static private. */
+ * file that defines them.  Names: _ta_ shared-internal, static private.
+ * The pieces the LD_PRELOAD shim uses too are headers of their own, which
+ * it includes instead of this one (tools/preload.h): attrs.h (compiler
+ * hints), options.h (_ta_opt), errors.h (error.c), thread.h (a block's
+ * record, ta_thread, solo mode), extents.h (mappings) and shim.h (the
+ * ledger's calls the shim makes: entry points, exit work, init). */
 #ifndef TAGALLOC_INTERNAL_H
 #define TAGALLOC_INTERNAL_H
 
+#include "attrs.h"
+#include "errors.h"
+#include "extents.h"
 #include "kinds.h"
+#include "options.h"
 #include "procmaps.h"
+#include "shim.h"
 #include "tagalloc.h"
+#include "thread.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define TA_LIKELY(x)   __builtin_expect(!!(x), 1)
-#define TA_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define TA_NOINLINE    __attribute__((noinline))
-#define TA_HIDDEN      __attribute__((visibility("hidden")))
-
-/* ---- options.c ----------------------------------------------------------- */
-
-enum { TA_UNWIND_EXACT = 0, TA_UNWIND_FAST = 1, TA_UNWIND_NONE = 2 };
-
-/* TAGALLOC_CHECK: what a free records and keeps (ledger.c, block_free).
- * leaks: no free stack, no quarantine; errors: free stacks and one freed
- * block in TAGALLOC_QUARANTINE_SAMPLE quarantined; full: every freed block
- * quarantined with its free stack. */
-enum { TA_CHECK_LEAKS = 0, TA_CHECK_ERRORS = 1, TA_CHECK_FULL = 2 };
-
-typedef struct {
-  long unwind;        /* TAGALLOC_UNWIND: exact | fast | none */
-  long depth;         /* TAGALLOC_DEPTH: frames per stack, 1..TA_MAX_DEPTH */
-  long quarantine;    /* TAGALLOC_QUARANTINE: bytes (K/M/G) */
-  long quarantine_blocks; /* TAGALLOC_QUARANTINE_BLOCKS: blocks per thread, 0: no limit */
-  long check;         /* TAGALLOC_CHECK: leaks | errors | full (TA_CHECK_*) */
-  long quarantine_sample; /* TAGALLOC_QUARANTINE_SAMPLE: errors mode quarantines one freed block in N */
-  long report;        /* TAGALLOC_REPORT: exit report on/off */
-  long scan_at_exit;  /* TAGALLOC_SCAN: leak scan at exit on/off */
-  long poison;        /* TAGALLOC_POISON: the byte written into freed blocks */
-  long poison_span;   /* TAGALLOC_POISON_SPAN: leading bytes of a freed block poisoned and checked */
-  long fill;          /* TAGALLOC_FILL: the byte written into new blocks, -1 = none */
-  long ref_history;   /* TAGALLOC_REF_HISTORY: transitions kept per object */
-  long trace_buffer;  /* TAGALLOC_TRACE_BUFFER: bytes per thread buffer */
-  long max_frames;    /* TAGALLOC_REPORT_FRAMES: frames printed per stack */
-  long max_groups;    /* TAGALLOC_REPORT_GROUPS: groups printed per kind */
-  long record;        /* TAGALLOC_RECORD: 0 counts only (no stacks, no trace) */
-  const char *trace;  /* TAGALLOC_TRACE: path of the trace, NULL for none */
-  long follow;        /* TAGALLOC_FOLLOW: the preload follows exec (keeps LD_PRELOAD) */
-  long clock;         /* TAGALLOC_CLOCK: threads number trace events from the TSC where it is the kernel's clock */
-  long trace_events;  /* TAGALLOC_TRACE_EVENTS: 0 writes the trace's exit records only (trace.c) */
-  long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
-  long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
-  long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
-  const char *suppressions; /* TAGALLOC_SUPPRESSIONS: the suppressions file (reports/suppress.c) */
-  const char *skip;   /* TAGALLOC_SKIP: programs the preload does not follow into (glob, comma-separated) */
-  const char *debug_cache; /* TAGALLOC_DEBUG_CACHE: the symbolizer's cache of debug files (reports/symbolize.c) */
-  const char *alloc_wrappers; /* TAGALLOC_ALLOC_WRAPPERS: functions reports pass over (reports/wrappers.c) */
-} ta_options_t;
-
-extern ta_options_t _ta_opt;
-void _ta_options_init(void);                  /* idempotent, never allocates */
-
-/* ---- error.c ------------------------------------------------------------- */
-
-/* printf-like into a stack buffer, then to the handler; never allocates. */
-void _ta_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Async-signal-safe formatting helpers (no malloc, no locale). */
-int  _ta_snprintf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void _ta_write_all(int fd, const void *buf, size_t n);
 
 /* ---- unwind.c ------------------------------------------------------------ */
 
@@ -88,150 +43,10 @@ size_t _ta_unwind_memo_hits(void);
 /* Walks of the calling thread that took over the outer frames of its last
  * walk, and the frames they took over (tests). */
 size_t _ta_unwind_taken(size_t *frames);
-/* Forget cached rules in [lo, hi) (a module was unloaded). */
-void   _ta_unwind_forget(uintptr_t lo, uintptr_t hi);
 /* Mark records held now (marks.c; freed marks leave). */
 size_t _ta_marks_kept(void);
 /* Exact mode: rules this process computed with libdw (cache misses filled). */
 size_t _ta_unwind_rules_computed(void);
-
-/* ---- thread.c ------------------------------------------------------------ */
-
-/* ---- ledger.c: a block's record ------------------------------------------ */
-
-enum { TA_LIVE = 1, TA_FREED = 2 };               /* ta_block.state */
-/* The byte written past a block's requested size, in its size class's
- * slack (ledger.c: the overflow check); mimalloc's padding byte. */
-#define TA_PAD_BYTE 0xDE
-enum {                                            /* ta_block.flags */
-  TA_F_REF   = 1,   /* has a refcount record (ref.c) */
-  TA_F_HOLD  = 2,   /* holds something, or is held (hold.c) */
-  TA_F_ARENA = 4,   /* lives in an arena chunk: not freeable, dies at reset */
-};
-
-/* 32 bytes: two records a cache line, none across two lines (the table's
- * slots are 32-byte aligned).  A size fits 48 bits (no allocation is
- * larger than the 47-bit address space) and the sequence 56 bits (2^56
- * events, or of the TSC's 16-tick units that number several threads'
- * events: 14 years at 2.6 GHz). */
-typedef struct {
-  uintptr_t addr;          /* 0: an empty slot */
-  uint64_t  size : 48;     /* bytes asked for */
-  uint64_t  tag : 16;
-  uint64_t  seq : 56;      /* birth: the ledger's event sequence number */
-  uint64_t  state : 4;
-  uint64_t  flags : 4;
-  uint32_t  stack;         /* allocation stack */
-  uint32_t  free_stack;    /* while quarantined */
-} ta_block;
-_Static_assert(sizeof(ta_block) == 32, "a block's record is 32 bytes");
-
-/* Per-thread counters, one row per tag (row 0: all tags).  Each thread
- * writes only its own rows (relaxed atomics, so others may read them). */
-typedef struct {
-  _Atomic uint64_t allocs, frees, alloc_bytes, free_bytes;
-} ta_tag_counts;
-
-#define TA_RING 4096          /* recent births kept per thread, for ta_since */
-typedef struct { _Atomic uintptr_t addr; _Atomic uint64_t seq; } ta_birth;
-
-typedef struct { uint64_t allocs, frees, alloc_bytes, free_bytes; } ta_tag_counts_plain;
-
-typedef struct ta_thread ta_thread;
-struct ta_thread {
-  uint32_t     id;             /* 1, 2, ... in order of first use */
-  int          tid;            /* kernel thread id */
-  pthread_t    self;
-  uintptr_t    stack_lo, stack_hi;
-  int          guard;          /* recursion guard: >0 while inside the ledger */
-  bool         dead;
-  ta_thread   *next, *prev;    /* the registry, under its lock */
-  void        *trace;          /* trace.c's buffer, NULL when not tracing */
-  ta_block    *q;              /* the blocks this thread freed, oldest first (quarantine.c) */
-  uint32_t     qcap, qhead, qlen;  /* qcap: the ring in use, a power of 2 */
-  uint32_t     qmax;           /* the ring reserved (mmap'd, touched up to qcap) */
-  int64_t      qbytes;         /* bytes in this thread's quarantine */
-  uint32_t     qcount;         /* frees since the last one sampled (errors mode) */
-  uint32_t     rpos;           /* the next slot of `recent` */
-  ta_block    *recent;         /* the last TA_RECENT records freed outside the quarantine */
-  uint64_t     seq_next, seq_end, seq_epoch;   /* a block of sequence numbers */
-  uint64_t     seq_last;       /* the last number it took while tracing */
-  _Atomic int  solo_depth;     /* >0 while inside a solo section (thread.c) */
-  struct ta_stack_memo *stack_memo;   /* recent stacks and their ids (depot.c) */
-  int          stack_memo_busy;       /* inside _ta_depot_put (a signal may nest) */
-  struct ta_walk_memo *walk_memo;     /* recent walks and their stack ids (unwind.c) */
-  int          walk_memo_busy;        /* inside _ta_unwind_id (a signal may nest) */
-  bool         batching;       /* live-byte deltas are published in batches */
-  int64_t      pending[TA_MAX_TAGS];           /* unpublished live-byte deltas */
-  _Atomic uint64_t ring_head;  /* births written so far */
-  ta_birth     ring[TA_RING];
-  ta_tag_counts counts[TA_MAX_TAGS];
-};
-
-/* initial-exec: an access never calls __tls_get_addr, which may call malloc
- * (dtv growth after a dlopen) - under LD_PRELOAD that malloc is the shim's,
- * which reads _ta_self first, and would recurse. */
-extern __thread ta_thread *_ta_self __attribute__((tls_model("initial-exec")));
-ta_thread *_ta_thread_slow(void);     /* creates the calling thread's state */
-/* The preload's guard raised (thread.c) when this ledger is another one, a
- * copy linked into the program: around work of the ledger's own that
- * allocates (libdw, the symbolizer).  NULL: nothing was raised. */
-ta_thread *_ta_host_enter(void);
-void       _ta_host_leave(ta_thread *host);
-/* This ledger is a program's copy, the preload's runs beside it, and this
- * one recorded nothing: its exit report would repeat the preload's. */
-bool       _ta_host_quiet(void);
-static inline ta_thread *_ta_thread(void) {   /* the calling thread's, created on first use */
-  ta_thread *t = _ta_self;
-  return TA_LIKELY(t != NULL) ? t : _ta_thread_slow();
-}
-/* Solo mode (thread.c).  While a single thread uses the ledger, _ta_solo
- * points to it and it updates the shared state (the live table, live
- * bytes and peaks, the event sequence) with plain loads and stores inside
- * "solo sections" instead of locked instructions: on this machine a locked
- * instruction costs about 12 ns, and a malloc/free pair made eight.  Any
- * other thread revokes solo mode before it touches that state
- * (_ta_solo_revoke: it clears _ta_solo, runs membarrier so that the solo
- * thread either shows it is inside a section or sees the cleared pointer,
- * and waits for it to leave).  A section never takes a lock that a revoker
- * may hold.  Without membarrier (old kernels, valgrind) there is no solo
- * mode. */
-extern _Atomic(ta_thread *) _ta_solo;
-void _ta_solo_revoke(void);
-static inline bool _ta_solo_enter(ta_thread *t) {
-  if (atomic_load_explicit(&_ta_solo, memory_order_relaxed) != t) return false;
-  int d = atomic_load_explicit(&t->solo_depth, memory_order_relaxed);
-  atomic_store_explicit(&t->solo_depth, d + 1, memory_order_relaxed);
-  atomic_signal_fence(memory_order_seq_cst);    /* the revoker's membarrier orders the rest */
-  if (TA_LIKELY(atomic_load_explicit(&_ta_solo, memory_order_relaxed) == t)) return true;
-  atomic_store_explicit(&t->solo_depth, d, memory_order_release);
-  return false;
-}
-static inline void _ta_solo_leave(ta_thread *t, bool solo) {
-  if (!solo) return;
-  int d = atomic_load_explicit(&t->solo_depth, memory_order_relaxed);
-  atomic_store_explicit(&t->solo_depth, d - 1, memory_order_release);
-}
-/* Revokes solo mode unless the caller is the solo thread (a thread about
- * to touch shared state outside the paths that register it). */
-static inline void _ta_solo_check(void) {
-  ta_thread *s = atomic_load_explicit(&_ta_solo, memory_order_relaxed);
-  if (TA_UNLIKELY(s != NULL && s != _ta_self)) _ta_solo_revoke();
-}
-/* Sums the counters of every thread, live and exited, into out[ntags]. */
-void       _ta_thread_sum(ta_tag_counts_plain *out, size_t ntags);
-/* Calls fn on each live thread, under the registry lock. */
-void       _ta_thread_each(void (*fn)(ta_thread *t, void *arg), void *arg);
-bool       _ta_thread_each_try(void (*fn)(ta_thread *t, void *arg), void *arg);  /* signal handlers */
-void       _ta_thread_lock(void);
-void       _ta_thread_unlock(void);
-uint32_t   _ta_thread_id(void);       /* small, stable number of the calling thread (1 = first) */
-/* The calling thread's stack bounds [lo, hi); 0,0 when unknown. */
-void       _ta_thread_stack(uintptr_t *lo, uintptr_t *hi);
-/* Is addr inside the stack of any thread the ledger knows of? */
-bool       _ta_addr_on_stack(uintptr_t addr);
-/* ... of a thread that never called the ledger (slow: reads /proc). */
-bool       _ta_addr_on_unknown_stack(uintptr_t addr);
 
 /* ---- depot.c ------------------------------------------------------------- */
 
@@ -257,42 +72,7 @@ void     _ta_depot_each_since(uint64_t *cursor,
                               void (*fn)(uint32_t id, uint32_t parent, uintptr_t pc, void *arg),
                               void *arg);
 
-/* The LD_PRELOAD shim's entry points (ledger.c): the shim captures the stack. */
-void *_ta_alloc_at(ta_tag tag, size_t size, size_t align, bool zero, uint32_t stack);
-/* The same in two steps, so that the stack is taken between them while
- * the block's table slot loads: the memory (NULL on failure), then its
- * record (raw may be NULL: the error is reported there). */
-void *_ta_alloc_raw(size_t size, size_t align, bool zero);
-void *_ta_alloc_record(void *raw, ta_tag tag, size_t size, bool zero, uint32_t stack);
-bool  _ta_free_at(void *p, uint32_t stack);                 /* false: a bad free, reported */
-bool  _ta_free_quiet(void *p);          /* leaks mode, no stack: false for a bad free, not reported, nothing done */
-void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);
-/* The exit work (scan, report, trace), callable early: _exit, a fatal
- * signal, exec.  Runs once per process image unless `again`. */
-void  _ta_exit_now(bool again);
-/* Called by the exit work first, guard not raised (the shim frees the
- * runtime's own blocks there, as memcheck's freeres does); NULL: nothing. */
-extern void (*_ta_exit_before)(void);
-/* Set when the exit work runs in a fatal signal's handler (the preload):
- * the interrupted context's stack pointer and registers are this thread's
- * roots, not the handler's frames (which may be on another stack). */
-extern uintptr_t   _ta_exit_sp;
-extern const void *_ta_exit_regs;
-extern size_t      _ta_exit_regs_size;
-/* Where the program stopped (scan.c): from a signal's ucontext_t (NULL:
- * from the caller), the program's frame that called the function ending
- * the image (exit, abort, exec...), or the interrupted context itself,
- * into _ta_exit_sp and _ta_exit_regs.  False (nothing set) when none is
- * found.  _ta_stop_init finds the ending functions (dlsym: call it where
- * that may run, not in a signal handler). */
-void _ta_stop_init(void);
-bool _ta_stop_find(const void *uc);
-
-/* Captures the caller's stack (skip frames of the ledger) into the depot. */
-uint32_t _ta_stack_capture(size_t skip);
-
 /* ---- ledger.c: blocks ------------------------------------------------------ */
-
 
 extern _Atomic uint64_t _ta_seq;                  /* the event sequence */
 extern _Atomic uint64_t _ta_seq_epoch;            /* bumped by each mark */
@@ -372,17 +152,13 @@ static inline uint64_t _ta_next_seq(ta_thread *t, bool solo) {
   }
   return t->seq_next++;
 }
-void _ta_init(void);                              /* idempotent */
-extern _Atomic int _ta_ready;
-static inline void _ta_ensure(void) {
-  if (TA_UNLIKELY(!atomic_load_explicit(&_ta_ready, memory_order_acquire))) _ta_init();
-}
+
+/* ---- live.c (ledger.c: arena blocks, peaks): the live table --------------- */
 
 bool   _ta_block_get(uintptr_t addr, ta_block *out);       /* exact, live or quarantined */
 bool   _ta_block_live(uintptr_t addr, ta_block *out);      /* exact, live table only */
 /* One probe of the live table: is a the start of a live block of tag or alt? */
 bool   _ta_block_check(uintptr_t a, ta_tag tag, ta_tag alt);
-void   _ta_block_prefetch(const void *p);                  /* its table slot, a hint */
 bool   _ta_block_find(uintptr_t p, ta_block *out);         /* containing p (slow) */
 void   _ta_block_flag(uintptr_t addr, uint8_t flags);      /* ORs flags into a live block */
 /* Records an arena block / removes one at reset (counts and trace included). */
@@ -437,14 +213,13 @@ void   _ta_quarantine_check_all(void);
  * use.after-free, a read or write past the end of a live block as
  * heap.overflow, with the faulting instruction's stack; then the page is
  * made read-write (full of poison) and the program goes on.  The block path calls
- * the hooks below only when _ta_guard_on (one branch in default mode). */
+ * the hooks below only when _ta_guard_on (one branch in default mode).
+ * _ta_guard_on, _ta_guard_owns and _ta_guard_fault, which the shim asks
+ * too, are in shim.h. */
 
-struct ucontext_t;
-extern bool _ta_guard_on;                    /* set by _ta_guard_init, never cleared */
 void     _ta_guard_init(void);               /* _ta_init, after the options */
 /* A guarded block, or NULL: then the caller takes it from jemalloc. */
 void    *_ta_guard_alloc(size_t size, size_t align, bool zero);
-bool     _ta_guard_owns(uintptr_t addr);     /* in a guarded region? */
 /* block_free: makes a guarded block's pages PROT_NONE (instead of the
  * poison) and checks the slack past its end; false: not a guarded block. */
 bool     _ta_guard_retire(const ta_block *freed);
@@ -454,15 +229,6 @@ bool     _ta_guard_slack_written(uintptr_t addr, uint64_t size);
 bool     _ta_guard_release(uintptr_t addr);
 /* What a quarantined block counts against the budget (size, unless guarded). */
 uint64_t _ta_guard_charge(uintptr_t addr, uint64_t size);
-/* The fault handler's question: is this SIGSEGV/SIGBUS ours?  addr is
- * si_addr, uc the handler's third argument; call it only for faults the
- * kernel raised (si_code > 0).  When it returns true the fault was reported
- * and the page made accessible: return from the handler, and the faulting
- * instruction runs again.  Guard mode installs a handler (SA_SIGINFO |
- * SA_ONSTACK) that asks it first and passes other faults to the handler
- * that was installed before it, or to the default action; a handler
- * installed later (the preload shim's crash report) must ask it first. */
-bool     _ta_guard_fault(void *addr, struct ucontext_t *uc);
 
 /* ---- ref.c, hold.c, arena.c: hooks from the free path ------------------------ */
 
@@ -542,22 +308,11 @@ void   _ta_device_fork(int phase);
 
 void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, bool at_exit);
 void _ta_scan_exit(void);         /* the exit scan: leaks, orphans and ref.leak */
-/* More blocks for the scan, outside the ledger's table (the preload: the
- * runtime's live blocks); add() takes each, with no stack.  They are read
- * and counted when reachable, and left out of the numbers otherwise.
- * Called with the table held, before the other threads stop: it must take
- * no lock an allocating thread can hold across a call into the ledger. */
-extern void (*_ta_scan_more)(void (*add)(uintptr_t addr, uint64_t size, ta_tag tag, void *arg), void *arg);
 
 /* ---- trace.c ------------------------------------------------------------- */
 
 extern bool _ta_tracing;
 void _ta_trace_open(void);
-void _ta_trace_close(void);              /* flushes everything (exit) */
-void _ta_trace_modules(void);            /* MODULE records for mappings new since (dlclose) */
-/* How the image ends (the preload: exit status, or -1 and the fatal
- * signal), written as an EXIT record at close. */
-void _ta_trace_exit_status(int code, int sig);
 void _ta_trace_flush_all_signal(void);   /* best effort, from a fatal signal */
 void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack, uint64_t seq, int arena);
 void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq);
@@ -605,26 +360,6 @@ bool  _ta_map_put(ta_map *m, uintptr_t key, void *value);   /* replaces */
 void *_ta_map_del(ta_map *m, uintptr_t key);                /* returns the old value */
 void  _ta_map_each(const ta_map *m, void (*fn)(uintptr_t key, void *value, void *arg), void *arg);
 
-/* ---- extents.c: the ledger's own mappings ------------------------------------ */
-
-/* Mappings the ledger made for itself (the preload's raw arena records its
- * region here too): never scanned. */
-/* mmap and munmap as system calls: the ledger never calls the libc symbols,
- * which the preload interposes to record the program's mappings. */
-void  *_ta_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, long off);
-int    _ta_sys_munmap(void *p, size_t len);
-void  *_ta_mmap(size_t len);            /* read-write, recorded as the ledger's */
-void   _ta_munmap(void *p, size_t len);
-void   _ta_own_range(uintptr_t lo, uintptr_t hi);   /* a mapping made elsewhere, ours */
-size_t _ta_own_ranges(uintptr_t *lo, uintptr_t *hi, size_t max);
-/* Mappings the program made (the preload records its mmap, munmap, mremap):
- * roots of the scan, clipped to what is readable and resident. */
-void   _ta_program_map(uintptr_t lo, uintptr_t hi);
-void   _ta_program_unmap(uintptr_t lo, uintptr_t hi);
-size_t _ta_program_maps(uintptr_t *lo, uintptr_t *hi, size_t max);
-size_t _ta_program_maps_count(void);
-void   _ta_extents_fork(int phase);
-
 /* ---- internal memory ------------------------------------------------------ */
 
 /* The ledger's own bookkeeping memory: jemalloc through mallocx in an arena of
@@ -634,6 +369,5 @@ void *_ta_meta_calloc(size_t n, size_t size);
 void *_ta_meta_realloc(void *p, size_t size);
 void  _ta_meta_free(void *p);
 char *_ta_meta_strdup(const char *s);
-
 
 #endif

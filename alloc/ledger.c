@@ -1,8 +1,9 @@
-/* ledger.c - blocks: the live table, counting, allocation and free.  The
- * rest of the ledger's core is beside it: the quarantine (quarantine.c),
- * marks (marks.c), tags (tags.c), the sequence and its clock (seq.c), init,
- * fork and exit (init.c), the pointer checks (check.c); what they share
- * inline with this file is in block.h.
+/* ledger.c - blocks: counting, allocation and free.  The rest of the
+ * ledger's core is beside it: the live table (live.c, its inline probes in
+ * live.h), the quarantine (quarantine.c), marks (marks.c), tags (tags.c),
+ * the sequence and its clock (seq.c), init, fork and exit (init.c), the
+ * pointer checks (check.c); what the block path shares inline with the
+ * quarantine is in block.h.
  *
  * The live table is 256 shards chosen by a hash of the address; each shard
  * is an open-addressing table (linear probing, backward-shift deletion) under
@@ -41,6 +42,7 @@
  * Counting: every thread counts its own allocations and frees per tag
  * (thread.c); live bytes per tag are shared atomics so that peaks are exact. */
 #include "block.h"
+#include "live.h"
 
 #include <jemalloc/jemalloc.h>
 #include <sched.h>
@@ -52,154 +54,9 @@
 
 _Atomic int _ta_threads_live;
 
-/* ---- the live table ------------------------------------------------------- */
-
-#define NSHARDS 256
-
-/* One cache line each (a hand-counted pad once made them 72 bytes: every
- * other shard straddled two lines). */
-typedef struct {
-  _Atomic int lock;
-  uint32_t mask;              /* capacity - 1; capacity 0 before first use */
-  uint32_t used;
-  ta_block *slots;
-} __attribute__((aligned(64))) shard;
-_Static_assert(sizeof(shard) == 64, "a shard is one cache line");
-
-static shard shards[NSHARDS] __attribute__((aligned(64)));
 static _Atomic int64_t live_bytes[TA_MAX_TAGS];
 static _Atomic uint64_t peak_cur[TA_MAX_TAGS];  /* peak since the latest mark */
 static _Atomic uint64_t peak_run;            /* peak of all live bytes, whole run */
-
-static inline uint64_t addr_hash(uintptr_t a) {
-  uint64_t h = (uint64_t)a >> 4;
-  h *= 0x9E3779B97F4A7C15ull;
-  return h ^ (h >> 31);
-}
-
-/* The shard of a block: by its 4 KiB page, so that the blocks of one
- * jemalloc slab page (one thread's, mostly) share a shard.  Coarser regions
- * keep more of a thread's blocks in its own shards but spread a heap over
- * fewer of them, and the shards' tables grow unevenly: by 64 KiB regions,
- * churn on 4 threads 0.573 -> 0.556 s, but the tree's peak RSS 226 -> 257
- * MB; by 2 MiB regions, the 4 threads shared a few shards' locks, 1.33 s. */
-static inline shard *shard_of(uintptr_t a) { return &shards[addr_hash(a >> 12) >> 56]; }
-
-/* The home slot of a block in its shard: the high half of the product.
- * Its low bits depend on every bit of the address (a product's low bits
- * only on the address's own low bits, which a slab's blocks share in
- * patterns): a find probed 1.4 slots on average, where addr_hash's low
- * bits made it 4.7 (python3 with PYTHONMALLOC=malloc; the tree 1.5 for
- * 4.9, the churn 1.5 for 2.2). */
-static inline uint32_t slot_hash(uintptr_t a) {
-  return (uint32_t)((((uint64_t)a >> 4) * 0x9E3779B97F4A7C15ull) >> 32);
-}
-
-/* Its home slot in s as s is now (shard_grow places records by the new
- * size's mask). */
-static inline uint32_t slot_home(const shard *s, uintptr_t a) { return slot_hash(a) & s->mask; }
-
-static inline void shard_lock(shard *s) {
-  _ta_solo_check();
-  int spins = 0;
-  while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
-    while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
-      if (++spins > 64) { sched_yield(); spins = 0; }
-      else __builtin_ia32_pause();
-    }
-  }
-}
-
-static inline void shard_unlock(shard *s) {
-  atomic_store_explicit(&s->lock, 0, memory_order_release);
-}
-
-/* The solo thread, inside a solo section, needs no lock (ta_thread: solo). */
-static inline void shard_lock_if(shard *s, bool solo) {
-  if (!solo) shard_lock(s);
-}
-
-static inline void shard_unlock_if(shard *s, bool solo) {
-  if (!solo) shard_unlock(s);
-}
-
-static ta_block *slot_find(shard *s, uintptr_t a) {
-  if (s->slots == NULL) return NULL;
-  uint32_t i = slot_home(s, a);
-  for (;;) {
-    ta_block *b = &s->slots[i];
-    if (b->addr == a) return b;
-    if (b->addr == 0) return NULL;
-    i = (i + 1) & s->mask;
-  }
-}
-
-/* Starts loading the table slot where a's record would be: a record of a
- * large live table is a cache miss (python3 with PYTHONMALLOC=malloc:
- * a third of its time), and the stack capture that comes before the table
- * (50-100 ns) hides it.  A hint: the table may grow meanwhile. */
-void _ta_block_prefetch(const void *p) {
-  uintptr_t a = (uintptr_t)p;
-  const shard *s = shard_of(a);
-  const ta_block *slots = s->slots;
-  if (slots) __builtin_prefetch(&slots[slot_home(s, a)]);
-}
-
-/* A shard starts with 8 slots (it doubles at three quarters load): 256
- * shards of 64 were 655 KB zeroed in every process, however few blocks it
- * had. */
-static bool shard_grow(shard *s) {
-  uint32_t cap = s->slots ? (s->mask + 1) * 2 : 8;
-  ta_block *n = _ta_meta_calloc(cap, sizeof *n);
-  if (n == NULL) return false;
-  if (s->slots) {
-    for (uint32_t i = 0; i <= s->mask; i++) {
-      ta_block *b = &s->slots[i];
-      if (b->addr == 0) continue;
-      uint32_t j = slot_hash(b->addr) & (cap - 1);
-      while (n[j].addr) j = (j + 1) & (cap - 1);
-      n[j] = *b;
-    }
-    _ta_meta_free(s->slots);
-  }
-  s->slots = n;
-  s->mask = cap - 1;
-  return true;
-}
-
-/* Inserts a record; the address must not be in the table. */
-static ta_block *slot_insert(shard *s, uintptr_t a) {
-  /* Load <= 3/4: even at 3/4 a hit probes 2.5 slots on average (two
-   * records a line), a miss 8.5; the tables of test_table_shape and of
-   * python3, between 3/8 and 3/4, probe 1.2 to 1.4.  At 1/2 a record cost
-   * 64 to 128 bytes of table: python3 with PYTHONMALLOC=malloc 110 MB peak
-   * RSS, 86 MB at 3/4, in the same time. */
-  if (s->slots == NULL || (uint64_t)(s->used + 1) * 4 > (uint64_t)(s->mask + 1) * 3)
-    if (!shard_grow(s)) return NULL;
-  uint32_t i = slot_home(s, a);
-  while (s->slots[i].addr) i = (i + 1) & s->mask;
-  s->used++;
-  s->slots[i].addr = a;
-  return &s->slots[i];
-}
-
-static void slot_remove(shard *s, ta_block *b) {
-  uint32_t i = (uint32_t)(b - s->slots), j = i;
-  s->used--;
-  for (;;) {
-    s->slots[i].addr = 0;
-    for (;;) {
-      j = (j + 1) & s->mask;
-      if (s->slots[j].addr == 0) return;
-      uint32_t home = slot_home(s, s->slots[j].addr);
-      /* Can the entry at j move to the hole at i?  Only if its home is not
-       * in the cyclic range (i, j]. */
-      if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
-    }
-    s->slots[i] = s->slots[j];
-    i = j;
-  }
-}
 
 /* ---- counting ------------------------------------------------------------- */
 
@@ -670,45 +527,7 @@ ta_tag ta_block_tag(const void *p) {
   return b.tag;
 }
 
-/* ---- the table for the rest of the ledger ----------------------------------- */
-
-bool _ta_block_live(uintptr_t a, ta_block *out) {
-  shard *s = shard_of(a);
-  shard_lock(s);
-  ta_block *b = slot_find(s, a);
-  if (b) *out = *b;
-  shard_unlock(s);
-  return b != NULL;
-}
-
-bool _ta_block_get(uintptr_t a, ta_block *out) {
-  return _ta_block_live(a, out) || _ta_quarantine_find(a, false, out);
-}
-
-bool _ta_block_find(uintptr_t p, ta_block *out) {
-  for (int i = 0; i < NSHARDS; i++) {
-    shard *s = &shards[i];
-    bool found = false;
-    shard_lock(s);
-    for (uint32_t j = 0; s->slots && j <= s->mask && !found; j++) {
-      ta_block *b = &s->slots[j];
-      if (b->addr == 0 || p < b->addr || p >= b->addr + (b->size ? b->size : 1)) continue;
-      *out = *b;
-      found = true;
-    }
-    shard_unlock(s);
-    if (found) return true;                    /* a live block wins over a quarantined one */
-  }
-  return _ta_quarantine_find(p, true, out);
-}
-
-void _ta_block_flag(uintptr_t a, uint8_t flags) {
-  shard *s = shard_of(a);
-  shard_lock(s);
-  ta_block *b = slot_find(s, a);
-  if (b && b->state == TA_LIVE) b->flags |= flags;
-  shard_unlock(s);
-}
+/* ---- arena blocks in the live table ------------------------------------------ */
 
 void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uint32_t stack) {
   uint64_t seq = _ta_next_seq(t, false);
@@ -743,55 +562,3 @@ void _ta_block_drop_arena(ta_thread *t, uintptr_t a, uint32_t stack) {
   count_free(t, tag, size, false);
   if (seq) _ta_trace_free(t, a, stack, seq);
 }
-
-/* One probe of the live table: is a the start of a live block of tag or alt? */
-bool _ta_block_check(uintptr_t a, ta_tag tag, ta_tag alt) {
-  ta_thread *t = _ta_self;
-  shard *s = shard_of(a);
-  bool solo = t != NULL && _ta_solo_enter(t);
-  shard_lock_if(s, solo);
-  const ta_block *b = slot_find(s, a);
-  bool ok = b != NULL && b->state == TA_LIVE &&
-            (tag == TA_ANY || b->tag == tag || b->tag == alt);
-  shard_unlock_if(s, solo);
-  if (t != NULL) _ta_solo_leave(t, solo);
-  return ok;
-}
-
-void _ta_table_shape(uint64_t *records, uint64_t *slots, uint64_t *displaced) {
-  uint64_t r = 0, n = 0, d = 0;
-  for (int i = 0; i < NSHARDS; i++) {
-    shard *s = &shards[i];
-    shard_lock(s);
-    for (uint32_t j = 0; s->slots && j <= s->mask; j++) {
-      if (s->slots[j].addr == 0) continue;
-      r++;
-      d += (j - slot_home(s, s->slots[j].addr)) & s->mask;
-    }
-    if (s->slots) n += (uint64_t)s->mask + 1;
-    shard_unlock(s);
-  }
-  *records = r;
-  *slots = n;
-  *displaced = d;
-}
-
-void _ta_block_lock_all(void) {
-  for (int i = 0; i < NSHARDS; i++) shard_lock(&shards[i]);
-}
-
-void _ta_block_unlock_all(void) {
-  for (int i = NSHARDS - 1; i >= 0; i--) shard_unlock(&shards[i]);
-}
-
-void _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void *arg) {
-  for (int i = 0; i < NSHARDS; i++) {
-    shard *s = &shards[i];
-    if (!locked) shard_lock(s);
-    for (uint32_t j = 0; s->slots && j <= s->mask; j++)
-      if (s->slots[j].addr && s->slots[j].state == TA_LIVE) fn(&s->slots[j], arg);
-    if (!locked) shard_unlock(s);
-  }
-}
-
-

@@ -460,7 +460,7 @@ static bool dw_stale;           /* a range was forgotten: report the maps again 
 static TA_TLS int tls_in_miss;  /* this thread is inside compute (nesting) */
 
 /* fork(): dw_lock is taken first and given back last, by the ledger's own
- * handlers (ledger.c), which are registered when the ledger starts.  Under
+ * handlers (init.c), which are registered when the ledger starts.  Under
  * dw_lock libdw allocates, and its mallocs reach the ledger's locks, so it
  * comes before them.  (Registered on its own at the first rule miss, the
  * handler came too late for a fork while another thread was making that

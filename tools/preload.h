@@ -1,6 +1,6 @@
 /* preload.h - what the files of the LD_PRELOAD shim share (tools/preload*.c).
  *
- * The shim has three parts:
+ * The shim's files:
  *   preload.c        the allocation functions (malloc ... operator delete),
  *                    the recursion guard, the raw path and its bootstrap;
  *   preload_raw.c    raw memory: a jemalloc arena of its own whose extents
@@ -12,14 +12,27 @@
  *   preload_signal.c fatal and termination signals (sigaction/signal
  *                    interposed), abort;
  *   preload_exec.c   exec and posix_spawn: the exit work before an exec,
- *                    the environment passed on.
+ *                    the environment passed on;
+ *   preload_map.c    the program's own mappings (mmap, munmap, mremap),
+ *                    roots of the scan;
+ *   preload_cuda.c   the CUDA driver's device memory (it includes
+ *                    alloc/internal.h: the depot, the unwinder, device.c).
+ *
+ * Of the ledger they include only what the shim uses (alloc/attrs.h,
+ * options.h, errors.h, thread.h, extents.h, shim.h), not internal.h.
  *
  * Every thread-local of the shim uses the initial-exec TLS model: a
  * global-dynamic access may call __tls_get_addr, which may call malloc. */
 #ifndef TAGALLOC_PRELOAD_H
 #define TAGALLOC_PRELOAD_H
 
-#include "internal.h"
+#include "attrs.h"
+#include "errors.h"
+#include "extents.h"
+#include "options.h"
+#include "shim.h"
+#include "tagalloc.h"
+#include "thread.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -69,6 +69,7 @@
  * Without a driver (no libcuda.so* ever loaded) nothing here runs but the
  * name check in dlopen.  x86-64 only (the trampoline); elsewhere only the
  * -lcuda path is caught. */
+#include "internal.h"   /* the depot, the unwinder, device.c, map.c, meta.c */
 #include "preload.h"
 
 #include <dlfcn.h>
