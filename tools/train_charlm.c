@@ -76,6 +76,10 @@ static options parse(int argc, char **argv) {
   if (o.c.steps && o.c.steps < o.iters) o.iters = o.c.steps;
   if (!o.c.adam && !o.c.lr_set) o.c.lr = 0.01f;
   tc_common_check(&o.c);
+  /* two seeded bugs live in train-lenet's own code, not in the libraries */
+  tensor_fault f = tensor_fault_get();
+  if (f == TENSOR_FAULT_SCOPE_ESCAPE || f == TENSOR_FAULT_GPU_CLONE_RETAIN)
+    tc_die("--fault %s: a seeded bug of train-lenet's code; train-charlm has no code for it", tensor_fault_name(f));
   return o;
 }
 
