@@ -162,7 +162,11 @@ const gpu_backend *gpu_backend_select(const char *word, char *why, size_t why_le
       snprintf(why, why_len, "TAGALLOC_GPU=cuda: the CUDA backend cannot run: %s", cwhy);
       return NULL;
     }
-    if (note && note_len)
+    /* the real backend's reason already says "no usable CUDA driver (...)":
+     * not said twice */
+    if (note && note_len && strncmp(cwhy, "no usable CUDA", 14) == 0)
+      snprintf(note, note_len, "tagalloc: gpu: %s: using the host backend", cwhy);
+    else if (note && note_len)
       snprintf(note, note_len, "tagalloc: gpu: %s (%s): using the host backend",
                st == GPU_ENODRIVER || st == GPU_ENODEVICE ? "no usable CUDA driver or device" : "no CUDA backend",
                cwhy);

@@ -40,6 +40,20 @@ if [ "${2:-cuda}" = cuda ]; then
     return 1
   }
   check "$BUILD/tests/gpu/cuda/test_cuda_compare via gpu/'s loader (compares on a GPU, else names why not)" compare
+  # auto without a driver: one line, the backend's reason said once
+  auto_line() {
+    local out
+    out=$(TAGALLOC_GPU=auto "$BUILD/train-charlm" --device auto --iters 1 --every 1 --val-batches 1 2>&1 >/dev/null |
+          grep '^tagalloc: gpu:')
+    if [ -z "$out" ]; then return 0; fi           # a GPU: no line
+    [[ $out == "tagalloc: gpu: no usable CUDA driver (cudaErrorInsufficientDriver"*"): using the host backend" ||
+       $out == "tagalloc: gpu: no usable CUDA driver or device ("*"): using the host backend" ]] &&
+      [[ $out != *"no usable CUDA driver or device (no usable"* ]] && return 0
+    echo "    $out"
+    return 1
+  }
+  [ -x "$BUILD/train-charlm" ] && [ -d /usr/share/games/fortunes ] &&
+    check "TAGALLOC_GPU=auto without a driver: one line naming the reason once" auto_line
 else
   echo "SKIP test_cuda_load: no nvcc (/usr/local/cuda/bin/nvcc, or on PATH): the CUDA backend is not built"
 fi
