@@ -154,8 +154,10 @@ static bool parse_one(const opt_desc *d, const char *s) {
   return true;
 }
 
-/* Names read outside the ledger: the command-line tool's. */
-static const char *const other_names[] = { "preload" };
+/* Names read outside the ledger: the command-line tool's, gpu/'s (README's
+ * GPU section) and the training stack's seeded bugs. */
+static const char *const other_names[] = { "preload", "gpu", "gpu_cuda_lib", "gpu_host_mem", "gpu_max_split", "gpu_cublas",
+                                           "fault" };
 
 /* The edit distance of a and b (ASCII, case-insensitive), at most 63 bytes
  * each; larger for longer ones.  No allocation. */

@@ -99,6 +99,9 @@ TAGALLOC_REPROT=1 TAGALLOC_WHATEVER_ELSE=1 TAGALLOC_REPORT=0 LD_PRELOAD=$pre "$h
 expect "the preload without run: one line per unknown variable" \
   "tagalloc: TAGALLOC_REPROT is not an option (did you mean TAGALLOC_REPORT?); ignored
 tagalloc: TAGALLOC_WHATEVER_ELSE is not an option; ignored" "$(sort err)"
+TAGALLOC_GPU=host TAGALLOC_GPU_CUDA_LIB=/x TAGALLOC_GPU_HOST_MEM=1G TAGALLOC_GPU_MAX_SPLIT=1M TAGALLOC_GPU_CUBLAS=/x \
+  TAGALLOC_FAULT=none TAGALLOC_REPORT=0 LD_PRELOAD=$pre "$held" --no-leak > out 2> err
+expect "the variables gpu/ and the training stack read are no unknown ones" "" "$(cat err)"
 
 # ---- --skip: an exec'd program matching the glob is not audited --------------------------------
 names() { "$py" -c 'import json,os; print(" ".join(sorted(os.path.basename(p["argv"][0]) for p in json.load(open("'"$1"'"))["processes"] if p.get("argv"))))' 2>&1; }
