@@ -124,8 +124,8 @@ INCLUDEDIR ?= $(PREFIX)/include
 MANDIR     ?= $(PREFIX)/share/man
 INSTALL    ?= install
 TA_VERSION := $(shell sed -n 's/^\#define TA_VERSION "\(.*\)"/\1/p' alloc/tagalloc.h)
-INSTALL_LIBS = libtagalloc.so libtagalloc.a libtagalloc-tensor.a libtagalloc-autograd.a
-INSTALL_HEADERS = alloc/tagalloc.h tensor/tensor.h autograd/autograd.h
+INSTALL_LIBS = libtagalloc.so libtagalloc.a libtagalloc-tensor.a libtagalloc-autograd.a libtagalloc-gpu.a
+INSTALL_HEADERS = alloc/tagalloc.h tensor/tensor.h autograd/autograd.h gpu/gpu.h
 MAN1 = man/tagalloc.1 man/tagalloc-run.1 man/tagalloc-report.1 man/tagalloc-diff.1
 MAN7 = man/tagalloc.7
 

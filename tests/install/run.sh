@@ -30,9 +30,11 @@ if ! "$make" -s -C "$root" BUILD="$build" install PREFIX="$prefix" > "$tmp/insta
 fi
 want="bin/tagalloc
 include/tagalloc/autograd.h
+include/tagalloc/gpu.h
 include/tagalloc/tagalloc.h
 include/tagalloc/tensor.h
 lib/libtagalloc-autograd.a
+lib/libtagalloc-gpu.a
 lib/libtagalloc-tensor.a
 lib/libtagalloc.a
 lib/libtagalloc.so
@@ -48,6 +50,33 @@ expect "make install: the files" "$want" "$(cd "$prefix" && find . -type f | sed
 
 # the installed tool, away from the build folder: it finds its preload
 cd "$tmp"
+# device memory from the installed headers and libraries: the host backend's
+# pool, a relu on the device, the values back
+cat > dev.c <<'EOC'
+#include <stdio.h>
+#include "gpu.h"
+int main(void) {
+  float h[4] = { -1, 2, -3, 4 };
+  gpu_pool *pool = gpu_pool_default();
+  const gpu_backend *b = gpu_backend_get();
+  if (pool == NULL || b == NULL) return 1;
+  float *x = gpu_pool_alloc(pool, sizeof h, NULL);
+  b->memcpy_h2d(x, h, sizeof h, NULL);
+  b->relu(x, x, 4, NULL);
+  b->memcpy_d2h(h, x, sizeof h, NULL);
+  b->stream_synchronize(NULL);
+  gpu_pool_free(pool, x);
+  printf("%s %g %g %g %g\n", b->name, h[0], h[1], h[2], h[3]);
+  return 0;
+}
+EOC
+if cc -o dev dev.c $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags tagalloc) \
+     "$prefix/lib/libtagalloc-gpu.a" "$prefix/lib/libtagalloc.a" -ljemalloc -lunwind -ldw -lelf -lopenblas -ldl -lpthread -lm \
+     2> cc.err; then
+  expect "device memory from the installed gpu.h and libtagalloc-gpu.a" "host 0 2 0 4" "$(TAGALLOC_GPU=host ./dev 2>&1 | grep -v '^==')"
+else
+  bad "device memory from the installed gpu.h and libtagalloc-gpu.a: cannot build" "$(head -5 cc.err)"
+fi
 cat > leak.c <<'EOC'
 #include <stdlib.h>
 int main(void) { void *volatile p = malloc(4321); p = 0; return 0; }
