@@ -179,8 +179,9 @@ static void test_overflow_into_slack(void **state) {
   free_block(p);                                             /* found here */
   assert_int_equal(ta_findings_count("heap.overflow"), 1);
   ta_finding f = finding_at("heap.overflow", "free_block");
-  assert_non_null(strstr(f.detail, "byte 0 past the end of the 20-byte block"));
+  assert_string_equal(f.detail, "wrote 1 byte(s) past the end of the 20-byte block: offsets 20..20, first 0x42");
   assert_string_equal(frame0(f.alloc_stack), "make_block");
+  assert_string_equal(frame0(f.free_stack), "free_block");   /* the text says "found at its free" */
 }
 
 static void test_double_free(void **state) {
