@@ -162,9 +162,9 @@ const gpu_backend *gpu_backend_select(const char *word, char *why, size_t why_le
       snprintf(why, why_len, "TAGALLOC_GPU=cuda: the CUDA backend cannot run: %s", cwhy);
       return NULL;
     }
-    /* the real backend's reason already says "no usable CUDA driver (...)":
-     * not said twice */
-    if (note && note_len && strncmp(cwhy, "no usable CUDA", 14) == 0)
+    /* the real backend's reason already says "no usable CUDA driver (...)"
+     * or "no CUDA device (...)": not said twice */
+    if (note && note_len && (strncmp(cwhy, "no usable CUDA", 14) == 0 || strncmp(cwhy, "no CUDA device", 14) == 0))
       snprintf(note, note_len, "tagalloc: gpu: %s: using the host backend", cwhy);
     else if (note && note_len)
       snprintf(note, note_len, "tagalloc: gpu: %s (%s): using the host backend",

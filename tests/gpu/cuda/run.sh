@@ -47,8 +47,9 @@ if [ "${2:-cuda}" = cuda ]; then
           grep '^tagalloc: gpu:')
     if [ -z "$out" ]; then return 0; fi           # a GPU: no line
     [[ $out == "tagalloc: gpu: no usable CUDA driver (cudaErrorInsufficientDriver"*"): using the host backend" ||
+       $out == "tagalloc: gpu: no CUDA device ("*"): using the host backend" ||
        $out == "tagalloc: gpu: no usable CUDA driver or device ("*"): using the host backend" ]] &&
-      [[ $out != *"no usable CUDA driver or device (no usable"* ]] && return 0
+      [[ $out != *"device (no usable"* && $out != *"device (no CUDA device"* ]] && return 0
     echo "    $out"
     return 1
   }
