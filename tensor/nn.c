@@ -106,6 +106,17 @@ static tensor *softmax_any(const char *op, const tensor *x, int axis, bool log_f
   return y;
 }
 
+/* The softmax gradients' arguments: float tensors of one shape. */
+static bool grad_args(const char *op, const tensor *dy, const tensor *y) {
+  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg_f32(op, "y", y)) return false;
+  if (!_tensor_same_shape(dy, y)) {
+    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+    _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
+    return false;
+  }
+  return true;
+}
+
 tensor *tensor_softmax(const tensor *x, int axis) {
   bool bad;
   if (_tensor_dev_dispatch("tensor_softmax", x, NULL, &bad)) return _tensor_devops->softmax("tensor_softmax", x, axis);
@@ -117,12 +128,7 @@ tensor *tensor_softmax_grad(const tensor *dy, const tensor *y, int axis) {
   bool bad;
   if (_tensor_dev_dispatch(op, dy, y, &bad)) return _tensor_devops->softmax_grad(op, dy, y, axis);
   if (bad) return NULL;
-  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg_f32(op, "y", y)) return NULL;
-  if (!_tensor_same_shape(dy, y)) {
-    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-    _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
-    return NULL;
-  }
+  if (!grad_args(op, dy, y)) return NULL;
   tensor *p = tensor_mul(dy, y), *s = p ? tensor_sum(p, axis, 1) : NULL;
   tensor *d = s ? tensor_sub(dy, s) : NULL;
   if (d && tensor_mul_(d, y) != TENSOR_OK) {
@@ -146,12 +152,7 @@ tensor *tensor_log_softmax_grad(const tensor *dy, const tensor *y, int axis) {
   bool bad;
   if (_tensor_dev_dispatch(op, dy, y, &bad)) return _tensor_devops->log_softmax_grad(op, dy, y, axis);
   if (bad) return NULL;
-  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg_f32(op, "y", y)) return NULL;
-  if (!_tensor_same_shape(dy, y)) {
-    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-    _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
-    return NULL;
-  }
+  if (!grad_args(op, dy, y)) return NULL;
   /* dx = dy - exp(y) * sum(dy) */
   tensor *s = tensor_sum(dy, axis, 1), *e = s ? tensor_exp(y) : NULL;
   tensor *d = e && tensor_mul_(e, s) == TENSOR_OK ? tensor_sub(dy, e) : NULL;
