@@ -580,3 +580,12 @@ void _ta_depot_each_since(uint64_t *cursor, void (*fn)(uint32_t id, uint32_t par
   }
   *cursor = id;
 }
+
+bool _ta_depot_node(uint32_t id, uint32_t *parent, uintptr_t *pc) {
+  if (id == 0 || id >= atomic_load_explicit(&next_id, memory_order_acquire)) return false;
+  node *nd = node_at(id);
+  if (nd == NULL) return false;
+  *parent = atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK;
+  *pc = node_pc(nd);
+  return true;
+}

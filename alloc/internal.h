@@ -56,6 +56,7 @@ uint32_t _ta_depot_put(const uintptr_t *pcs, size_t n);
 /* Copies up to max frames of stack id (innermost first); returns how many. */
 size_t   _ta_depot_get(uint32_t id, uintptr_t *pcs, size_t max);
 size_t   _ta_depot_depth(uint32_t id);        /* frames of stack id; 0: no such id */
+bool     _ta_depot_node(uint32_t id, uint32_t *parent, uintptr_t *pc);   /* one node; false: no such id */
 size_t   _ta_depot_count(void);               /* distinct stacks put */
 size_t   _ta_depot_nodes(void);               /* nodes: stacks and their outer parts */
 uint64_t _ta_depot_lookups(void);             /* this thread's lookups in the index (tests) */

@@ -422,9 +422,43 @@ void _ta_trace_modules(void) {
 
 /* A FINDING, then its refcount balance by callsite (REF_SITE records, the
  * ledger's own: a reader without the REF events has them all the same). */
+/* An exit-only trace writes the frames of the stacks its findings name,
+ * not the whole depot (the tree's 2 million nodes were 90 MB of FRAME
+ * records that no report of that trace reads).  Each node once, outermost
+ * first, as the reader wants a parent before its child; written marks a
+ * node id's bit. */
+static uint8_t *written;
+static size_t written_bits;
+
+static void stack_frames_out(uint32_t id) {
+  uint32_t chain[TA_MAX_DEPTH + 1];
+  uintptr_t pcs[TA_MAX_DEPTH + 1];
+  uint32_t parents[TA_MAX_DEPTH + 1];
+  size_t n = 0;
+  while (id != 0 && n < TA_MAX_DEPTH + 1) {
+    if (id < written_bits && (written[id >> 3] & (1u << (id & 7)))) break;
+    uint32_t up;
+    uintptr_t pc;
+    if (!_ta_depot_node(id, &up, &pc)) break;
+    chain[n] = id, parents[n] = up, pcs[n] = pc, n++;
+    id = up;
+  }
+  while (n-- > 0) {
+    frame_out(chain[n], parents[n], pcs[n], NULL);
+    if (chain[n] < written_bits) written[chain[n] >> 3] |= (uint8_t)(1u << (chain[n] & 7));
+  }
+}
+
 static int finding_out(const ta_finding *f, void *arg) {
   (void)arg;
   bool g;
+  if (exit_only) {
+    file_lock_take();
+    uint32_t ids[] = { f->stack, f->alloc_stack, f->free_stack, f->aux_stack };
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) stack_frames_out(ids[i]);
+    for (size_t i = 0; i < f->nsites; i++) stack_frames_out(f->sites[i].stack);
+    file_lock_give();
+  }
   size_t extra = str_room(f->kind) + str_room(f->slot) + str_room(f->detail);
   tr_finding *r = reserve(NULL, TR_FINDING, sizeof *r + extra, &g);
   if (r) {
@@ -635,9 +669,26 @@ void _ta_trace_fork(int phase) {
 
 void _ta_trace_close(void) {
   if (!_ta_tracing && !(exit_only && trace_fd >= 0)) return;
-  if (exit_only) write_tags();
+  if (exit_only) {
+    write_tags();
+    /* no FRAME record but the findings' (stack_frames_out) */
+    file_lock_take();
+    uint64_t all = _ta_depot_nodes() + 1;
+    written_bits = all + 1;
+    written = _ta_meta_alloc((written_bits + 7) / 8);
+    if (written == NULL) written_bits = 0;
+    else memset(written, 0, (written_bits + 7) / 8);
+    if (written == NULL) _ta_depot_each_since(&depot_cursor, frame_out, NULL);   /* all of them, as before */
+    else depot_cursor = UINT32_MAX;
+    file_lock_give();
+  }
   write_modules();
   ta_findings_visit(finding_out, NULL);
+  if (written) {
+    _ta_meta_free(written);
+    written = NULL;
+    written_bits = 0;
+  }
   summary_out();
   bool g;
   if (exit_known) {

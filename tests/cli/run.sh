@@ -224,6 +224,20 @@ if cc -g -O0 -o overflow_free "$here/progs/overflow_free.c"; then
 else
   bad "cannot build overflow_free.c"
 fi
+# An exit-only trace (leaks mode, no output needing events) holds the
+# frames of its findings' stacks, not the whole depot: bench/auditor/tree.c
+# at depth 12 makes thousands of distinct stacks and leaks one block.
+if cc -O2 -g -fno-omit-frame-pointer -o tree "$here/../../bench/auditor/tree.c"; then
+  rm -f eo.trace
+  TAGALLOC_TRACE_EVENTS=0 TAGALLOC_CHECK=leaks TAGALLOC_TRACE=eo.trace TAGALLOC_REPORT=0 LD_PRELOAD=$pre \
+    ./tree --depth 12 --iters 1 > /dev/null 2>&1
+  "$ta" report -q --json eo.json eo.trace 2> err
+  got=$("$py" -c 'import json; p=json.load(open("eo.json"))["processes"][0]; print(" ".join("%s:%d:%s" % (f["kind"], f["blocks"], ">".join(x.get("function","?") for x in f["stack"][:2])) for f in p["findings"]))' 2>&1)
+  expect "exit-only trace: the findings' frames only (under 16 KB), the leak's stack whole" \
+    "1 leak.direct:1:leak_one>main" "$([ "$(stat -c %s eo.trace)" -lt 16384 ] && echo 1 || stat -c %s eo.trace) $got"
+else
+  bad "cannot build bench/auditor/tree.c"
+fi
 "$ta" run --check=some -- true > out 2> err; rc=$?
 expect "--check: a bad mode is a usage error" "2 tagalloc: run: --check some: expected leaks, errors or full" "$rc $(cat err)"
 
