@@ -404,14 +404,12 @@ tensor *_tdev_pool_grad(const char *op, const tensor *dy0, const tensor *argmax0
 
 /* ---- softmax, cross-entropy, embedding ------------------------------------------- */
 
+static bool last_axis(const char *op, const tensor *x, int axis);
+
 tensor *_tdev_softmax(const char *op, const tensor *x0, int axis) {
   gpu_pool *p = _tdev_same(op, x0, NULL);
   if (p == NULL) return NULL;
-  char b[TENSOR_SHAPE_STR];
-  if (x0->ndim < 1 || _tensor_axis(axis, x0->ndim) != x0->ndim - 1)
-    return _tensor_err(TENSOR_EINVAL, "%s: on a device, over the last axis only: axis %d of %s", op, axis,
-                       _tensor_desc(x0, b)),
-           NULL;
+  if (!last_axis(op, x0, axis)) return NULL;
   const gpu_backend *B = backend(p);
   tensor *cx;
   const tensor *x = _tdev_borrow(op, x0, &cx);
@@ -426,14 +424,7 @@ tensor *_tdev_softmax(const char *op, const tensor *x0, int axis) {
 tensor *_tdev_softmax_grad(const char *op, const tensor *dy0, const tensor *y0, int axis) {
   gpu_pool *p = _tdev_same(op, dy0, y0);
   if (p == NULL) return NULL;
-  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-  if (!_tensor_same_shape(dy0, y0))
-    return _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy0, b1), _tensor_desc(y0, b2)),
-           NULL;
-  if (y0->ndim < 1 || _tensor_axis(axis, y0->ndim) != y0->ndim - 1)
-    return _tensor_err(TENSOR_EINVAL, "%s: on a device, over the last axis only: axis %d of %s", op, axis,
-                       _tensor_desc(y0, b1)),
-           NULL;
+  if (!_tensor_grad_shapes(op, dy0, y0) || !last_axis(op, y0, axis)) return NULL;
   const gpu_backend *B = backend(p);
   tensor *cd, *cy = NULL;
   const tensor *dy = _tdev_borrow(op, dy0, &cd), *y = dy ? _tdev_borrow(op, y0, &cy) : NULL;
@@ -527,10 +518,7 @@ tensor *_tdev_log_softmax(const char *op, const tensor *x0, int axis) {
 tensor *_tdev_log_softmax_grad(const char *op, const tensor *dy0, const tensor *y0, int axis) {
   gpu_pool *p = _tdev_same(op, dy0, y0);
   if (p == NULL) return NULL;
-  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-  if (!_tensor_same_shape(dy0, y0))
-    return _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy0, b1), _tensor_desc(y0, b2)),
-           NULL;
+  if (!_tensor_grad_shapes(op, dy0, y0)) return NULL;
   if (!last_axis(op, y0, axis)) return NULL;
   const gpu_backend *B = backend(p);
   tensor *cd, *cy = NULL;

@@ -235,6 +235,7 @@ tensor *_tensor_clone(const tensor *t);
 /* tensor_is_contiguous, tensor_same_shape, tensor_free: unchecked. */
 int _tensor_contig(const tensor *t);
 int _tensor_same_shape(const tensor *a, const tensor *b);
+bool _tensor_grad_shapes(const char *op, const tensor *dy, const tensor *y);   /* same shape, or ESHAPE naming both */
 void _tensor_free(tensor *t);
 static inline void _tensor_unborrow(const tensor *t, tensor *c) {
   if (c != t) tensor_free(c);

@@ -106,15 +106,16 @@ static tensor *softmax_any(const char *op, const tensor *x, int axis, bool log_f
   return y;
 }
 
+bool _tensor_grad_shapes(const char *op, const tensor *dy, const tensor *y) {
+  if (_tensor_same_shape(dy, y)) return true;
+  char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
+  _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
+  return false;
+}
+
 /* The softmax gradients' arguments: float tensors of one shape. */
 static bool grad_args(const char *op, const tensor *dy, const tensor *y) {
-  if (!_tensor_arg_f32(op, "dy", dy) || !_tensor_arg_f32(op, "y", y)) return false;
-  if (!_tensor_same_shape(dy, y)) {
-    char b1[TENSOR_SHAPE_STR], b2[TENSOR_SHAPE_STR];
-    _tensor_err(TENSOR_ESHAPE, "%s: dy %s and y %s differ", op, _tensor_desc(dy, b1), _tensor_desc(y, b2));
-    return false;
-  }
-  return true;
+  return _tensor_arg_f32(op, "dy", dy) && _tensor_arg_f32(op, "y", y) && _tensor_grad_shapes(op, dy, y);
 }
 
 tensor *tensor_softmax(const tensor *x, int axis) {
