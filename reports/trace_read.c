@@ -4,7 +4,8 @@
  * record is bounds-checked before anything in it is looked at, so no input
  * makes the reader touch a byte outside the file.  The model replays the
  * allocation events in sequence order (the file holds per-thread buffers in
- * flush order, not in event order) with open-addressing hash maps. */
+ * flush order, not in event order: the threads' streams are merged) with
+ * open-addressing hash maps. */
 #include "trace_read.h"
 
 #include <errno.h>
@@ -310,6 +311,7 @@ static bool packed_next(report_trace_iter *it, report_trace_rec *r) {
            ok ? "out of range" : known ? "cut short" : "of an unknown kind");
     return false;
   }
+  it->at = (uint64_t)(it->pk - it->t->data);
   it->pk = p;
   it->pk_events++;
   it->pk_seq += ds;
@@ -417,6 +419,7 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
       continue;
     }
     it->records++;
+    it->at = off;
     r->type = h.type;
     r->payload = p;
     r->payload_size = (uint32_t)psize;
@@ -602,7 +605,34 @@ typedef struct {
   size_t nknown;               /* words */
   struct dev_ev *devs;         /* DEVICE_ALLOC and DEVICE_FREE, replayed after the file */
   size_t ndevs, capdevs;
+  struct span *spans;          /* each thread's events: where they are in the file (the merge) */
+  size_t nspans, cap_spans, last_span;
+  u64map span_of;              /* thread -> index in spans */
 } builder;
+
+/* The records that hold one thread's ALLOC, FREE and MARK events lie
+ * between first and last (record offsets) in the file. */
+typedef struct span { uint32_t thread; uint64_t first, last; } span;
+
+/* An event of thread at the record at off: its thread's span grows. */
+static void span_note(builder *b, uint32_t thread, uint64_t off) {
+  size_t i = b->last_span;
+  if (i < b->nspans && b->spans[i].thread == thread) {
+    b->spans[i].last = off;
+    return;
+  }
+  if (!map_get(&b->span_of, thread, &i)) {
+    span *s = PUSH(b->spans, b->nspans, b->cap_spans);
+    if (s == NULL || !map_put(&b->span_of, thread, b->nspans - 1)) {
+      b->oom = true;
+      return;
+    }
+    *s = (span){ thread, off, off };
+    i = b->nspans - 1;
+  }
+  b->spans[i].last = off;
+  b->last_span = i;
+}
 
 typedef struct replayer replayer;
 static void stream_event(builder *b, const ev *e);
@@ -659,7 +689,7 @@ static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
   if (r->type == TR_MARK) {
     tr_mark x;
     memcpy(&x, r->payload, sizeof x);
-    *e = (ev){ .seq = x.seq, .order = order, .is_mark = true };
+    *e = (ev){ .seq = x.seq, .order = order, .thread = x.thread, .is_mark = true };
     return true;
   }
   return false;
@@ -774,6 +804,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     check_stack(b, x.stack);
     ev e;
     record_event(r, 0, &e);
+    span_note(b, e.thread, r->offset);
     stream_event(b, &e);
     return b->oom;
   }
@@ -784,6 +815,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     check_stack(b, x.stack);
     ev e;
     record_event(r, 0, &e);
+    span_note(b, e.thread, r->offset);
     stream_event(b, &e);
     return b->oom;
   }
@@ -800,6 +832,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     add_anchor(b, x.seq, x.ns);
     ev me;
     record_event(r, 0, &me);
+    span_note(b, me.thread, r->offset);
     stream_event(b, &me);
     return b->oom;
   }
@@ -886,8 +919,10 @@ static int on_record(const report_trace_rec *r, void *arg) {
  * and for reports the sites (per allocation stack), the timeline and the
  * growth of each site across the marks.  The replay runs while the file is
  * read, as long as ALLOC, FREE and MARK come in increasing seq order (one
- * thread); at the first one out of order it is dropped, and the events are
- * collected in a second pass, sorted and replayed. */
+ * thread); at the first one out of order it is dropped, and a second pass
+ * merges the threads' streams (replay_merged), or, when a thread's own
+ * order slips too far for that, collects every event, sorts and replays
+ * them (replay_sorted). */
 typedef struct {
   report_trace_block b;
   uint32_t site;
@@ -1332,6 +1367,146 @@ static bool replay_sorted(builder *b, const report_trace *t, uint64_t records) {
   return b->r->ok;
 }
 
+/* ---- the replay of several threads: a merge ------------------------------------- */
+
+/* Each thread appends its events to a buffer of its own, in the order of
+ * their sequence numbers, and the writer (alloc/trace.c) writes a full
+ * buffer whole: the file holds each thread's events in order, the threads'
+ * buffers interleaved in flush order.  A thread's last buffer may come at
+ * the very end of the file (the main thread's, written at exit), so the
+ * replay reads every thread's events with a cursor of its own, from the
+ * first record that holds one to the last (spans), skipping the other
+ * threads' PACKED records unread, and merges the streams by (seq, place in
+ * the file): the order of the sort it replaces, in memory of a window of
+ * events per thread rather than of every event of the trace.
+ *
+ * Within a thread the order can still slip: a signal handler that
+ * allocates between the ledger's numbering of an event and its write, or
+ * the events of no registered thread (thread 0), numbered by several
+ * threads and written under the file lock.  Each stream keeps its next
+ * MERGE_WINDOW events sorted, which puts back any event at most that many
+ * places early; an event that comes after one with a later number was
+ * already replayed makes the merge give up, and the trace is sorted whole
+ * (replay_sorted) as before. */
+#define MERGE_WINDOW 64
+
+typedef struct {
+  report_trace_iter it;
+  uint32_t thread;
+  uint64_t last;               /* offset of its last record with an event */
+  ev      *win;                /* its next events, sorted: a ring of MERGE_WINDOW from head */
+  size_t   head, n;
+} stream;
+
+static inline bool ev_before(const ev *x, const ev *y) {
+  return x->seq != y->seq ? x->seq < y->seq : x->order < y->order;
+}
+
+/* The next event of s's thread into e; false at the end of its span. */
+static bool stream_read(stream *s, ev *e) {
+  report_trace_iter *it = &s->it;
+  const report_trace *t = it->t;
+  report_trace_rec r;
+  for (;;) {
+    if (it->pk == NULL) {
+      if (it->done || it->off > s->last) return false;
+      /* another thread's PACKED record: skipped without decoding it (the
+       * first pass checked every record up to s->last) */
+      uint64_t off = it->off, left = t->size - off;
+      if (left >= sizeof(tr_header) + sizeof(tr_packed)) {
+        tr_header h;
+        tr_packed pk;
+        memcpy(&h, t->data + off, sizeof h);
+        memcpy(&pk, t->data + off + sizeof h, sizeof pk);
+        if (h.type == TR_PACKED && pk.thread != s->thread && h.size % 8 == 0 &&
+            h.size >= sizeof h + sizeof pk && h.size <= left) {
+          it->off += h.size;
+          it->records++;
+          continue;
+        }
+      }
+    }
+    if (!report_trace_next(it, &r)) return false;
+    if (record_event(&r, it->at, e) && e->thread == s->thread) return true;
+  }
+}
+
+/* Puts e in s's window, in order; false when an event after it in order
+ * was replayed already (*last, when any). */
+static bool window_put(stream *s, const ev *e, const ev *last) {
+  if (last && ev_before(e, last)) return false;
+  size_t at = s->n;
+  while (at > 0 && ev_before(e, &s->win[(s->head + at - 1) % MERGE_WINDOW])) {
+    s->win[(s->head + at) % MERGE_WINDOW] = s->win[(s->head + at - 1) % MERGE_WINDOW];
+    at--;
+  }
+  s->win[(s->head + at) % MERGE_WINDOW] = *e;
+  s->n++;
+  return true;
+}
+
+static inline const ev *stream_head(const stream *s) { return &s->win[s->head]; }
+
+static void heap_down(stream **h, size_t n, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, m = i;
+    if (l < n && ev_before(stream_head(h[l]), stream_head(h[m]))) m = l;
+    if (l + 1 < n && ev_before(stream_head(h[l + 1]), stream_head(h[m]))) m = l + 1;
+    if (m == i) return;
+    stream *x = h[i];
+    h[i] = h[m];
+    h[m] = x;
+    i = m;
+  }
+}
+
+/* Replays the events of b's threads merged in order: 1 done, 0 an event
+ * out of order beyond the window (nothing usable replayed), -1 out of
+ * memory. */
+static int replay_merged(builder *b, const report_trace *t) {
+  if (!replay_restart(b->r, b)) return -1;
+  size_t k = b->nspans;
+  stream *ss = calloc(k ? k : 1, sizeof *ss);
+  stream **heap = calloc(k ? k : 1, sizeof *heap);
+  ev *wins = malloc((k ? k : 1) * MERGE_WINDOW * sizeof *wins);
+  int rc = ss && heap && wins ? 1 : -1;
+  size_t nh = 0;
+  ev e, last;
+  bool any = false;
+  for (size_t i = 0; rc == 1 && i < k; i++) {
+    stream *s = &ss[i];
+    report_trace_iter_init(&s->it, t);
+    s->it.off = b->spans[i].first;
+    s->it.released = b->spans[i].first & ~(uint64_t)4095;
+    s->thread = b->spans[i].thread;
+    s->last = b->spans[i].last;
+    s->win = wins + i * MERGE_WINDOW;
+    while (rc == 1 && s->n < MERGE_WINDOW && stream_read(s, &e))
+      if (!window_put(s, &e, NULL)) rc = 0;
+    if (s->n) heap[nh++] = s;
+  }
+  for (size_t i = nh / 2; rc == 1 && i-- > 0;) heap_down(heap, nh, i);
+  while (rc == 1 && nh > 0) {
+    stream *s = heap[0];
+    last = *stream_head(s);
+    any = true;
+    s->head = (s->head + 1) % MERGE_WINDOW;
+    s->n--;
+    replay_event(b->r, &last);
+    if (!b->r->ok) {
+      rc = -1;
+      break;
+    }
+    if (stream_read(s, &e) && !window_put(s, &e, any ? &last : NULL)) rc = 0;
+    if (s->n == 0) heap[0] = heap[--nh];
+    heap_down(heap, nh, 0);
+  }
+  free(wins);
+  free(heap);
+  free(ss);
+  return rc;
+}
+
 uint64_t report_trace_model_ns(const report_trace_model *m, uint64_t seq) {
   const report_trace_anchor *a = m->anchors;
   size_t n = m->nanchors;
@@ -1468,11 +1643,17 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->damaged = it.damaged;
   m->damage_offset = it.damage_offset;
   memcpy(m->damage, it.message, sizeof m->damage);
-  bool ok = !b.oom && (!b.unsorted || replay_sorted(&b, t, it.records));
+  bool ok = !b.oom;
+  if (ok && b.unsorted) {
+    int merged = replay_merged(&b, t);
+    ok = merged > 0 || (merged == 0 && replay_sorted(&b, t, it.records));
+  }
   ok = replay_end(&r) && ok;
   ok = ok && device_replay(&b);
   free(b.evs);
   free(b.devs);
+  free(b.spans);
+  map_free(&b.span_of);
   if (!ok) {
     report_trace_model_free(m);
     return NULL;

@@ -82,6 +82,8 @@ typedef struct {
 typedef struct {
   const report_trace *t;
   uint64_t off;              /* offset of the next record */
+  uint64_t at;               /* file offset of the last yielded record, or for an event of a
+                                PACKED record its own first byte: the events' order in the file */
   uint64_t released;         /* a mapped file's pages below this were given back (madvise) */
   uint64_t records;          /* valid records seen (yielded + unknown) */
   uint64_t unknown;          /* records of unknown type, skipped */
@@ -265,7 +267,10 @@ typedef struct {
 
 /* Reads the whole file and replays it.  NULL only when the file cannot be
  * opened or its header is bad (err as report_trace_open); damage is not a
- * failure: the model holds what came before it (damaged, damage). */
+ * failure: the model holds what came before it (damaged, damage).  The
+ * replay's memory is the model's (live blocks, sites) and a window of
+ * events per thread: a trace of several threads is replayed by merging
+ * their streams in the mapped file, not by sorting all its events. */
 report_trace_model *report_trace_model_load(const char *path, char *err, size_t errlen);
 report_trace_model *report_trace_model_build(const report_trace *t);
 void                report_trace_model_free(report_trace_model *m);
