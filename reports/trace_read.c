@@ -1472,7 +1472,6 @@ static int replay_merged(builder *b, const report_trace *t) {
   int rc = ss && heap && wins ? 1 : -1;
   size_t nh = 0;
   ev e, last;
-  bool any = false;
   for (size_t i = 0; rc == 1 && i < k; i++) {
     stream *s = &ss[i];
     report_trace_iter_init(&s->it, t);
@@ -1489,7 +1488,6 @@ static int replay_merged(builder *b, const report_trace *t) {
   while (rc == 1 && nh > 0) {
     stream *s = heap[0];
     last = *stream_head(s);
-    any = true;
     s->head = (s->head + 1) % MERGE_WINDOW;
     s->n--;
     replay_event(b->r, &last);
@@ -1497,7 +1495,7 @@ static int replay_merged(builder *b, const report_trace *t) {
       rc = -1;
       break;
     }
-    if (stream_read(s, &e) && !window_put(s, &e, any ? &last : NULL)) rc = 0;
+    if (stream_read(s, &e) && !window_put(s, &e, &last)) rc = 0;
     if (s->n == 0) heap[0] = heap[--nh];
     heap_down(heap, nh, 0);
   }
@@ -1646,6 +1644,7 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   bool ok = !b.oom;
   if (ok && b.unsorted) {
     int merged = replay_merged(&b, t);
+    m->replay = merged > 0 ? REPORT_TRACE_MERGED : REPORT_TRACE_SORTED;
     ok = merged > 0 || (merged == 0 && replay_sorted(&b, t, it.records));
   }
   ok = replay_end(&r) && ok;

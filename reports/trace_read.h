@@ -203,6 +203,13 @@ typedef struct {
   uint64_t reserved;         /* live device bytes of blocks with it (segments, reservations) */
 } report_trace_device_point;
 
+/* How the replay put the events in sequence order. */
+typedef enum {
+  REPORT_TRACE_FILE_ORDER,   /* they came in order (one thread): replayed as the file was read */
+  REPORT_TRACE_MERGED,       /* the threads' streams merged, a window of events each */
+  REPORT_TRACE_SORTED,       /* a thread's own order slipped past that window: all sorted */
+} report_trace_replay;
+
 typedef struct {
   /* the file */
   uint32_t pid, ppid;
@@ -248,6 +255,7 @@ typedef struct {
   bool     clean_exit;                 /* an END record was read */
   uint64_t end_seq, end_ns;
   /* the replay, for reports */
+  report_trace_replay replay;
   uint64_t first_seq, last_seq;        /* of the first and the last ALLOC/FREE */
   uint64_t peak_seq;                   /* the ALLOC that reached peak_live_bytes */
   report_trace_site *sites;            /* by allocation stack, in order of first use */
