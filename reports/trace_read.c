@@ -556,6 +556,11 @@ struct report_trace_index {
   size_t nmade, cap_made;
   u64map blocks;     /* addr -> index in m->blocks */
   u64map sites;      /* stack id -> index in m->sites */
+  /* for a replay after the records were read (report_trace_model_replay) */
+  struct span *spans;
+  size_t nspans;
+  uint64_t nevents, records;
+  bool in_order;     /* the events came in increasing seq order */
 };
 
 /* ---- the model: building -------------------------------------------------------- */
@@ -599,6 +604,8 @@ typedef struct {
   size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors, cap_ref_sites;
   bool oom;
   bool unsorted;               /* ALLOC/FREE/MARK not in increasing seq order in the file */
+  bool lean;                   /* the records only: the events are not replayed as they are read */
+  uint64_t prev;               /* lean: seq of the previous event */
   uint64_t nevents;
   struct replayer *r;          /* the replay while the file is read */
   uint64_t *known;             /* bitmap of the stack ids below 2^22 that have a STACK or FRAME record */
@@ -968,6 +975,14 @@ static int anchor_cmp(const void *a, const void *b) {
   return x->ns < y->ns ? -1 : x->ns > y->ns;
 }
 
+/* The anchors by seq (a total order: sorting again gives the same), their
+ * times made never to decrease. */
+static void anchors_sort(report_trace_model *m) {
+  if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
+  for (size_t i = 1; i < m->nanchors; i++)
+    if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
+}
+
 /* The timeline: buckets of 2^shift seq values each, from the first event;
  * when the events outgrow REPORT_TRACE_BUCKETS buckets, pairs merge (the
  * highest of the two) and the buckets double. */
@@ -1259,6 +1274,11 @@ static void replay_event(replayer *r, const ev *e) {
 static void stream_event(builder *b, const ev *e) {
   b->nevents++;
   if (b->unsorted) return;
+  if (b->lean) {
+    if (b->nevents > 1 && e->seq <= b->prev) b->unsorted = true;
+    b->prev = e->seq;
+    return;
+  }
   replayer *r = b->r;
   if (r->started && e->seq <= r->prev) {
     b->unsorted = true;
@@ -1291,10 +1311,7 @@ static bool replay_end(replayer *r) {
       }
       add_anchor(b, m->first_seq, m->start_ns);
     }
-    if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
-    for (size_t i = 1; i < m->nanchors; i++)
-      if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
-    if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
+    anchors_sort(m);
     /* each site's live bytes at the peak, and its growth across the marks */
     size_t nmarks = r->passed;
     double n = (double)nmarks, sx = n * (n - 1) / 2, sxx = (n - 1) * n * (2 * n - 1) / 6;
@@ -1613,7 +1630,9 @@ static bool device_replay(builder *b) {
   return ok;
 }
 
-report_trace_model *report_trace_model_build(const report_trace *t) {
+/* Reads every record of t into a new model; replays the events too unless
+ * lean (then report_trace_model_replay may, later). */
+static report_trace_model *model_read(const report_trace *t, bool lean) {
   report_trace_model *m = calloc(1, sizeof *m);
   if (m == NULL) return NULL;
   m->index = calloc(1, sizeof *m->index);
@@ -1626,8 +1645,8 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->ppid = h->ppid;
   m->start_ns = h->start_ns;
   replayer r;
-  builder b = { .m = m, .r = &r };
-  if (!replay_init(&r, &b)) {
+  builder b = { .m = m, .r = &r, .lean = lean };
+  if (!lean && !replay_init(&r, &b)) {
     free(b.known);
     replay_free(&r);
     report_trace_model_free(m);
@@ -1641,13 +1660,26 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->damaged = it.damaged;
   m->damage_offset = it.damage_offset;
   memcpy(m->damage, it.message, sizeof m->damage);
+  if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
   bool ok = !b.oom;
-  if (ok && b.unsorted) {
-    int merged = replay_merged(&b, t);
-    m->replay = merged > 0 ? REPORT_TRACE_MERGED : REPORT_TRACE_SORTED;
-    ok = merged > 0 || (merged == 0 && replay_sorted(&b, t, it.records));
+  if (lean) {
+    anchors_sort(m);
+    report_trace_index *ix = m->index;
+    ix->spans = b.spans;
+    ix->nspans = b.nspans;
+    ix->nevents = b.nevents;
+    ix->records = it.records;
+    ix->in_order = !b.unsorted;
+    b.spans = NULL;
+  } else {
+    if (ok && b.unsorted) {
+      int merged = replay_merged(&b, t);
+      m->replay = merged > 0 ? REPORT_TRACE_MERGED : REPORT_TRACE_SORTED;
+      ok = merged > 0 || (merged == 0 && replay_sorted(&b, t, it.records));
+    }
+    ok = replay_end(&r) && ok;
+    m->replayed = true;
   }
-  ok = replay_end(&r) && ok;
   ok = ok && device_replay(&b);
   free(b.evs);
   free(b.devs);
@@ -1660,6 +1692,27 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->has_events = m->allocs || m->frees || m->refs || m->holds || m->arena_resets || m->nmarks ||
                   m->thread_starts || m->device_allocs || m->nfinding_events;
   return m;
+}
+
+report_trace_model *report_trace_model_build(const report_trace *t) { return model_read(t, false); }
+report_trace_model *report_trace_model_read(const report_trace *t) { return model_read(t, true); }
+
+int report_trace_model_replay(report_trace_model *m, const report_trace *t) {
+  if (m->replayed) return 0;
+  report_trace_index *ix = m->index;
+  replayer r;
+  builder b = { .m = m, .r = &r, .spans = ix->spans, .nspans = ix->nspans, .nevents = ix->nevents };
+  bool ok = replay_init(&r, &b);
+  if (ok) {
+    int merged = replay_merged(&b, t);
+    m->replay = merged == 0 ? REPORT_TRACE_SORTED : ix->in_order ? REPORT_TRACE_FILE_ORDER : REPORT_TRACE_MERGED;
+    ok = merged > 0 || (merged == 0 && replay_sorted(&b, t, ix->records));
+  }
+  ok = replay_end(&r) && ok;
+  free(b.evs);
+  if (!ok) return -1;
+  m->replayed = true;
+  return 0;
 }
 
 report_trace_model *report_trace_model_load(const char *path, char *err, size_t errlen) {
@@ -1711,6 +1764,7 @@ void report_trace_model_free(report_trace_model *m) {
     map_free(&m->index->stacks);
     map_free(&m->index->blocks);
     map_free(&m->index->sites);
+    free(m->index->spans);
     free(m->index);
   }
   free(m);

@@ -254,7 +254,9 @@ typedef struct {
   /* the end */
   bool     clean_exit;                 /* an END record was read */
   uint64_t end_seq, end_ns;
-  /* the replay, for reports */
+  /* the replay, for reports (report_trace_model_read: none until report_trace_model_replay) */
+  bool     replayed;                   /* false: blocks, live and peak bytes, sites, timeline,
+                                          first_seq and last_seq are zero */
   report_trace_replay replay;
   uint64_t first_seq, last_seq;        /* of the first and the last ALLOC/FREE */
   uint64_t peak_seq;                   /* the ALLOC that reached peak_live_bytes */
@@ -281,6 +283,15 @@ typedef struct {
  * their streams in the mapped file, not by sorting all its events. */
 report_trace_model *report_trace_model_load(const char *path, char *err, size_t errlen);
 report_trace_model *report_trace_model_build(const report_trace *t);
+/* The records alone: a model with everything said once, the counts, the
+ * marks and anchors, the device series and the findings, but its events
+ * not replayed (replayed false): what a report of a clean exit that has
+ * the ledger's SUMMARY needs when it renders no timeline, peak or
+ * callsite.  report_trace_model_replay(m, t), with the trace it was read
+ * from still open, replays them then (as report_trace_model_build would
+ * have); 0, or -1 when out of memory (m is then to be freed). */
+report_trace_model *report_trace_model_read(const report_trace *t);
+int                 report_trace_model_replay(report_trace_model *m, const report_trace *t);
 void                report_trace_model_free(report_trace_model *m);
 
 const char               *report_trace_model_tag(const report_trace_model *m, uint32_t tag);   /* NULL: unnamed */

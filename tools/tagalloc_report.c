@@ -190,7 +190,8 @@ int cmd_report(int argc, char **argv) {
   size_t shown = 0;
   for (size_t i = 0; i < nprocs; i++) {
     char err[600];
-    report_offline *o = report_offline_open(procs[i].trace, err, sizeof err);
+    report_offline *o = report_offline_open_for(procs[i].trace, json || html || folded_peak ? REPORT_OFFLINE_EVENTS : 0,
+                                                err, sizeof err);
     if (!o) {
       cli_error("%s", err);
       rc = 1;

@@ -1508,6 +1508,83 @@ static void test_merge_threads(void **state) {
   free(data);
 }
 
+/* b, read lean and replayed after, holds what a's build replayed. */
+static void expect_same_replay(const report_trace_model *a, const report_trace_model *b) {
+  assert_true(a->replayed);
+  assert_true(b->replayed);
+  assert_int_equal(a->replay, b->replay);
+  assert_int_equal(a->live_bytes, b->live_bytes);
+  assert_int_equal(a->peak_live_bytes, b->peak_live_bytes);
+  assert_int_equal(a->peak_seq, b->peak_seq);
+  assert_int_equal(a->first_seq, b->first_seq);
+  assert_int_equal(a->last_seq, b->last_seq);
+  assert_int_equal(a->unmatched_frees, b->unmatched_frees);
+  assert_int_equal(a->realloc_overlaps, b->realloc_overlaps);
+  assert_int_equal(a->nblocks, b->nblocks);
+  assert_memory_equal(a->blocks, b->blocks, a->nblocks * sizeof *a->blocks);
+  assert_int_equal(a->nsites, b->nsites);
+  assert_memory_equal(a->sites, b->sites, a->nsites * sizeof *a->sites);
+  assert_int_equal(a->nanchors, b->nanchors);
+  assert_memory_equal(a->anchors, b->anchors, a->nanchors * sizeof *a->anchors);
+  assert_int_equal(a->nmarks, b->nmarks);
+  assert_memory_equal(a->marks, b->marks, a->nmarks * sizeof *a->marks);
+  const report_trace_timeline *x = &a->timeline, *y = &b->timeline;
+  assert_int_equal(x->nbuckets, y->nbuckets);
+  assert_int_equal(x->ntags, y->ntags);
+  size_t cells = x->nbuckets * (REPORT_TRACE_TAGS + 1);
+  assert_memory_equal(x->seq, y->seq, x->nbuckets * sizeof *x->seq);
+  assert_memory_equal(x->values, y->values, cells * sizeof *x->values);
+  assert_memory_equal(x->lows, y->lows, cells * sizeof *x->lows);
+  assert_int_equal(report_trace_model_ns(a, a->last_seq), report_trace_model_ns(b, b->last_seq));
+}
+
+/* The records alone (report_trace_model_read): everything said once and
+ * counted, nothing replayed; replayed later, the model a whole build
+ * makes, one thread or four. */
+static void lean_check(const char *path, report_trace_replay want) {
+  char err[512] = "";
+  report_trace *t = report_trace_open(path, err, sizeof err);
+  if (t == NULL) fail_msg("%s", err);
+  report_trace_model *a = report_trace_model_build(t);
+  report_trace_model *b = report_trace_model_read(t);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_int_equal(a->replay, want);
+  assert_false(b->replayed);
+  assert_int_equal(b->nblocks, 0);
+  assert_int_equal(b->nsites, 0);
+  assert_int_equal(b->peak_live_bytes, 0);
+  assert_int_equal(b->timeline.nbuckets, 0);
+  assert_int_equal(b->allocs, a->allocs);
+  assert_int_equal(b->frees, a->frees);
+  assert_int_equal(b->late_stacks, a->late_stacks);
+  assert_int_equal(b->nfindings, a->nfindings);
+  assert_int_equal(b->has_summary, a->has_summary);
+  assert_int_equal(b->clean_exit, a->clean_exit);
+  assert_int_equal(b->end_seq, a->end_seq);
+  assert_int_equal(b->nmarks, a->nmarks);
+  assert_memory_equal(b->marks, a->marks, a->nmarks * sizeof *a->marks);
+  assert_int_equal(report_trace_model_replay(b, t), 0);
+  expect_same_replay(a, b);
+  assert_int_equal(report_trace_model_replay(b, t), 0);   /* once only */
+  expect_same_replay(a, b);
+  report_trace_model_free(a);
+  report_trace_model_free(b);
+  report_trace_close(t);
+}
+
+static void test_model_lean(void **state) {
+  (void)state;
+  lean_check(g_trace, REPORT_TRACE_FILE_ORDER);
+  char path[256];
+  temp_path(path, sizeof path, "lean");
+  int st = spawn("child-handoff", path, NULL, "TAGALLOC_TRACE_BUFFER=4096");
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  lean_check(path, REPORT_TRACE_MERGED);
+  unlink(path);
+}
+
 int main(int argc, char **argv) {
   snprintf(g_self, sizeof g_self, "%s", argv[0]);
   ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
@@ -1536,6 +1613,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_merge_made),
     cmocka_unit_test(test_merge_window),
     cmocka_unit_test(test_merge_threads),
+    cmocka_unit_test(test_model_lean),
   };
   return cmocka_run_group_tests(tests, make_clean_trace, remove_clean_trace);
 }
