@@ -1630,6 +1630,37 @@ static bool device_replay(builder *b) {
   return ok;
 }
 
+/* The rest of the PACKED record it is in, once no event of it is to be
+ * replayed as the file is read (lean, or the events came out of order):
+ * each event checked as report_trace_next checks it, counted, its stack
+ * checked (late_stacks) and its order noted, without the round of
+ * on_record.  The record's first event went through on_record, which
+ * noted its span. */
+static void packed_rest(report_trace_iter *it, builder *b) {
+  report_trace_model *m = b->m;
+  report_trace_rec r;
+  uint64_t prev = b->prev, n = 0;
+  bool unsorted = b->unsorted;
+  while (it->pk && packed_next(it, &r)) {
+    uint64_t seq;
+    if (r.type == TR_ALLOC) {
+      m->allocs++;
+      seq = it->pk_ev.a.seq;
+      check_stack(b, it->pk_ev.a.stack);
+    } else {
+      m->frees++;
+      seq = it->pk_ev.f.seq;
+      check_stack(b, it->pk_ev.f.stack);
+    }
+    if (seq <= prev) unsorted = true;
+    prev = seq;
+    n++;
+  }
+  b->nevents += n;
+  b->prev = prev;
+  b->unsorted = unsorted;
+}
+
 /* Reads every record of t into a new model; replays the events too unless
  * lean (then report_trace_model_replay may, later). */
 static report_trace_model *model_read(const report_trace *t, bool lean) {
@@ -1653,7 +1684,12 @@ static report_trace_model *model_read(const report_trace *t, bool lean) {
     return NULL;
   }
   report_trace_iter it;
-  report_trace_each(t, on_record, &b, &it);
+  report_trace_rec rec;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &rec)) {
+    if (on_record(&rec, &b)) break;
+    if (it.pk && (b.lean || b.unsorted)) packed_rest(&it, &b);
+  }
   free(b.known);
   m->records = it.records;
   m->unknown_records = it.unknown;
