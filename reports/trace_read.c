@@ -548,7 +548,9 @@ typedef struct { uint32_t parent, depth; uint64_t pc, offset; } frame_node;
 
 struct report_trace_index {
   u64map stacks;     /* id -> index in m->stacks */
-  u64map frames;     /* id -> index in fnodes */
+  uint32_t *frame_at;/* id -> index in fnodes + 1 (0: none), for the ids below nframe_at */
+  size_t nframe_at;
+  u64map frames;     /* id -> index in fnodes, for the others */
   frame_node *fnodes;
   size_t nfnodes, cap_fnodes;
   u64map made;       /* id -> index in madev: stacks put together from FRAME records */
@@ -564,6 +566,36 @@ struct report_trace_index {
 };
 
 /* ---- the model: building -------------------------------------------------------- */
+
+/* The FRAME node of stack id.  The depot numbers its nodes from 1 up, so
+ * the ids of a trace are dense: an array indexed by id holds them in 4
+ * bytes each (a trace of 1.3 million nodes spent 64 MB and most of its
+ * reading time in the hash map); an id far beyond the nodes seen (a
+ * damaged or hand-made file) goes to the map. */
+static bool frame_get(const report_trace_index *ix, uint32_t id, size_t *i) {
+  if (id < ix->nframe_at && ix->frame_at[id]) {
+    *i = ix->frame_at[id] - 1;
+    return true;
+  }
+  return map_get(&ix->frames, id, i);
+}
+
+static bool frame_put(report_trace_index *ix, uint32_t id, size_t i) {
+  if (id >= ix->nframe_at && (id < (1u << 22) || id / 2 < ix->nfnodes)) {
+    size_t n = ix->nframe_at ? ix->nframe_at : 4096;
+    while (n <= id) n *= 2;
+    uint32_t *na = realloc(ix->frame_at, n * sizeof *na);
+    if (na == NULL) return false;
+    memset(na + ix->nframe_at, 0, (n - ix->nframe_at) * sizeof *na);
+    ix->frame_at = na;
+    ix->nframe_at = n;
+  }
+  if (id < ix->nframe_at && i < UINT32_MAX) {
+    ix->frame_at[id] = (uint32_t)i + 1;
+    return true;
+  }
+  return map_put(&ix->frames, id, i);
+}
 
 /* A growable array: push returns the new element (zeroed) or NULL. */
 static void *push(void **arr, size_t *n, size_t *cap, size_t elem) {
@@ -664,7 +696,7 @@ static void check_stack(builder *b, uint32_t stack) {
   if (stack == 0) return;
   if (stack < (1u << 22)) {
     if (stack / 64 >= b->nknown || !(b->known[stack / 64] >> (stack % 64) & 1)) b->m->late_stacks++;
-  } else if (!map_get(&b->m->index->stacks, stack, &i) && !map_get(&b->m->index->frames, stack, &i)) {
+  } else if (!map_get(&b->m->index->stacks, stack, &i) && !frame_get(b->m->index, stack, &i)) {
     b->m->late_stacks++;
   }
 }
@@ -705,7 +737,7 @@ static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
 /* Has a STACK or FRAME record said stack id already? */
 static bool stack_said(const report_trace_model *m, uint32_t id) {
   size_t i;
-  return map_get(&m->index->stacks, id, &i) || map_get(&m->index->frames, id, &i);
+  return map_get(&m->index->stacks, id, &i) || frame_get(m->index, id, &i);
 }
 
 /* Marks stack id as said (check_stack's bitmap of the small ids). */
@@ -781,11 +813,11 @@ static int on_record(const report_trace_rec *r, void *arg) {
     report_trace_index *ix = m->index;
     size_t pi;
     uint32_t depth = 1;
-    if (x.parent != 0 && map_get(&ix->frames, x.parent, &pi)) depth = ix->fnodes[pi].depth + 1;
+    if (x.parent != 0 && frame_get(ix, x.parent, &pi)) depth = ix->fnodes[pi].depth + 1;
     frame_node *e = PUSH(ix->fnodes, ix->nfnodes, ix->cap_fnodes);
     if (e == NULL) break;
     *e = (frame_node){ x.parent, depth, x.pc, r->offset };
-    if (!map_put(&ix->frames, x.id, ix->nfnodes - 1) || !set_known(b, x.id)) break;
+    if (!frame_put(ix, x.id, ix->nfnodes - 1) || !set_known(b, x.id)) break;
     return 0;
   }
   case TR_TAG: {
@@ -1796,6 +1828,7 @@ void report_trace_model_free(report_trace_model *m) {
     free(m->index->madev);
     map_free(&m->index->made);
     free(m->index->fnodes);
+    free(m->index->frame_at);
     map_free(&m->index->frames);
     map_free(&m->index->stacks);
     map_free(&m->index->blocks);
@@ -1820,7 +1853,7 @@ const report_trace_stack *report_trace_model_stack(const report_trace_model *m, 
   size_t i;
   if (map_get(&ix->stacks, id, &i)) return &m->stacks[i];
   if (map_get(&ix->made, id, &i)) return ix->madev[i];
-  if (!map_get(&ix->frames, id, &i)) return NULL;
+  if (!frame_get(ix, id, &i)) return NULL;
   uint32_t depth = ix->fnodes[i].depth;
   uint64_t offset = ix->fnodes[i].offset;
   size_t n = depth < FRAME_CHAIN_MAX ? depth : FRAME_CHAIN_MAX;
@@ -1837,7 +1870,7 @@ const report_trace_stack *report_trace_model_stack(const report_trace_model *m, 
   for (size_t at = i; k < n; k++) {
     frames[k] = ix->fnodes[at].pc;
     uint32_t parent = ix->fnodes[at].parent;
-    if (parent == 0 || !map_get(&ix->frames, parent, &at)) {   /* the outermost, or a parent never said */
+    if (parent == 0 || !frame_get(ix, parent, &at)) {   /* the outermost, or a parent never said */
       k++;
       break;
     }

@@ -1095,6 +1095,8 @@ static void test_model_frames(void **state) {
   rec_frame(&b, 3, 1, 0x409000);             /* said again: the first stays */
   rec_frame(&b, 6, 5, 0x406000);             /* parent 5 never said */
   rec_alloc(&b, 3, 0x3000, 30, 4, 1);
+  rec_frame(&b, 0x40000000, 2, 0x407000);    /* an id far past the others: kept apart from the dense ones */
+  rec_frame(&b, 0x40000001, 0x40000000, 0x408000);
   char err[512];
   report_trace *t = report_trace_open_mem(b.p, b.len, "frames.trace", err, sizeof err);
   assert_non_null(t);
@@ -1125,6 +1127,14 @@ static void test_model_frames(void **state) {
   assert_int_equal(report_trace_model_stack(m, 1)->n, 1);
   assert_null(report_trace_model_stack(m, 5));
   assert_null(report_trace_model_stack(m, 7));
+  const report_trace_stack *far = report_trace_model_stack(m, 0x40000001);
+  assert_non_null(far);
+  assert_int_equal(far->n, 4);
+  assert_int_equal(far->frames[0], 0x408000);
+  assert_int_equal(far->frames[1], 0x407000);
+  assert_int_equal(far->frames[2], 0x402000);
+  assert_int_equal(far->frames[3], 0x401000);
+  assert_null(report_trace_model_stack(m, 0x40000002));
   report_trace_model_free(m);
   report_trace_close(t);
   free(b.p);
