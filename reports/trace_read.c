@@ -264,7 +264,11 @@ void report_trace_iter_init(report_trace_iter *it, const report_trace *t) {
   it->off = t->first;
 }
 
-static bool get_uv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+static inline bool get_uv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  if (__builtin_expect(*p < end && !(**p & 0x80), 1)) {   /* one byte: most deltas, sizes, stacks and tags */
+    *v = *(*p)++;
+    return true;
+  }
   uint64_t x = 0;
   for (int shift = 0; *p < end && shift < 64; shift += 7) {
     unsigned char c = *(*p)++;
@@ -277,7 +281,7 @@ static bool get_uv(const unsigned char **p, const unsigned char *end, uint64_t *
   return false;
 }
 
-static bool get_sv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+static inline bool get_sv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
   uint64_t z;
   if (!get_uv(p, end, &z)) return false;
   *v = (z >> 1) ^ (uint64_t)-(int64_t)(z & 1);
