@@ -2,7 +2,9 @@
  * [--folded FILE] [--folded-peak FILE] [--suppressions FILE]`: the report of
  * each traced process, symbolized offline from the trace's module records,
  * on stdout, and the other renderings of the same report model; a damaged
- * or truncated trace is read up to the damage, with a warning on stderr. */
+ * or truncated trace is read up to the damage, with a warning on stderr.
+ * The text alone of a clean exit does not replay the trace's events
+ * (report_offline_open_for). */
 #include "tagalloc_cli.h"
 #include "model.h"
 

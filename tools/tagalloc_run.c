@@ -10,7 +10,10 @@
  * model from the traces, and renders from it the text of each process that
  * ended without its exit report (SIGKILL), the growth findings, the
  * roll-up, the JSON, the page and the folded stacks; it keeps the traces if
- * asked, and exits as the program did. */
+ * asked, and exits as the program did.  A trace's events are replayed only
+ * where that is needed (--json, --html, --folded-peak, a process without
+ * its exit report, growth across marks: report_offline_open_for); the rest
+ * comes from its FINDING and SUMMARY records. */
 #include "tagalloc_cli.h"
 #include "model.h"
 
