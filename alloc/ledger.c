@@ -429,6 +429,53 @@ TA_NOINLINE void ta_free(void *p) {
   block_free(t, (uintptr_t)p, stack, false);
 }
 
+/* realloc in place, in leaks mode.  A move there catches nothing (the old
+ * block goes back to jemalloc at once, no quarantine keeps it) and costs a
+ * new block, a copy and a free: where the new size is in the block's size
+ * class (any class), or both sizes are large and jemalloc resizes the
+ * extent in place (xallocx), the block stays.  The record is what a move
+ * would leave: the new size, a new birth, the realloc's stack, the tag;
+ * the counts a free of the old size and an allocation of the new one; the
+ * pad moves to the new end (a shrink writes it over bytes that were the
+ * block's).  An old pad that was written is not moved: the move's free
+ * reports it with this stack.  Not while tracing (the trace's realloc
+ * event names a new block), in guard mode, or for a block with a hold,
+ * a refcount or an arena. */
+#define LARGE_FROM ((size_t)16 << 10)    /* above jemalloc's small classes (4 KiB pages) */
+
+static bool realloc_in_place(ta_thread *t, uintptr_t a, const ta_block *old, size_t size, uint32_t stack) {
+  if (_ta_opt.check != TA_CHECK_LEAKS || TA_UNLIKELY(_ta_guard_on) || _ta_tracing || old->flags != 0 ||
+      TA_UNLIKELY(_ta_pad_use_nallocx))
+    return false;
+  bool same = class_of(size) == class_of(old->size);
+  if (!same && (size < LARGE_FROM || old->size < LARGE_FROM)) return false;
+  pad_damage d;
+  if (pad_changed(a, old->size, &d)) return false;
+  /* the block's usable size must hold the new pad: a failed xallocx
+   * leaves the old size (a shrink that failed still fits) */
+  if (!same && xallocx((void *)a, size, 0, 0) < size + pad_len(size)) return false;
+  bool solo = _ta_solo_enter(t);
+  uint64_t seq = _ta_next_seq(t, solo);
+  shard *s = shard_of(a);
+  shard_lock_if(s, solo);
+  ta_block *b = slot_find(s, a);
+  bool ok = b != NULL && b->seq == old->seq && b->flags == 0;   /* not freed or changed meanwhile */
+  if (ok) {
+    if (_ta_opt.fill >= 0 && size > old->size) memset((void *)(a + old->size), (int)_ta_opt.fill, size - old->size);
+    pad_fill(a, size);
+    b->size = size;
+    b->seq = seq;
+    b->stack = stack;
+  }
+  shard_unlock_if(s, solo);
+  if (ok) {
+    count_free(t, (ta_tag)old->tag, old->size, solo);
+    count_alloc(t, (ta_tag)old->tag, size, a, seq, solo);
+  }
+  _ta_solo_leave(t, solo);
+  return ok;
+}
+
 static inline __attribute__((always_inline))
 void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stack) {
   if (p == NULL) return block_new(t, raw_alloc(t, size, 16, 0), size, tag_check(tag), stack);
@@ -443,7 +490,8 @@ void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stac
     block_free(t, a, stack, false);
     return NULL;
   }
-  /* Always move, so that a stale pointer to the old block is caught. */
+  if (realloc_in_place(t, a, &old, size, stack)) return p;
+  /* Else move, so that a stale pointer to the old block is caught. */
   void *n = block_new(t, raw_alloc(t, size, 16, 0), size, old.tag, stack);
   if (n == NULL) return NULL;
   memcpy(n, p, old.size < size ? old.size : size);
