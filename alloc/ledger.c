@@ -335,7 +335,15 @@ static inline int64_t quarantine_budget(void) {
  * which it reports, unless `quiet`: then it changes nothing and the caller,
  * which took no stack (leaks mode), takes one and calls again.
  * Two solo sections (the table, the counts): the quarantine between them
- * may report, and reporting takes locks. */
+ * may report, and reporting takes locks.
+ *
+ * The pad is read once, after the record is out of the table: its line,
+ * known from the record's size, starts loading first, and the removal's
+ * work goes on under that load (the pad of a block freed long after its
+ * allocation is a cache miss of its own, after the record's: on churn a
+ * quarter of block_free's samples were that load, right after the
+ * record's).  A quiet free that finds it written puts the record back,
+ * under the same lock, so that it changed nothing. */
 static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   shard *s = shard_of(a);
   bool solo = _ta_solo_enter(t);
@@ -352,19 +360,25 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   uint8_t flags = b->flags;
   uint64_t size = b->size;
   ta_tag tag = b->tag;
+  /* only the blocks block_new padded: no flag but REF and HOLD */
+  bool padded = !(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a);
+  if (padded) __builtin_prefetch((const void *)(a + size));
   /* A quiet free has no stack (leaks mode).  A written pad or guard slack
    * is a heap.overflow found at this free, and its report names the free:
    * leave the block as it is and let the caller come back with its stack. */
-  if (TA_UNLIKELY(quiet) && stack == 0) {
-    pad_damage d;
-    if ((!(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a) && pad_changed(a, size, &d)) ||
-        (TA_UNLIKELY(_ta_guard_on) && _ta_guard_slack_written(a, size))) {
+  bool quiet_check = TA_UNLIKELY(quiet) && stack == 0;
+  if (TA_UNLIKELY(quiet_check && _ta_guard_on) && _ta_guard_slack_written(a, size)) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
+  pad_damage d;
+  if (TA_UNLIKELY(flags & (TA_F_REF | TA_F_HOLD))) {
+    if (quiet_check && padded && pad_changed(a, size, &d)) {   /* before the holds and refcounts change */
       shard_unlock_if(s, solo);
       _ta_solo_leave(t, solo);
       return false;
     }
-  }
-  if (TA_UNLIKELY(flags & (TA_F_REF | TA_F_HOLD))) {
     /* Holds and refcounts take their own locks: leave ours first. */
     shard_unlock_if(s, solo);
     _ta_solo_leave(t, solo);
@@ -379,10 +393,18 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
       report_bad_free(a, stack, NULL);
       return false;
     }
+    quiet_check = false;                      /* checked, and they have changed now */
   }
   uint64_t seq = _ta_tracing ? _ta_seq_take(t, solo) : 0;
   ta_block freed = *b;
   slot_remove(s, b);
+  bool damaged = padded && pad_changed(a, size, &d);
+  if (TA_UNLIKELY(damaged && quiet_check)) {
+    slot_put_back(s, &freed);
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
   shard_unlock_if(s, solo);
   _ta_solo_leave(t, solo);
   int64_t budget = quarantine_this(t) ? quarantine_budget() : 0;   /* 0: no quarantine */
@@ -395,9 +417,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   if (_ta_opt.check == TA_CHECK_ERRORS && !_ta_guard_on) budget /= _ta_opt.quarantine_sample;
   freed.state = TA_FREED;
   freed.free_stack = stack;
-  pad_damage d;
-  /* only the blocks block_new padded: no flag but REF and HOLD */
-  if (TA_UNLIKELY(!(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a) && pad_changed(a, size, &d))) {
+  if (TA_UNLIKELY(damaged)) {
     _ta_report_overflow(&freed, &d, PAD_AT_FREE);
     pad_fill(a, size);                           /* reported once: later checks see new writes only */
   }

@@ -110,6 +110,16 @@ static inline ta_block *slot_insert(shard *s, uintptr_t a) {
   return &s->slots[i];
 }
 
+/* Puts back a record slot_remove just took out, under the same lock (or
+ * solo section): the table has room (one record fewer than it held), so it
+ * neither grows nor fails. */
+static inline void slot_put_back(shard *s, const ta_block *r) {
+  uint32_t i = slot_home(s, r->addr);
+  while (s->slots[i].addr) i = (i + 1) & s->mask;
+  s->used++;
+  s->slots[i] = *r;
+}
+
 static inline void slot_remove(shard *s, ta_block *b) {
   uint32_t i = (uint32_t)(b - s->slots), j = i;
   s->used--;
