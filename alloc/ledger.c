@@ -223,8 +223,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   uint64_t seq = _ta_next_seq(t, solo);
   shard *s = shard_of(a);
   shard_lock_if(s, solo);
-  ta_block *b = slot_find(s, a);
-  if (b == NULL) b = slot_insert(s, a);
+  ta_block *b = slot_claim(s, a);
   if (b) *b = (ta_block){ .addr = a, .size = size, .tag = tag, .seq = seq, .state = TA_LIVE, .stack = stack };
   shard_unlock_if(s, solo);
   if (TA_UNLIKELY(b == NULL)) {
