@@ -227,12 +227,12 @@ ag_var *_ag_embedding_var(ag_var *weight, ag_var *indices) {
 bool _ag_embedding_linear(ag_var *table, ag_var *indices, ag_var *weight, ag_var *bias, ag_var **out) {
   const tensor *t = table->value, *ix = indices->value, *w = weight->value, *b = bias ? bias->value : NULL;
   /* (the seeded bug reshape-dummy lives in the flatten's reshape: the three ops run, with it) */
-  bool fits = !_ag_fusion_off() && tensor_fault_get() != TENSOR_FAULT_RESHAPE_DUMMY && t->dtype == TENSOR_F32 && ix->dtype == TENSOR_I32 && w->dtype == TENSOR_F32 &&
-              t->ndim == 2 && ix->ndim == 2 && w->ndim == 2 && w->shape[1] == ix->shape[1] * t->shape[1] &&
-              (b == NULL || (b->ndim == 1 && b->shape[0] == w->shape[0])) && !tensor_device(t) &&
-              !tensor_device(ix) && !tensor_device(w) && (b == NULL || !tensor_device(b)) &&
-              tensor_is_contiguous(ix) && _ag_tape_for("ag_embedding_linear") != NULL;
-  /* an index out of range: the three ops run, and the embedding's error is the one said */
+  bool fits = !_ag_fusion_off() && tensor_fault_get() != TENSOR_FAULT_RESHAPE_DUMMY && t->dtype == TENSOR_F32 &&
+              ix->dtype == TENSOR_I32 && w->dtype == TENSOR_F32 && t->ndim == 2 && ix->ndim == 2 && w->ndim == 2 &&
+              w->shape[1] == ix->shape[1] * t->shape[1] && (b == NULL || (b->ndim == 1 && b->shape[0] == w->shape[0])) &&
+              !tensor_device(t) && !tensor_device(ix) && !tensor_device(w) && (b == NULL || !tensor_device(b)) &&
+              tensor_is_contiguous(ix) && ag_tape_current() != NULL && tensor_scope_depth() == 0;
+  /* no tape, or an index out of range: the three ops run, and their error is the one said */
   const int32_t *p = fits ? tensor_i32((tensor *)ix) : NULL;
   for (int64_t i = 0; fits && i < ix->numel; i++) fits = p[i] >= 0 && p[i] < t->shape[0];
   if (!fits) return false;

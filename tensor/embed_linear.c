@@ -63,10 +63,11 @@ static bool args(const char *op, const tensor *table, const tensor *indices, con
     _tensor_err(TENSOR_EDTYPE, "%s: indices are %s, want i32", op, _tensor_desc(indices, b2));
     return false;
   }
-  if (table->ndim != 2 || indices->ndim != 2 || w->ndim != 2 ||
-      w->shape[1] != indices->shape[1] * table->shape[1] || (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))) {
-    _tensor_err(TENSOR_ESHAPE, "%s: table %s (want [V,D]), indices %s ([B,C]), weight %s ([O,C*D]) and bias %s do not fit",
-                op, _tensor_desc(table, b1), _tensor_desc(indices, b2), _tensor_desc(w, b3),
+  if (table->ndim != 2 || indices->ndim != 2 || w->ndim != 2 || w->shape[1] != indices->shape[1] * table->shape[1] ||
+      (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))) {
+    _tensor_err(TENSOR_ESHAPE,
+                "%s: table %s (want [V,D]), indices %s ([B,C]), weight %s ([O,C*D]) and bias %s do not fit", op,
+                _tensor_desc(table, b1), _tensor_desc(indices, b2), _tensor_desc(w, b3),
                 bias ? _tensor_desc(bias, b4) : "none");
     return false;
   }
