@@ -76,8 +76,9 @@ static int64_t poison_changed(const ta_block *b, unsigned char *value) {
  * (on churn under --check=full the poison check's first load and the pad's
  * had a fifth of all samples, one block at a time, though each was
  * prefetched 16 evictions ahead).  A batch copies its entries out of the
- * ring, checks all of them in one short loop, whose loads the CPU keeps in
- * flight together, and only then gives them back to jemalloc and reports.
+ * ring, loads a byte at each end of every block in one short loop, whose
+ * misses the CPU keeps in flight together, checks them, and only then
+ * gives them back to jemalloc and reports.
  * A thread over its share evicts down to 1/32 under it, so a batch is
  * full where blocks are small.  The entries of the next batch are
  * prefetched (its first lines and pads) as this one ends. */
@@ -116,6 +117,20 @@ uint32_t _ta_quarantine_evict_batch(ta_thread *t, int64_t keep) {
     t->qbytes -= q_charge(b[n].addr, b[n].size);
     n++;
   }
+  /* Loads, not prefetches, of each block's first byte and the last byte
+   * of its pad (or of the block, where it has none) come first: they are
+   * not dropped as a prefetch may be, and with nothing between them their
+   * misses overlap (churn, full mode: poison_changed 13% -> 5% of the
+   * samples, the eviction's share of all 15.5% -> 13.0%, 3 runs each).
+   * Guard mode's blocks are PROT_NONE: not touched. */
+  uint64_t touch = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(b[k].addr)) continue;
+    const volatile unsigned char *p = (const volatile unsigned char *)b[k].addr;
+    uint64_t end = b[k].size + (!(b[k].flags & ~(TA_F_REF | TA_F_HOLD)) ? pad_len(b[k].size) : 0);
+    touch += p[0] + p[end ? end - 1 : 0];
+  }
+  __asm__ volatile("" ::"r"(touch));
   for (uint32_t k = 0; k < n; k++) q_check_one(&b[k], &v[k]);
   for (uint32_t k = 0; k < n; k++) raw_free(t, b[k].addr);
   q_prefetch(t);
