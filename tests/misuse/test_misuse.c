@@ -403,6 +403,53 @@ static void test_write_after_free_batch(void **state) {
   child_result_free(&r);
 }
 
+/* The poison check's paths (quarantine.c, poison_changed): a block under
+ * 8 bytes, under 16, a multiple of 16, one ending in a part of 16 bytes
+ * (an overlapping load), one of 64-byte chunks and a tail, one past the
+ * 256-byte span; each written at the last byte of its span, or inside a
+ * 64-byte chunk or the tail after them; one written twice, the first byte
+ * told. */
+static void tails_child(void *arg) {
+  (void)arg;
+  static const struct { size_t size, at; } w[] = {
+    { 5, 4 }, { 12, 11 }, { 48, 47 }, { 40, 39 }, { 100, 99 }, { 300, 255 }, { 200, 64 }, { 90, 17 },
+    { 100, 70 },
+  };
+  enum { N = sizeof w / sizeof *w };
+  unsigned char *b[N];
+  for (int k = 0; k < N; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "tail%d", k);
+    b[k] = make_tagged(ta_tag_get(name), w[k].size);
+  }
+  ta_findings_clear();
+  for (int k = 0; k < N; k++) ta_free(b[k]);
+  for (int k = 0; k < N; k++) ((volatile unsigned char *)b[k])[w[k].at] = (unsigned char)(0x30 + k);
+  ((volatile unsigned char *)b[6])[100] = 0x55;        /* after the byte told: not told */
+  for (int k = 0; k < 1000; k++) ta_free(make_victim(64));
+  ta_findings_visit(print_finding, NULL);
+}
+
+static void test_write_after_free_tails(void **state) {
+  (void)state;
+  child_result r;
+  child_fork(tails_child, NULL, &r);
+  assert_true(WIFEXITED(r.status));
+  const char *want =
+      "use.after-free tail0: byte 4 of the freed 5-byte block was written (0x30, poison 0xdf)\n"
+      "use.after-free tail1: byte 11 of the freed 12-byte block was written (0x31, poison 0xdf)\n"
+      "use.after-free tail2: byte 47 of the freed 48-byte block was written (0x32, poison 0xdf)\n"
+      "use.after-free tail3: byte 39 of the freed 40-byte block was written (0x33, poison 0xdf)\n"
+      "use.after-free tail4: byte 99 of the freed 100-byte block was written (0x34, poison 0xdf)\n"
+      "use.after-free tail5: byte 255 of the freed 300-byte block was written (0x35, poison 0xdf)\n"
+      "use.after-free tail6: byte 64 of the freed 200-byte block was written (0x36, poison 0xdf)\n"
+      "use.after-free tail7: byte 17 of the freed 90-byte block was written (0x37, poison 0xdf)\n"
+      "use.after-free tail8: byte 70 of the freed 100-byte block was written (0x38, poison 0xdf)\n";
+  if (strcmp(r.out, want) != 0) child_dump(&r);
+  assert_string_equal(r.out, want);
+  child_result_free(&r);
+}
+
 /* A write after free still in the quarantine at exit: the exit report has it. */
 static int child_write_after_free(void) {
   T = ta_tag_get("misuse");
@@ -574,6 +621,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup(test_write_after_free_churn, messages_setup),
     cmocka_unit_test_setup(test_write_after_free_at_exit, messages_setup),
     cmocka_unit_test_setup(test_write_after_free_batch, messages_setup),
+    cmocka_unit_test_setup(test_write_after_free_tails, messages_setup),
     cmocka_unit_test_setup(test_freed_block_back_to_ledger, messages_setup),
     cmocka_unit_test_setup(test_goes_on, messages_setup),
     cmocka_unit_test_setup(test_overflow_at_free, messages_setup),
