@@ -21,7 +21,13 @@ $(BUILD)/bench/%-lsan: bench/auditor/%.c bench/part.mk
 bench-auditor: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(BENCH_AUDITOR_BIN)
 	/usr/bin/python3 bench/auditor/run.py --build $(BUILD)
 
-.PHONY: bench-auditor
+# The comparison scripts' own logic, on constructed data (no tool runs, a
+# second): real_vs_memcheck.py's pairing of process entries.
+PART_TEST += test-bench-scripts
+test-bench-scripts:
+	/usr/bin/python3 tests/integration/test_real_vs_memcheck.py
+
+.PHONY: bench-auditor test-bench-scripts
 
 # make bench-alloc: what one alloc+free pair costs under the ledger, next
 # to jemalloc and glibc (bench/bench_alloc.c; bench/README.md).
