@@ -422,10 +422,11 @@ def ok_miss(met):
     return "*ok*" if met else "**MISS**"
 
 
-def judge(results, w):
+def judge(results, w, quick=False):
     """Issue 22's targets on workload w, each a dict: cfg (the row it is
     judged on), col ("time" or "rss"), target (what it asks), measured, and
-    verdict (*ok*, **MISS**, or n/a with the reason)."""
+    verdict (*ok*, **MISS**, or n/a with the reason).  quick: the run left
+    some configurations out (--quick)."""
     cells = results[w.name]
 
     def wall(cfg):
@@ -442,7 +443,9 @@ def judge(results, w):
             return "n/a: %s not run (--configs)" % cfg
         if c.get("na"):
             return "n/a: " + c["na"]
-        return "n/a: no valid run of %s" % cfg + (" (%s)" % c["bad"][0] if c["bad"] else "")
+        if not c["bad"]:
+            return "n/a: %s not run" % cfg + (" (left out by --quick)" if quick else "")
+        return "n/a: no valid run of %s (%s)" % (cfg, c["bad"][0])
 
     out = []
     bare = wall("bare")
@@ -520,7 +523,7 @@ def render(results, wls, configs, meta, rss_check):
     L.append("")
     L.append("Issue 22's targets are judged under the table (\"Targets\") and in its target columns, on the "
              "medians: *ok*, **MISS**, or n/a with the reason.\n")
-    judged = {w.name: judge(results, w) for w in wls}
+    judged = {w.name: judge(results, w, meta.get("quick")) for w in wls}
     L.append("| workload | configuration | runs | wall s | x bare | target | cpu s | x bare | peak RSS MB | x bare "
              "| RSS target | spread |")
     L.append("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |")
