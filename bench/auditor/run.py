@@ -55,12 +55,12 @@ HEAPTRACK_OOM_NOTE = (
     "(size, stack) pairs whose hash (the two numbers combined, each hashed to itself) gives many of "
     "mixchurn's pairs the same value: 14,348 distinct pairs in the first 42,006 lines of the raw data of "
     "`mixchurn --ops 20000` hash to 8,087 values. A run of equal values reaches the robin-hood set's probe "
-    "limit (4,096) whatever the table's size, so from there on each insert doubles the table: by hand "
+    "limit (4,096) whatever the table's size, so from there on the set doubles its table again and again: by hand "
     "(`heaptrack -o F build/bench/mixchurn --ops 200000`) the interpreter grew to 18.9 GB in 3.5 minutes and "
     "threw std::bad_alloc; mixchurn, writing into heaptrack's pipe, died of SIGPIPE, and heaptrack exited "
     "with its status, 141. The same raw data fed to `heaptrack_interpret` alone fails the same way (at 1 GB "
     "under `ulimit -v`), so the pipe, the output and run.py are not the cause. run.py caps heaptrack's "
-    "address space at %d GiB (the failure comes sooner; the machine keeps its memory), and after the first "
+    "address space at %d GiB (the failure comes in seconds; the machine keeps its memory), and after the first "
     "such run leaves heaptrack out of that workload's later rounds." % (HEAPTRACK_AS_LIMIT >> 30))
 PLANTED = re.compile(r"Direct leak of 4,?242 byte\(s\) in 1 object\(s\)")   # with or without the thousands separator
 
