@@ -785,7 +785,11 @@ def main():
     sys.stdout.write(text)
     shutil.rmtree(tmp, ignore_errors=True)
     print("run.py: wrote %s (%.0f s)" % (args.out, time.time() - t_start), file=sys.stderr)
-    return 1 if meta["invalid"] else 0
+    # A comparison tool that cannot run a program (LSan's runtime preloaded
+    # into cc1 or git breaks them) is that tool's limit, listed under the
+    # table; only a failing run of tagalloc's own fails the bench.
+    ours = [line for line in meta["invalid"] if " / tagalloc" in line or " / table-only" in line]
+    return 1 if ours else 0
 
 
 if __name__ == "__main__":
