@@ -362,7 +362,7 @@ static void batch_child(void *arg) {
   static const int written[] = { 0, 3, 5, 7, 8, 11 };
   unsigned char *b[BATCH_BLOCKS];
   for (int k = 0; k < BATCH_BLOCKS; k++) {
-    char name[16];
+    char name[24];
     snprintf(name, sizeof name, "batch%d", k);
     b[k] = make_tagged(ta_tag_get(name), k == 6 ? 24 : 32);
   }
@@ -418,7 +418,7 @@ static void tails_child(void *arg) {
   enum { N = sizeof w / sizeof *w };
   unsigned char *b[N];
   for (int k = 0; k < N; k++) {
-    char name[16];
+    char name[24];
     snprintf(name, sizeof name, "tail%d", k);
     b[k] = make_tagged(ta_tag_get(name), w[k].size);
   }
