@@ -505,11 +505,28 @@ static void ref_histories(report_offline *o, const report_trace *t) {
 
 /* ---- the object ------------------------------------------------------------------ */
 
+/* Whether the report needs the events replayed: it renders them (events),
+ * or it has no clean exit (the errors' blocks and what was left live come
+ * from the replay), or no SUMMARY record (the still-reachable bytes are
+ * the blocks live at the end), or enough marks for a site to grow. */
+static bool needs_replay(const report_trace_model *m, bool events) {
+  return events || !m->clean_exit || !m->has_summary || m->nmarks >= 3;
+}
+
 report_offline *report_offline_open(const char *path, char *err, size_t errlen) {
+  return report_offline_open_for(path, REPORT_OFFLINE_EVENTS, err, errlen);
+}
+
+report_offline *report_offline_open_for(const char *path, unsigned needs, char *err, size_t errlen) {
   report_trace *t = report_trace_open(path, err, errlen);
   if (!t) return NULL;
   report_offline *o = calloc(1, sizeof *o);
-  if (!o || !(o->path = strdup(path)) || !(o->m = report_trace_model_build(t))) {
+  if (o && (o->path = strdup(path)) && (o->m = report_trace_model_read(t)) &&
+      needs_replay(o->m, needs & REPORT_OFFLINE_EVENTS) && report_trace_model_replay(o->m, t) != 0) {
+    report_trace_model_free(o->m);
+    o->m = NULL;
+  }
+  if (!o || !o->path || !o->m) {
     if (err && errlen) snprintf(err, errlen, "TRACE: out of memory reading %s", path);
     report_trace_close(t);
     report_offline_free(o);

@@ -37,6 +37,14 @@ typedef struct report_offline report_offline;
  * the file cannot be read or its header is bad (err: one line naming the
  * file); damage is not a failure: the model says where (damaged, damage). */
 report_offline *report_offline_open(const char *path, char *err, size_t errlen);
+/* The same for a report that needs less: without REPORT_OFFLINE_EVENTS
+ * (what the text report and the leaked folded stacks need), a trace of a
+ * clean exit with the ledger's SUMMARY and fewer than 3 marks is not
+ * replayed (its model's replayed is false: no blocks, sites, timeline or
+ * callsites), which is most of the time it takes.  JSON, HTML, the folded
+ * stacks at the peak and diff need REPORT_OFFLINE_EVENTS. */
+#define REPORT_OFFLINE_EVENTS 1u
+report_offline *report_offline_open_for(const char *path, unsigned needs, char *err, size_t errlen);
 void            report_offline_free(report_offline *o);
 
 /* The source to render; set its `suppressions` to apply a file. */

@@ -4,7 +4,8 @@
  * record is bounds-checked before anything in it is looked at, so no input
  * makes the reader touch a byte outside the file.  The model replays the
  * allocation events in sequence order (the file holds per-thread buffers in
- * flush order, not in event order) with open-addressing hash maps. */
+ * flush order, not in event order: the threads' streams are merged) with
+ * open-addressing hash maps. */
 #include "trace_read.h"
 
 #include <errno.h>
@@ -263,7 +264,11 @@ void report_trace_iter_init(report_trace_iter *it, const report_trace *t) {
   it->off = t->first;
 }
 
-static bool get_uv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+static inline bool get_uv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  if (__builtin_expect(*p < end && !(**p & 0x80), 1)) {   /* one byte: most deltas, sizes, stacks and tags */
+    *v = *(*p)++;
+    return true;
+  }
   uint64_t x = 0;
   for (int shift = 0; *p < end && shift < 64; shift += 7) {
     unsigned char c = *(*p)++;
@@ -276,7 +281,7 @@ static bool get_uv(const unsigned char **p, const unsigned char *end, uint64_t *
   return false;
 }
 
-static bool get_sv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+static inline bool get_sv(const unsigned char **p, const unsigned char *end, uint64_t *v) {
   uint64_t z;
   if (!get_uv(p, end, &z)) return false;
   *v = (z >> 1) ^ (uint64_t)-(int64_t)(z & 1);
@@ -310,6 +315,7 @@ static bool packed_next(report_trace_iter *it, report_trace_rec *r) {
            ok ? "out of range" : known ? "cut short" : "of an unknown kind");
     return false;
   }
+  it->at = (uint64_t)(it->pk - it->t->data);
   it->pk = p;
   it->pk_events++;
   it->pk_seq += ds;
@@ -417,6 +423,7 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
       continue;
     }
     it->records++;
+    it->at = off;
     r->type = h.type;
     r->payload = p;
     r->payload_size = (uint32_t)psize;
@@ -545,7 +552,9 @@ typedef struct { uint32_t parent, depth; uint64_t pc, offset; } frame_node;
 
 struct report_trace_index {
   u64map stacks;     /* id -> index in m->stacks */
-  u64map frames;     /* id -> index in fnodes */
+  uint32_t *frame_at;/* id -> index in fnodes + 1 (0: none), for the ids below nframe_at */
+  size_t nframe_at;
+  u64map frames;     /* id -> index in fnodes, for the others */
   frame_node *fnodes;
   size_t nfnodes, cap_fnodes;
   u64map made;       /* id -> index in madev: stacks put together from FRAME records */
@@ -553,9 +562,44 @@ struct report_trace_index {
   size_t nmade, cap_made;
   u64map blocks;     /* addr -> index in m->blocks */
   u64map sites;      /* stack id -> index in m->sites */
+  /* for a replay after the records were read (report_trace_model_replay) */
+  struct span *spans;
+  size_t nspans;
+  uint64_t nevents, records;
+  bool in_order;     /* the events came in increasing seq order */
 };
 
 /* ---- the model: building -------------------------------------------------------- */
+
+/* The FRAME node of stack id.  The depot numbers its nodes from 1 up, so
+ * the ids of a trace are dense: an array indexed by id holds them in 4
+ * bytes each (a trace of 1.3 million nodes spent 64 MB and most of its
+ * reading time in the hash map); an id far beyond the nodes seen (a
+ * damaged or hand-made file) goes to the map. */
+static bool frame_get(const report_trace_index *ix, uint32_t id, size_t *i) {
+  if (id < ix->nframe_at && ix->frame_at[id]) {
+    *i = ix->frame_at[id] - 1;
+    return true;
+  }
+  return map_get(&ix->frames, id, i);
+}
+
+static bool frame_put(report_trace_index *ix, uint32_t id, size_t i) {
+  if (id >= ix->nframe_at && (id < (1u << 22) || id / 2 < ix->nfnodes)) {
+    size_t n = ix->nframe_at ? ix->nframe_at : 4096;
+    while (n <= id) n *= 2;
+    uint32_t *na = realloc(ix->frame_at, n * sizeof *na);
+    if (na == NULL) return false;
+    memset(na + ix->nframe_at, 0, (n - ix->nframe_at) * sizeof *na);
+    ix->frame_at = na;
+    ix->nframe_at = n;
+  }
+  if (id < ix->nframe_at && i < UINT32_MAX) {
+    ix->frame_at[id] = (uint32_t)i + 1;
+    return true;
+  }
+  return map_put(&ix->frames, id, i);
+}
 
 /* A growable array: push returns the new element (zeroed) or NULL. */
 static void *push(void **arr, size_t *n, size_t *cap, size_t elem) {
@@ -596,13 +640,42 @@ typedef struct {
   size_t cap_stacks, cap_modules, cap_marks, cap_fevents, cap_findings, cap_anchors, cap_ref_sites;
   bool oom;
   bool unsorted;               /* ALLOC/FREE/MARK not in increasing seq order in the file */
+  bool lean;                   /* the records only: the events are not replayed as they are read */
+  uint64_t prev;               /* lean: seq of the previous event */
   uint64_t nevents;
   struct replayer *r;          /* the replay while the file is read */
   uint64_t *known;             /* bitmap of the stack ids below 2^22 that have a STACK or FRAME record */
   size_t nknown;               /* words */
   struct dev_ev *devs;         /* DEVICE_ALLOC and DEVICE_FREE, replayed after the file */
   size_t ndevs, capdevs;
+  struct span *spans;          /* each thread's events: where they are in the file (the merge) */
+  size_t nspans, cap_spans, last_span;
+  u64map span_of;              /* thread -> index in spans */
 } builder;
+
+/* The records that hold one thread's ALLOC, FREE and MARK events lie
+ * between first and last (record offsets) in the file. */
+typedef struct span { uint32_t thread; uint64_t first, last; } span;
+
+/* An event of thread at the record at off: its thread's span grows. */
+static void span_note(builder *b, uint32_t thread, uint64_t off) {
+  size_t i = b->last_span;
+  if (i < b->nspans && b->spans[i].thread == thread) {
+    b->spans[i].last = off;
+    return;
+  }
+  if (!map_get(&b->span_of, thread, &i)) {
+    span *s = PUSH(b->spans, b->nspans, b->cap_spans);
+    if (s == NULL || !map_put(&b->span_of, thread, b->nspans - 1)) {
+      b->oom = true;
+      return;
+    }
+    *s = (span){ thread, off, off };
+    i = b->nspans - 1;
+  }
+  b->spans[i].last = off;
+  b->last_span = i;
+}
 
 typedef struct replayer replayer;
 static void stream_event(builder *b, const ev *e);
@@ -627,7 +700,7 @@ static void check_stack(builder *b, uint32_t stack) {
   if (stack == 0) return;
   if (stack < (1u << 22)) {
     if (stack / 64 >= b->nknown || !(b->known[stack / 64] >> (stack % 64) & 1)) b->m->late_stacks++;
-  } else if (!map_get(&b->m->index->stacks, stack, &i) && !map_get(&b->m->index->frames, stack, &i)) {
+  } else if (!map_get(&b->m->index->stacks, stack, &i) && !frame_get(b->m->index, stack, &i)) {
     b->m->late_stacks++;
   }
 }
@@ -659,7 +732,7 @@ static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
   if (r->type == TR_MARK) {
     tr_mark x;
     memcpy(&x, r->payload, sizeof x);
-    *e = (ev){ .seq = x.seq, .order = order, .is_mark = true };
+    *e = (ev){ .seq = x.seq, .order = order, .thread = x.thread, .is_mark = true };
     return true;
   }
   return false;
@@ -668,7 +741,7 @@ static bool record_event(const report_trace_rec *r, uint64_t order, ev *e) {
 /* Has a STACK or FRAME record said stack id already? */
 static bool stack_said(const report_trace_model *m, uint32_t id) {
   size_t i;
-  return map_get(&m->index->stacks, id, &i) || map_get(&m->index->frames, id, &i);
+  return map_get(&m->index->stacks, id, &i) || frame_get(m->index, id, &i);
 }
 
 /* Marks stack id as said (check_stack's bitmap of the small ids). */
@@ -744,11 +817,11 @@ static int on_record(const report_trace_rec *r, void *arg) {
     report_trace_index *ix = m->index;
     size_t pi;
     uint32_t depth = 1;
-    if (x.parent != 0 && map_get(&ix->frames, x.parent, &pi)) depth = ix->fnodes[pi].depth + 1;
+    if (x.parent != 0 && frame_get(ix, x.parent, &pi)) depth = ix->fnodes[pi].depth + 1;
     frame_node *e = PUSH(ix->fnodes, ix->nfnodes, ix->cap_fnodes);
     if (e == NULL) break;
     *e = (frame_node){ x.parent, depth, x.pc, r->offset };
-    if (!map_put(&ix->frames, x.id, ix->nfnodes - 1) || !set_known(b, x.id)) break;
+    if (!frame_put(ix, x.id, ix->nfnodes - 1) || !set_known(b, x.id)) break;
     return 0;
   }
   case TR_TAG: {
@@ -774,6 +847,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     check_stack(b, x.stack);
     ev e;
     record_event(r, 0, &e);
+    span_note(b, e.thread, r->offset);
     stream_event(b, &e);
     return b->oom;
   }
@@ -784,6 +858,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     check_stack(b, x.stack);
     ev e;
     record_event(r, 0, &e);
+    span_note(b, e.thread, r->offset);
     stream_event(b, &e);
     return b->oom;
   }
@@ -800,6 +875,7 @@ static int on_record(const report_trace_rec *r, void *arg) {
     add_anchor(b, x.seq, x.ns);
     ev me;
     record_event(r, 0, &me);
+    span_note(b, me.thread, r->offset);
     stream_event(b, &me);
     return b->oom;
   }
@@ -886,8 +962,10 @@ static int on_record(const report_trace_rec *r, void *arg) {
  * and for reports the sites (per allocation stack), the timeline and the
  * growth of each site across the marks.  The replay runs while the file is
  * read, as long as ALLOC, FREE and MARK come in increasing seq order (one
- * thread); at the first one out of order it is dropped, and the events are
- * collected in a second pass, sorted and replayed. */
+ * thread); at the first one out of order it is dropped, and a second pass
+ * merges the threads' streams (replay_merged), or, when a thread's own
+ * order slips too far for that, collects every event, sorts and replays
+ * them (replay_sorted). */
 typedef struct {
   report_trace_block b;
   uint32_t site;
@@ -931,6 +1009,14 @@ static int anchor_cmp(const void *a, const void *b) {
   const report_trace_anchor *x = a, *y = b;
   if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
   return x->ns < y->ns ? -1 : x->ns > y->ns;
+}
+
+/* The anchors by seq (a total order: sorting again gives the same), their
+ * times made never to decrease. */
+static void anchors_sort(report_trace_model *m) {
+  if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
+  for (size_t i = 1; i < m->nanchors; i++)
+    if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
 }
 
 /* The timeline: buckets of 2^shift seq values each, from the first event;
@@ -1224,6 +1310,11 @@ static void replay_event(replayer *r, const ev *e) {
 static void stream_event(builder *b, const ev *e) {
   b->nevents++;
   if (b->unsorted) return;
+  if (b->lean) {
+    if (b->nevents > 1 && e->seq <= b->prev) b->unsorted = true;
+    b->prev = e->seq;
+    return;
+  }
   replayer *r = b->r;
   if (r->started && e->seq <= r->prev) {
     b->unsorted = true;
@@ -1256,10 +1347,7 @@ static bool replay_end(replayer *r) {
       }
       add_anchor(b, m->first_seq, m->start_ns);
     }
-    if (m->nanchors > 1) qsort(m->anchors, m->nanchors, sizeof *m->anchors, anchor_cmp);
-    for (size_t i = 1; i < m->nanchors; i++)
-      if (m->anchors[i].ns < m->anchors[i - 1].ns) m->anchors[i].ns = m->anchors[i - 1].ns;
-    if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
+    anchors_sort(m);
     /* each site's live bytes at the peak, and its growth across the marks */
     size_t nmarks = r->passed;
     double n = (double)nmarks, sx = n * (n - 1) / 2, sxx = (n - 1) * n * (2 * n - 1) / 6;
@@ -1330,6 +1418,144 @@ static bool replay_sorted(builder *b, const report_trace *t, uint64_t records) {
   if (b->nevs > 1) qsort(b->evs, b->nevs, sizeof *b->evs, ev_cmp);
   for (size_t i = 0; i < b->nevs && b->r->ok; i++) replay_event(b->r, &b->evs[i]);
   return b->r->ok;
+}
+
+/* ---- the replay of several threads: a merge ------------------------------------- */
+
+/* Each thread appends its events to a buffer of its own, in the order of
+ * their sequence numbers, and the writer (alloc/trace.c) writes a full
+ * buffer whole: the file holds each thread's events in order, the threads'
+ * buffers interleaved in flush order.  A thread's last buffer may come at
+ * the very end of the file (the main thread's, written at exit), so the
+ * replay reads every thread's events with a cursor of its own, from the
+ * first record that holds one to the last (spans), skipping the other
+ * threads' PACKED records unread, and merges the streams by (seq, place in
+ * the file): the order of the sort it replaces, in memory of a window of
+ * events per thread rather than of every event of the trace.
+ *
+ * Within a thread the order can still slip: a signal handler that
+ * allocates between the ledger's numbering of an event and its write, or
+ * the events of no registered thread (thread 0), numbered by several
+ * threads and written under the file lock.  Each stream keeps its next
+ * MERGE_WINDOW events sorted, which puts back any event at most that many
+ * places early; an event that comes after one with a later number was
+ * already replayed makes the merge give up, and the trace is sorted whole
+ * (replay_sorted) as before. */
+#define MERGE_WINDOW 64
+
+typedef struct {
+  report_trace_iter it;
+  uint32_t thread;
+  uint64_t last;               /* offset of its last record with an event */
+  ev      *win;                /* its next events, sorted: a ring of MERGE_WINDOW from head */
+  size_t   head, n;
+} stream;
+
+static inline bool ev_before(const ev *x, const ev *y) {
+  return x->seq != y->seq ? x->seq < y->seq : x->order < y->order;
+}
+
+/* The next event of s's thread into e; false at the end of its span. */
+static bool stream_read(stream *s, ev *e) {
+  report_trace_iter *it = &s->it;
+  const report_trace *t = it->t;
+  report_trace_rec r;
+  for (;;) {
+    if (it->pk == NULL) {
+      if (it->done || it->off > s->last) return false;
+      /* another thread's PACKED record: skipped without decoding it (the
+       * first pass checked every record up to s->last) */
+      uint64_t off = it->off, left = t->size - off;
+      if (left >= sizeof(tr_header) + sizeof(tr_packed)) {
+        tr_header h;
+        tr_packed pk;
+        memcpy(&h, t->data + off, sizeof h);
+        memcpy(&pk, t->data + off + sizeof h, sizeof pk);
+        if (h.type == TR_PACKED && pk.thread != s->thread && h.size % 8 == 0 &&
+            h.size >= sizeof h + sizeof pk && h.size <= left) {
+          it->off += h.size;
+          it->records++;
+          continue;
+        }
+      }
+    }
+    if (!report_trace_next(it, &r)) return false;
+    if (record_event(&r, it->at, e) && e->thread == s->thread) return true;
+  }
+}
+
+/* Puts e in s's window, in order; false when an event after it in order
+ * was replayed already (*last, when any). */
+static bool window_put(stream *s, const ev *e, const ev *last) {
+  if (last && ev_before(e, last)) return false;
+  size_t at = s->n;
+  while (at > 0 && ev_before(e, &s->win[(s->head + at - 1) % MERGE_WINDOW])) {
+    s->win[(s->head + at) % MERGE_WINDOW] = s->win[(s->head + at - 1) % MERGE_WINDOW];
+    at--;
+  }
+  s->win[(s->head + at) % MERGE_WINDOW] = *e;
+  s->n++;
+  return true;
+}
+
+static inline const ev *stream_head(const stream *s) { return &s->win[s->head]; }
+
+static void heap_down(stream **h, size_t n, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, m = i;
+    if (l < n && ev_before(stream_head(h[l]), stream_head(h[m]))) m = l;
+    if (l + 1 < n && ev_before(stream_head(h[l + 1]), stream_head(h[m]))) m = l + 1;
+    if (m == i) return;
+    stream *x = h[i];
+    h[i] = h[m];
+    h[m] = x;
+    i = m;
+  }
+}
+
+/* Replays the events of b's threads merged in order: 1 done, 0 an event
+ * out of order beyond the window (nothing usable replayed), -1 out of
+ * memory. */
+static int replay_merged(builder *b, const report_trace *t) {
+  if (!replay_restart(b->r, b)) return -1;
+  size_t k = b->nspans;
+  stream *ss = calloc(k ? k : 1, sizeof *ss);
+  stream **heap = calloc(k ? k : 1, sizeof *heap);
+  ev *wins = malloc((k ? k : 1) * MERGE_WINDOW * sizeof *wins);
+  int rc = ss && heap && wins ? 1 : -1;
+  size_t nh = 0;
+  ev e, last;
+  for (size_t i = 0; rc == 1 && i < k; i++) {
+    stream *s = &ss[i];
+    report_trace_iter_init(&s->it, t);
+    s->it.off = b->spans[i].first;
+    s->it.released = b->spans[i].first & ~(uint64_t)4095;
+    s->thread = b->spans[i].thread;
+    s->last = b->spans[i].last;
+    s->win = wins + i * MERGE_WINDOW;
+    while (rc == 1 && s->n < MERGE_WINDOW && stream_read(s, &e))
+      if (!window_put(s, &e, NULL)) rc = 0;
+    if (s->n) heap[nh++] = s;
+  }
+  for (size_t i = nh / 2; rc == 1 && i-- > 0;) heap_down(heap, nh, i);
+  while (rc == 1 && nh > 0) {
+    stream *s = heap[0];
+    last = *stream_head(s);
+    s->head = (s->head + 1) % MERGE_WINDOW;
+    s->n--;
+    replay_event(b->r, &last);
+    if (!b->r->ok) {
+      rc = -1;
+      break;
+    }
+    if (stream_read(s, &e) && !window_put(s, &e, &last)) rc = 0;
+    if (s->n == 0) heap[0] = heap[--nh];
+    heap_down(heap, nh, 0);
+  }
+  free(wins);
+  free(heap);
+  free(ss);
+  return rc;
 }
 
 uint64_t report_trace_model_ns(const report_trace_model *m, uint64_t seq) {
@@ -1440,7 +1666,40 @@ static bool device_replay(builder *b) {
   return ok;
 }
 
-report_trace_model *report_trace_model_build(const report_trace *t) {
+/* The rest of the PACKED record it is in, once no event of it is to be
+ * replayed as the file is read (lean, or the events came out of order):
+ * each event checked as report_trace_next checks it, counted, its stack
+ * checked (late_stacks) and its order noted, without the round of
+ * on_record.  The record's first event went through on_record, which
+ * noted its span. */
+static void packed_rest(report_trace_iter *it, builder *b) {
+  report_trace_model *m = b->m;
+  report_trace_rec r;
+  uint64_t prev = b->prev, n = 0;
+  bool unsorted = b->unsorted;
+  while (it->pk && packed_next(it, &r)) {
+    uint64_t seq;
+    if (r.type == TR_ALLOC) {
+      m->allocs++;
+      seq = it->pk_ev.a.seq;
+      check_stack(b, it->pk_ev.a.stack);
+    } else {
+      m->frees++;
+      seq = it->pk_ev.f.seq;
+      check_stack(b, it->pk_ev.f.stack);
+    }
+    if (seq <= prev) unsorted = true;
+    prev = seq;
+    n++;
+  }
+  b->nevents += n;
+  b->prev = prev;
+  b->unsorted = unsorted;
+}
+
+/* Reads every record of t into a new model; replays the events too unless
+ * lean (then report_trace_model_replay may, later). */
+static report_trace_model *model_read(const report_trace *t, bool lean) {
   report_trace_model *m = calloc(1, sizeof *m);
   if (m == NULL) return NULL;
   m->index = calloc(1, sizeof *m->index);
@@ -1453,26 +1712,51 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->ppid = h->ppid;
   m->start_ns = h->start_ns;
   replayer r;
-  builder b = { .m = m, .r = &r };
-  if (!replay_init(&r, &b)) {
+  builder b = { .m = m, .r = &r, .lean = lean };
+  if (!lean && !replay_init(&r, &b)) {
     free(b.known);
     replay_free(&r);
     report_trace_model_free(m);
     return NULL;
   }
   report_trace_iter it;
-  report_trace_each(t, on_record, &b, &it);
+  report_trace_rec rec;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &rec)) {
+    if (on_record(&rec, &b)) break;
+    if (it.pk && (b.lean || b.unsorted)) packed_rest(&it, &b);
+  }
   free(b.known);
   m->records = it.records;
   m->unknown_records = it.unknown;
   m->damaged = it.damaged;
   m->damage_offset = it.damage_offset;
   memcpy(m->damage, it.message, sizeof m->damage);
-  bool ok = !b.oom && (!b.unsorted || replay_sorted(&b, t, it.records));
-  ok = replay_end(&r) && ok;
+  if (m->nmarks > 1) qsort(m->marks, m->nmarks, sizeof *m->marks, mark_cmp);
+  bool ok = !b.oom;
+  if (lean) {
+    anchors_sort(m);
+    report_trace_index *ix = m->index;
+    ix->spans = b.spans;
+    ix->nspans = b.nspans;
+    ix->nevents = b.nevents;
+    ix->records = it.records;
+    ix->in_order = !b.unsorted;
+    b.spans = NULL;
+  } else {
+    if (ok && b.unsorted) {
+      int merged = replay_merged(&b, t);
+      m->replay = merged > 0 ? REPORT_TRACE_MERGED : REPORT_TRACE_SORTED;
+      ok = merged > 0 || (merged == 0 && replay_sorted(&b, t, it.records));
+    }
+    ok = replay_end(&r) && ok;
+    m->replayed = true;
+  }
   ok = ok && device_replay(&b);
   free(b.evs);
   free(b.devs);
+  free(b.spans);
+  map_free(&b.span_of);
   if (!ok) {
     report_trace_model_free(m);
     return NULL;
@@ -1480,6 +1764,27 @@ report_trace_model *report_trace_model_build(const report_trace *t) {
   m->has_events = m->allocs || m->frees || m->refs || m->holds || m->arena_resets || m->nmarks ||
                   m->thread_starts || m->device_allocs || m->nfinding_events;
   return m;
+}
+
+report_trace_model *report_trace_model_build(const report_trace *t) { return model_read(t, false); }
+report_trace_model *report_trace_model_read(const report_trace *t) { return model_read(t, true); }
+
+int report_trace_model_replay(report_trace_model *m, const report_trace *t) {
+  if (m->replayed) return 0;
+  report_trace_index *ix = m->index;
+  replayer r;
+  builder b = { .m = m, .r = &r, .spans = ix->spans, .nspans = ix->nspans, .nevents = ix->nevents };
+  bool ok = replay_init(&r, &b);
+  if (ok) {
+    int merged = replay_merged(&b, t);
+    m->replay = merged == 0 ? REPORT_TRACE_SORTED : ix->in_order ? REPORT_TRACE_FILE_ORDER : REPORT_TRACE_MERGED;
+    ok = merged > 0 || (merged == 0 && replay_sorted(&b, t, ix->records));
+  }
+  ok = replay_end(&r) && ok;
+  free(b.evs);
+  if (!ok) return -1;
+  m->replayed = true;
+  return 0;
 }
 
 report_trace_model *report_trace_model_load(const char *path, char *err, size_t errlen) {
@@ -1527,10 +1832,12 @@ void report_trace_model_free(report_trace_model *m) {
     free(m->index->madev);
     map_free(&m->index->made);
     free(m->index->fnodes);
+    free(m->index->frame_at);
     map_free(&m->index->frames);
     map_free(&m->index->stacks);
     map_free(&m->index->blocks);
     map_free(&m->index->sites);
+    free(m->index->spans);
     free(m->index);
   }
   free(m);
@@ -1550,7 +1857,7 @@ const report_trace_stack *report_trace_model_stack(const report_trace_model *m, 
   size_t i;
   if (map_get(&ix->stacks, id, &i)) return &m->stacks[i];
   if (map_get(&ix->made, id, &i)) return ix->madev[i];
-  if (!map_get(&ix->frames, id, &i)) return NULL;
+  if (!frame_get(ix, id, &i)) return NULL;
   uint32_t depth = ix->fnodes[i].depth;
   uint64_t offset = ix->fnodes[i].offset;
   size_t n = depth < FRAME_CHAIN_MAX ? depth : FRAME_CHAIN_MAX;
@@ -1567,7 +1874,7 @@ const report_trace_stack *report_trace_model_stack(const report_trace_model *m, 
   for (size_t at = i; k < n; k++) {
     frames[k] = ix->fnodes[at].pc;
     uint32_t parent = ix->fnodes[at].parent;
-    if (parent == 0 || !map_get(&ix->frames, parent, &at)) {   /* the outermost, or a parent never said */
+    if (parent == 0 || !frame_get(ix, parent, &at)) {   /* the outermost, or a parent never said */
       k++;
       break;
     }

@@ -82,6 +82,8 @@ typedef struct {
 typedef struct {
   const report_trace *t;
   uint64_t off;              /* offset of the next record */
+  uint64_t at;               /* file offset of the last yielded record, or for an event of a
+                                PACKED record its own first byte: the events' order in the file */
   uint64_t released;         /* a mapped file's pages below this were given back (madvise) */
   uint64_t records;          /* valid records seen (yielded + unknown) */
   uint64_t unknown;          /* records of unknown type, skipped */
@@ -201,6 +203,13 @@ typedef struct {
   uint64_t reserved;         /* live device bytes of blocks with it (segments, reservations) */
 } report_trace_device_point;
 
+/* How the replay put the events in sequence order. */
+typedef enum {
+  REPORT_TRACE_FILE_ORDER,   /* they came in order (one thread): replayed as the file was read */
+  REPORT_TRACE_MERGED,       /* the threads' streams merged, a window of events each */
+  REPORT_TRACE_SORTED,       /* a thread's own order slipped past that window: all sorted */
+} report_trace_replay;
+
 typedef struct {
   /* the file */
   uint32_t pid, ppid;
@@ -245,7 +254,10 @@ typedef struct {
   /* the end */
   bool     clean_exit;                 /* an END record was read */
   uint64_t end_seq, end_ns;
-  /* the replay, for reports */
+  /* the replay, for reports (report_trace_model_read: none until report_trace_model_replay) */
+  bool     replayed;                   /* false: blocks, live and peak bytes, sites, timeline,
+                                          first_seq and last_seq are zero */
+  report_trace_replay replay;
   uint64_t first_seq, last_seq;        /* of the first and the last ALLOC/FREE */
   uint64_t peak_seq;                   /* the ALLOC that reached peak_live_bytes */
   report_trace_site *sites;            /* by allocation stack, in order of first use */
@@ -265,9 +277,21 @@ typedef struct {
 
 /* Reads the whole file and replays it.  NULL only when the file cannot be
  * opened or its header is bad (err as report_trace_open); damage is not a
- * failure: the model holds what came before it (damaged, damage). */
+ * failure: the model holds what came before it (damaged, damage).  The
+ * replay's memory is the model's (live blocks, sites) and a window of
+ * events per thread: a trace of several threads is replayed by merging
+ * their streams in the mapped file, not by sorting all its events. */
 report_trace_model *report_trace_model_load(const char *path, char *err, size_t errlen);
 report_trace_model *report_trace_model_build(const report_trace *t);
+/* The records alone: a model with everything said once, the counts, the
+ * marks and anchors, the device series and the findings, but its events
+ * not replayed (replayed false): what a report of a clean exit that has
+ * the ledger's SUMMARY needs when it renders no timeline, peak or
+ * callsite.  report_trace_model_replay(m, t), with the trace it was read
+ * from still open, replays them then (as report_trace_model_build would
+ * have); 0, or -1 when out of memory (m is then to be freed). */
+report_trace_model *report_trace_model_read(const report_trace *t);
+int                 report_trace_model_replay(report_trace_model *m, const report_trace *t);
 void                report_trace_model_free(report_trace_model *m);
 
 const char               *report_trace_model_tag(const report_trace_model *m, uint32_t tag);   /* NULL: unnamed */

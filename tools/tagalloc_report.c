@@ -2,7 +2,9 @@
  * [--folded FILE] [--folded-peak FILE] [--suppressions FILE]`: the report of
  * each traced process, symbolized offline from the trace's module records,
  * on stdout, and the other renderings of the same report model; a damaged
- * or truncated trace is read up to the damage, with a warning on stderr. */
+ * or truncated trace is read up to the damage, with a warning on stderr.
+ * The text alone of a clean exit does not replay the trace's events
+ * (report_offline_open_for). */
 #include "tagalloc_cli.h"
 #include "model.h"
 
@@ -190,7 +192,8 @@ int cmd_report(int argc, char **argv) {
   size_t shown = 0;
   for (size_t i = 0; i < nprocs; i++) {
     char err[600];
-    report_offline *o = report_offline_open(procs[i].trace, err, sizeof err);
+    report_offline *o = report_offline_open_for(procs[i].trace, json || html || folded_peak ? REPORT_OFFLINE_EVENTS : 0,
+                                                err, sizeof err);
     if (!o) {
       cli_error("%s", err);
       rc = 1;

@@ -10,7 +10,10 @@
  * model from the traces, and renders from it the text of each process that
  * ended without its exit report (SIGKILL), the growth findings, the
  * roll-up, the JSON, the page and the folded stacks; it keeps the traces if
- * asked, and exits as the program did. */
+ * asked, and exits as the program did.  A trace's events are replayed only
+ * where that is needed (--json, --html, --folded-peak, a process without
+ * its exit report, growth across marks: report_offline_open_for); the rest
+ * comes from its FINDING and SUMMARY records. */
 #include "tagalloc_cli.h"
 #include "model.h"
 
@@ -611,7 +614,8 @@ static report_model *build_model(const run_opts *o, cli_proc *procs, size_t npro
   for (size_t i = 0; i < nprocs; i++) {
     cli_proc *p = &procs[i];
     char err[600];
-    report_offline *off = report_offline_open(p->trace, err, sizeof err);
+    report_offline *off = report_offline_open_for(p->trace, o->json || o->html || o->folded_peak ? REPORT_OFFLINE_EVENTS : 0,
+                                                  err, sizeof err);
     if (!off) {
       cli_warn("process %" PRIu32 ": its trace cannot be read, it is left out: %s", p->pid, err);
       continue;

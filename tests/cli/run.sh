@@ -130,6 +130,17 @@ expect "run -q: no roll-up either" "" "$(cat err)"
 "$ta" run -- "$held" > out 2> err
 hasnt "one process: no roll-up" err "==tagalloc=="
 
+# errors mode: every process writes its events, but the text and the roll-up
+# come from each trace's FINDING and SUMMARY records, its events not replayed
+# (reports/offline.c) unless an output shows them: the roll-up is the same
+# with --json, which replays them
+rollup_of() { sed -n '/==tagalloc== 3 processes/,$p' "$1" | sed -E 's/^ +[0-9]+  /  PID  /'; }
+"$ta" run --check=errors -- /bin/sh -c "'$held'; '$held' --no-leak" > out 2> err
+"$ta" run --check=errors --json errors.json -- /bin/sh -c "'$held'; '$held' --no-leak" > out 2> err2
+has "errors mode roll-up: the totals" err "  total: 1,234,567 bytes leaked in 1 blocks, 0 error(s), "
+expect "errors mode roll-up: the same without the replay as with it" "$(rollup_of err2)" "$(rollup_of err)"
+expect "errors mode roll-up: a line per process" "6" "$(rollup_of err | wc -l)"
+
 # ---- symbolized stacks from the assertion macros -----------------------------------------------
 if cc -g -O0 -D_GNU_SOURCE -I"$root/alloc" -o assert_live "$here/progs/assert_live.c" \
      -Wl,-u,report_text_write "$build/libtagalloc.a" -ljemalloc -lunwind -ldw -lelf -lpthread -ldl -lm 2> err; then

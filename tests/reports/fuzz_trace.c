@@ -1,6 +1,7 @@
 /* fuzz_trace.c - libFuzzer target of the trace reader (reports/trace_read.c):
  * any bytes as a trace: open, every record and its strings, the replayed
- * model (sites, timeline, growth, time anchors, the stacks of live blocks).  `make fuzz` runs it for
+ * model (sites, timeline, growth, time anchors, the stacks of live blocks), and the records read
+ * alone then replayed, which must give the same replay.  `make fuzz` runs it for
  * FUZZ_SECONDS (600) with the corpus of tests/reports/fuzz-corpus/. */
 #include "trace_read.h"
 
@@ -36,6 +37,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       for (size_t k = 0; s && k < s->n; k++) sum += (size_t)s->frames[k];
     }
     for (size_t i = 0; i < m->ntag_names; i++) sum += report_trace_model_tag(m, (uint32_t)i) != NULL;
+    /* the records alone, replayed after: the same replay (the merge's
+     * cursors over damaged files included) */
+    report_trace_model *l = report_trace_model_read(t);
+    if (l && report_trace_model_replay(l, t) == 0) {
+      if (l->live_bytes != m->live_bytes || l->peak_live_bytes != m->peak_live_bytes ||
+          l->peak_seq != m->peak_seq || l->nblocks != m->nblocks || l->nsites != m->nsites ||
+          l->unmatched_frees != m->unmatched_frees || l->realloc_overlaps != m->realloc_overlaps ||
+          l->allocs != m->allocs || l->frees != m->frees || l->damaged != m->damaged)
+        __builtin_trap();
+      for (size_t i = 0; i < m->nblocks; i++)
+        if (l->blocks[i].addr != m->blocks[i].addr || l->blocks[i].size != m->blocks[i].size ||
+            l->blocks[i].seq != m->blocks[i].seq || l->blocks[i].stack != m->blocks[i].stack)
+          __builtin_trap();
+    }
+    report_trace_model_free(l);
     report_trace_model_free(m);
   }
   report_trace_close(t);

@@ -13,6 +13,15 @@
  *                 allocates more at one callsite and leaks at another
  * xss.trace       tag, slot, detail and module names that are HTML and
  *                 script: `<img src=x onerror=...>`, `</script>`
+ * threads.trace   4 threads, each event in its thread's buffer and the
+ *                 buffers written when full, as the ledger's writer does
+ *                 (the main thread's only at exit): blocks freed by one
+ *                 thread and their addresses allocated again by another,
+ *                 two threads' events numbered alike (the TSC), a queue
+ *                 that grows across 4 marks, a leak, the ledger's SUMMARY
+ * threads-cut.trace  threads.trace cut in the middle of a record
+ * threads2.trace  the same with 2 marks: no growth to find, so the text
+ *                 alone needs no replay
  *
  * They are version 1 traces (whole STACK records), which the reader still
  * reads; the ledger's own traces (FRAME records) are checked by
@@ -261,6 +270,115 @@ static void xss(const char *dir) {
   free(o.b);
 }
 
+/* ---- threads.trace: the program, simulated step by step ---------------------------- */
+
+#define TH_THREADS 4
+#define TH_CAP 512
+
+typedef struct {
+  out    buf;                  /* the thread's buffer: its records not written yet */
+  size_t events, flush_at;     /* events in it; written when it holds flush_at (0: only at exit) */
+} th_buf;
+
+static th_buf thb[TH_THREADS + 1];
+static uint64_t th_ns;
+
+static void th_flush(out *o, uint32_t t) {
+  th_buf *b = &thb[t];
+  if (!b->events) return;
+  timestamp(o, th_ns);              /* the buffer's TIME record, as the writer starts each one */
+  put(o, b->buf.b, b->buf.n);
+  b->buf.n = 0;
+  b->events = 0;
+}
+
+static void th_event(out *o, uint32_t t) {
+  th_ns += 1000;
+  if (++thb[t].events == thb[t].flush_at) th_flush(o, t);
+}
+
+static void th_alloc(out *o, uint32_t t, uint64_t s, uint64_t addr, uint64_t size, uint32_t st, uint16_t tg) {
+  tr_alloc a;
+  memset(&a, 0, sizeof a);          /* its tail padding too: the file is the same on every run */
+  a.seq = s, a.addr = addr, a.size = size, a.stack = st, a.tag = tg, a.thread = t;
+  rec(&thb[t].buf, TR_ALLOC, &a, sizeof a, NULL, NULL, NULL);
+  th_event(o, t);
+}
+
+static void th_free(out *o, uint32_t t, uint64_t s, uint64_t addr, uint32_t st) {
+  tr_free f = { s, addr, st, t };
+  rec(&thb[t].buf, TR_FREE, &f, sizeof f, NULL, NULL, NULL);
+  th_event(o, t);
+}
+
+/* The program, with a mark every mark_every iterations (of 160): main
+ * (thread 1) sets up 3 blocks of tag 1, frees one and leaks one;
+ * producers (2 and 3) allocate queue items of tag 2 at one callsite, 3
+ * every other iteration with the same number as 2's; the consumer (4)
+ * frees the oldest item in 3 iterations of 4: the queue grows.  Freed
+ * addresses are reused, newest first, by whichever producer allocates
+ * next. */
+static void threads(const char *dir, const char *name, int mark_every, const char *cut_name) {
+  out o = { 0 };
+  header(&o, 4242, 4200, T0);
+  module(&o, "/nonexistent/threads");
+  tag(&o, 1, "th.setup");
+  tag(&o, 2, "th.queue");
+  const int s1[] = { 40, 1 }, s2[] = { 41, 42, 1 }, s3[] = { 43, 44, 1 };
+  stack(&o, 1, 2, s1);
+  stack(&o, 2, 3, s2);
+  stack(&o, 3, 3, s3);
+  th_ns = T0;
+  const size_t flush_at[TH_THREADS + 1] = { 0, 0, 7, 5, 9 };
+  for (uint32_t t = 1; t <= TH_THREADS; t++) thb[t] = (th_buf){ { 0 }, 0, flush_at[t] };
+  uint64_t s = 1, live = 0, peak = 0, allocs = 0, frees = 0;
+  uint64_t queue[TH_CAP], qsize[TH_CAP], freed[TH_CAP], next_addr = 0x200000;
+  size_t qhead = 0, qlen = 0, nfreed = 0;
+  for (int i = 0; i < 3; i++) {
+    th_alloc(&o, 1, s++, 0x100000 + 0x100 * (uint64_t)i, 64, 1, 1);
+    live += 64, allocs++;
+  }
+  peak = live;
+  th_free(&o, 1, s++, 0x100100, 1);
+  live -= 64, frees++;
+  for (int it = 0; it < 160; it++) {
+    if (it % mark_every == 0) {       /* marks 1, 2, ... at iterations 0, mark_every, ... */
+      tr_mark m = { s++, (uint64_t)(it / mark_every + 1), th_ns, 1, 0 };
+      rec(&thb[1].buf, TR_MARK, &m, sizeof m, NULL, NULL, NULL);
+      th_event(&o, 1);
+    }
+    uint64_t same = s++;
+    for (uint32_t t = 2; t <= (it % 2 ? 3u : 2u); t++) {
+      uint64_t addr = nfreed ? freed[--nfreed] : (next_addr += 0x40);
+      uint64_t size = 32 + 8 * (uint64_t)((it + (int)t) % 5);
+      th_alloc(&o, t, same, addr, size, 2, 2);
+      queue[(qhead + qlen) % TH_CAP] = addr;
+      qsize[(qhead + qlen++) % TH_CAP] = size;
+      live += size, allocs++;
+      if (live > peak) peak = live;
+    }
+    if (it % 4 != 3) {
+      th_free(&o, 4, s++, queue[qhead], 3);
+      live -= qsize[qhead], frees++;
+      freed[nfreed++] = queue[qhead];
+      qhead = (qhead + 1) % TH_CAP;
+      qlen--;
+    }
+  }
+  for (uint32_t t = TH_THREADS; t >= 1; t--) th_flush(&o, t);
+  size_t cut = o.n - 20;              /* inside the last record of thread 1's buffer */
+  finding(&o, "leak.direct", 64, 1, 0x100000, 0, 1, 0, 0, 0, 1, NULL, NULL);
+  tr_summary sm = { .direct_bytes = 64, .direct_blocks = 1, .reachable_bytes = live - 64,
+                    .reachable_blocks = qlen + 1, .allocs = allocs, .frees = frees, .live_bytes = live,
+                    .peak_bytes = peak };
+  rec(&o, TR_SUMMARY, &sm, sizeof sm, NULL, NULL, NULL);
+  end(&o, th_ns);
+  save(dir, name, &o, o.n);
+  if (cut_name) save(dir, cut_name, &o, cut);
+  free(o.b);
+  for (uint32_t t = 1; t <= TH_THREADS; t++) free(thb[t].buf.b);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: mktrace DIR\n");
@@ -271,5 +389,7 @@ int main(int argc, char **argv) {
   diffs(argv[1], "base.trace", 10, 1, false);
   diffs(argv[1], "new.trace", 12, 3, true);
   xss(argv[1]);
+  threads(argv[1], "threads.trace", 40, "threads-cut.trace");
+  threads(argv[1], "threads2.trace", 80, NULL);
   return 0;
 }

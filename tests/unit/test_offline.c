@@ -146,6 +146,21 @@ static void test_clean_exit(void **state) {
   assert_true(strncmp(json, head, strlen(head)) == 0);
   assert_non_null(strstr(json, "\"function\":\"offline_leak\""));
   assert_non_null(strstr(json, "\"clean_exit\":true"));
+  assert_true(m->replayed);
+  /* the text alone needs no replay of a clean exit with its SUMMARY: the
+   * same text and summary from the records */
+  char *full = strdup(render(src, false));
+  char err[512] = "";
+  report_offline *lo = report_offline_open_for(trace_path, 0, err, sizeof err);
+  assert_non_null(lo);
+  assert_false(report_offline_model(lo)->replayed);
+  assert_int_equal(report_offline_model(lo)->nblocks, 0);
+  report_source *lsrc = report_offline_source(lo);
+  ta_summary ls = lsrc->summary(lsrc->arg);
+  assert_memory_equal(&ls, &s, sizeof s);
+  assert_string_equal(render(lsrc, false), full);
+  free(full);
+  report_offline_free(lo);
   report_offline_free(o);
   unlink(trace_path);
 }
@@ -184,6 +199,12 @@ static void test_killed(void **state) {
   assert_non_null(strstr(json, "\"findings_count\":1,\"errors\":1,"));   /* unclassified groups are not findings */
   assert_non_null(strstr(json, "\"kind\":\"unclassified\""));
   assert_non_null(strstr(json, "\"clean_exit\":false"));
+  /* no clean exit: the text needs the replay (its blocks), asked or not */
+  char err[512] = "";
+  report_offline *lo = report_offline_open_for(trace_path, 0, err, sizeof err);
+  assert_non_null(lo);
+  assert_true(report_offline_model(lo)->replayed);
+  report_offline_free(lo);
   report_offline_free(o);
   unlink(trace_path);
 }

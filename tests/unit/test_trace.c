@@ -1,8 +1,9 @@
 /* test_trace.c - the trace writer (alloc/trace.c) read back with the reader
  * (reports/trace_read.c): exact counts from a small traced program, a
- * killed program's prefix, an aborted program's signal flush, and the
+ * killed program's prefix, an aborted program's signal flush, the
  * reader's robustness against truncated, bit-flipped and hand-made damaged
- * files.
+ * files, and the replay of several threads' events (merged) checked
+ * against a plain sort of them, whole and cut short.
  *
  * The ledger reads its options once, in a constructor, before main: so the
  * traced programs are this binary again, exec'd with TAGALLOC_TRACE set and
@@ -997,6 +998,7 @@ static void test_model_replay(void **state) {
   assert_non_null(t);
   report_trace_model *m = report_trace_model_build(t);
   assert_non_null(m);
+  assert_int_equal(m->replay, REPORT_TRACE_MERGED);   /* thread 1's 4, 1, 2, 6: inside the window */
   assert_int_equal(m->allocs, 4);
   assert_int_equal(m->frees, 2);
   assert_int_equal(m->unmatched_frees, 1);
@@ -1093,6 +1095,8 @@ static void test_model_frames(void **state) {
   rec_frame(&b, 3, 1, 0x409000);             /* said again: the first stays */
   rec_frame(&b, 6, 5, 0x406000);             /* parent 5 never said */
   rec_alloc(&b, 3, 0x3000, 30, 4, 1);
+  rec_frame(&b, 0x40000000, 2, 0x407000);    /* an id far past the others: kept apart from the dense ones */
+  rec_frame(&b, 0x40000001, 0x40000000, 0x408000);
   char err[512];
   report_trace *t = report_trace_open_mem(b.p, b.len, "frames.trace", err, sizeof err);
   assert_non_null(t);
@@ -1123,9 +1127,489 @@ static void test_model_frames(void **state) {
   assert_int_equal(report_trace_model_stack(m, 1)->n, 1);
   assert_null(report_trace_model_stack(m, 5));
   assert_null(report_trace_model_stack(m, 7));
+  const report_trace_stack *far = report_trace_model_stack(m, 0x40000001);
+  assert_non_null(far);
+  assert_int_equal(far->n, 4);
+  assert_int_equal(far->frames[0], 0x408000);
+  assert_int_equal(far->frames[1], 0x407000);
+  assert_int_equal(far->frames[2], 0x402000);
+  assert_int_equal(far->frames[3], 0x401000);
+  assert_null(report_trace_model_stack(m, 0x40000002));
   report_trace_model_free(m);
   report_trace_close(t);
   free(b.p);
+}
+
+/* ---- the replay of several threads: merged, checked against a plain sort ------------ */
+
+/* The replay done the plain way, apart from the reader's: every ALLOC,
+ * FREE and MARK the iterator yields, in file order, sorted by (seq, place
+ * in the file), replayed over a table of live blocks.  What the model must
+ * hold whatever order the file gives the events in. */
+typedef struct { uint64_t seq, order, addr, size; uint32_t stack, thread; uint16_t tag; int kind; } oev;
+
+#define ORACLE_STACKS 256
+typedef struct {
+  uint64_t allocs, frees, live_bytes, peak, peak_seq, unmatched, overlaps, first_seq, last_seq;
+  size_t nevents, nblocks;
+  report_trace_block *blocks;            /* live at the end, by seq */
+  uint32_t stack[ORACLE_STACKS];         /* the sites: allocation stacks */
+  uint64_t site_allocs[ORACLE_STACKS], site_frees[ORACLE_STACKS];
+  uint64_t site_live[ORACLE_STACKS], site_blocks[ORACLE_STACKS];
+  uint64_t site_peak[ORACLE_STACKS], site_peak_blocks[ORACLE_STACKS];
+  size_t nstacks;
+} oracle;
+
+static int oev_cmp(const void *a, const void *b) {
+  const oev *x = a, *y = b;
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int block_seq_cmp(const void *a, const void *b) {
+  const report_trace_block *x = a, *y = b;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static size_t oracle_site(oracle *o, uint32_t stack) {
+  for (size_t i = 0; i < o->nstacks; i++)
+    if (o->stack[i] == stack) return i;
+  assert_true(o->nstacks < ORACLE_STACKS);
+  o->stack[o->nstacks] = stack;
+  return o->nstacks++;
+}
+
+static void oracle_run(const report_trace *t, oracle *o) {
+  memset(o, 0, sizeof *o);
+  size_t cap = 1024, n = 0;
+  oev *v = malloc(cap * sizeof *v);
+  assert_non_null(v);
+  report_trace_iter it;
+  report_trace_rec r;
+  report_trace_iter_init(&it, t);
+  while (report_trace_next(&it, &r)) {
+    oev e = { .order = n };
+    if (r.type == TR_ALLOC) {
+      tr_alloc a;
+      memcpy(&a, r.payload, sizeof a);
+      e = (oev){ a.seq, n, a.addr, a.size, a.stack, a.thread, a.tag, 0 };
+      o->allocs++;
+    } else if (r.type == TR_FREE) {
+      tr_free f;
+      memcpy(&f, r.payload, sizeof f);
+      e = (oev){ .seq = f.seq, .order = n, .addr = f.addr, .kind = 1 };
+      o->frees++;
+    } else if (r.type == TR_MARK) {
+      tr_mark mk;
+      memcpy(&mk, r.payload, sizeof mk);
+      e = (oev){ .seq = mk.seq, .order = n, .kind = 2 };
+    } else {
+      continue;
+    }
+    if (n == cap) {
+      cap *= 2;
+      v = realloc(v, cap * sizeof *v);
+      assert_non_null(v);
+    }
+    v[n++] = e;
+  }
+  o->nevents = n;
+  qsort(v, n, sizeof *v, oev_cmp);
+  /* live blocks: an open-addressing table on the address, never shrunk */
+  size_t tcap = 16;
+  while (tcap < 2 * n + 16) tcap *= 2;
+  report_trace_block *live = calloc(tcap, sizeof *live);
+  bool *used = calloc(tcap, sizeof *used);
+  assert_non_null(live);
+  assert_non_null(used);
+  for (size_t i = 0; i < n; i++) {
+    const oev *e = &v[i];
+    if (i == 0) o->first_seq = e->seq;
+    o->last_seq = e->seq;
+    if (e->kind == 2) continue;
+    size_t j = (size_t)(e->addr * 0x9E3779B97F4A7C15ull >> 20) & (tcap - 1);
+    while (used[j] && live[j].addr != e->addr) j = (j + 1) & (tcap - 1);
+    bool found = used[j] && live[j].size != UINT64_MAX;
+    if (found) {
+      size_t s = oracle_site(o, live[j].stack);
+      o->live_bytes -= live[j].size;
+      o->site_frees[s]++;
+      o->site_live[s] -= live[j].size;
+      o->site_blocks[s]--;
+      live[j].size = UINT64_MAX;               /* dead, its slot kept for the address */
+      if (e->kind == 1) continue;
+      o->overlaps++;
+    } else if (e->kind == 1) {
+      o->unmatched++;
+      continue;
+    }
+    used[j] = true;
+    live[j] = (report_trace_block){ e->addr, e->size, e->seq, e->stack, e->thread, e->tag, false };
+    size_t s = oracle_site(o, e->stack);
+    o->site_allocs[s]++;
+    o->site_live[s] += e->size;
+    o->site_blocks[s]++;
+    o->live_bytes += e->size;
+    if (o->live_bytes > o->peak) {
+      o->peak = o->live_bytes;
+      o->peak_seq = e->seq;
+      memcpy(o->site_peak, o->site_live, sizeof o->site_peak);
+      memcpy(o->site_peak_blocks, o->site_blocks, sizeof o->site_peak_blocks);
+    }
+  }
+  o->blocks = malloc((n ? n : 1) * sizeof *o->blocks);
+  assert_non_null(o->blocks);
+  for (size_t j = 0; j < tcap; j++)
+    if (used[j] && live[j].size != UINT64_MAX) o->blocks[o->nblocks++] = live[j];
+  qsort(o->blocks, o->nblocks, sizeof *o->blocks, block_seq_cmp);
+  free(live);
+  free(used);
+  free(v);
+}
+
+/* The model of t equals the plain replay, number for number. */
+static void expect_oracle(const report_trace *t, const report_trace_model *m) {
+  oracle o;
+  oracle_run(t, &o);
+  assert_int_equal(m->allocs, o.allocs);
+  assert_int_equal(m->frees, o.frees);
+  assert_int_equal(m->live_bytes, o.live_bytes);
+  assert_int_equal(m->peak_live_bytes, o.peak);
+  assert_int_equal(m->peak_seq, o.peak_seq);
+  assert_int_equal(m->unmatched_frees, o.unmatched);
+  assert_int_equal(m->realloc_overlaps, o.overlaps);
+  if (o.nevents) {
+    assert_int_equal(m->first_seq, o.first_seq);
+    assert_int_equal(m->last_seq, o.last_seq);
+  }
+  assert_int_equal(m->nblocks, o.nblocks);
+  for (size_t i = 0; i < o.nblocks; i++) {
+    assert_int_equal(m->blocks[i].addr, o.blocks[i].addr);
+    assert_int_equal(m->blocks[i].size, o.blocks[i].size);
+    assert_int_equal(m->blocks[i].seq, o.blocks[i].seq);
+    assert_int_equal(m->blocks[i].stack, o.blocks[i].stack);
+    assert_int_equal(m->blocks[i].thread, o.blocks[i].thread);
+    assert_int_equal(m->blocks[i].tag, o.blocks[i].tag);
+  }
+  for (size_t i = 0; i < o.nstacks; i++) {
+    const report_trace_site *s = report_trace_model_site(m, o.stack[i]);
+    assert_non_null(s);
+    assert_int_equal(s->allocs, o.site_allocs[i]);
+    assert_int_equal(s->frees, o.site_frees[i]);
+    assert_int_equal(s->live_bytes, o.site_live[i]);
+    assert_int_equal(s->live_blocks, o.site_blocks[i]);
+    assert_int_equal(s->peak_bytes, o.site_peak[i]);
+    assert_int_equal(s->peak_blocks, o.site_peak_blocks[i]);
+  }
+  assert_int_equal(m->nsites, o.nstacks);
+  free(o.blocks);
+}
+
+/* A PACKED record of thread's events: (kind, seq, addr, size, stack), kind
+ * 'a' an ALLOC of tag 1, 'f' a FREE. */
+typedef struct { char kind; uint64_t seq, addr, size; uint32_t stack; } pk_ev;
+
+static unsigned char *pk_uv(unsigned char *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (unsigned char)v;
+  return p;
+}
+
+static unsigned char *pk_sv(unsigned char *p, uint64_t d) {
+  return pk_uv(p, (d << 1) ^ (uint64_t)((int64_t)d >> 63));
+}
+
+static uint64_t rec_packed(bytes *b, uint32_t thread, const pk_ev *ev, size_t n) {
+  unsigned char *buf = malloc(sizeof(tr_packed) + n * 40);
+  assert_non_null(buf);
+  tr_packed pk = { .thread = thread };
+  memcpy(buf, &pk, sizeof pk);
+  unsigned char *p = buf + sizeof pk;
+  uint64_t seq = 0, addr = 0;
+  for (size_t i = 0; i < n; i++) {
+    *p++ = ev[i].kind == 'a' ? TR_PK_ALLOC : TR_PK_FREE;
+    p = pk_sv(p, ev[i].seq - seq);
+    p = pk_sv(p, ev[i].addr - addr);
+    seq = ev[i].seq;
+    addr = ev[i].addr;
+    if (ev[i].kind == 'a') {
+      p = pk_uv(p, ev[i].size);
+      p = pk_uv(p, ev[i].stack);
+      p = pk_uv(p, 1);
+    } else {
+      p = pk_uv(p, ev[i].stack);
+    }
+  }
+  uint64_t off = rec(b, TR_PACKED, buf, (size_t)(p - buf), 0);
+  free(buf);
+  return off;
+}
+
+static uint64_t rec_event_t(bytes *b, int kind, uint32_t thread, uint64_t seq, uint64_t addr, uint64_t size,
+                            uint32_t stack) {
+  if (kind == 'a') {
+    tr_alloc a = { .seq = seq, .addr = addr, .size = size, .stack = stack, .tag = 1, .thread = thread };
+    return rec(b, TR_ALLOC, &a, sizeof a, 0);
+  }
+  tr_free f = { .seq = seq, .addr = addr, .stack = stack, .thread = thread };
+  return rec(b, TR_FREE, &f, sizeof f, 0);
+}
+
+static report_trace_model *model_of(const bytes *b, report_trace **t) {
+  char err[512] = "";
+  *t = report_trace_open_mem(b->p, b->len, "threads.trace", err, sizeof err);
+  if (*t == NULL) fail_msg("%s", err);
+  report_trace_model *m = report_trace_model_build(*t);
+  assert_non_null(m);
+  return m;
+}
+
+/* Three threads' buffers in flush order, not in sequence order: thread 1
+ * allocates A at seq 21 in a buffer written before thread 2's, which
+ * frees A at seq 20 (an address handed on); thread 3 frees B at seq 30 and
+ * thread 2 allocates B at seq 30 too (the TSC numbers two threads' events
+ * alike: the file's order decides, the free first); thread 1's first
+ * buffer (seq 1..) comes last, and a MARK and thread 0's unpacked ALLOC
+ * are among them.  A merge by seq alone, or one that trusted the file's
+ * order, would see A allocated over a live block and a free of nothing;
+ * one that broke the tie the other way would leave B dead. */
+static void test_merge_made(void **state) {
+  (void)state;
+  enum { A = 0x1000, B = 0x2000, C = 0x3000, D = 0x4000, E = 0x5000 };
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_stack(&b, 1, 1, 1);
+  rec_stack(&b, 2, 1, 1);
+  rec_stack(&b, 3, 1, 1);
+  const pk_ev t3[] = { { 'a', 5, C, 300, 3 }, { 'f', 30, B, 0, 3 } };
+  rec_packed(&b, 3, t3, 2);
+  const pk_ev t1b[] = { { 'a', 21, A, 100, 1 }, { 'a', 40, E, 1000, 1 } };
+  rec_packed(&b, 1, t1b, 2);
+  rec_event_t(&b, 'a', 0, 3, D, 7, 2);         /* thread 0: no buffer of its own */
+  const pk_ev t2[] = { { 'a', 4, A, 50, 2 }, { 'a', 6, B, 60, 2 }, { 'f', 20, A, 0, 2 },
+                       { 'a', 30, B, 70, 2 }, { 'f', 41, C, 0, 2 } };
+  rec_packed(&b, 2, t2, 5);
+  tr_mark mk = { .seq = 25, .mark = 1, .thread = 1 };
+  rec(&b, TR_MARK, &mk, sizeof mk, 0);
+  const pk_ev t1a[] = { { 'a', 1, 0x9000, 10, 1 }, { 'f', 2, 0x9000, 0, 1 } };
+  rec_packed(&b, 1, t1a, 2);
+  report_trace *t;
+  report_trace_model *m = model_of(&b, &t);
+  assert_int_equal(m->replay, REPORT_TRACE_MERGED);
+  assert_int_equal(m->allocs, 8);
+  assert_int_equal(m->frees, 4);
+  assert_int_equal(m->unmatched_frees, 0);
+  assert_int_equal(m->realloc_overlaps, 0);
+  /* live at the end: D 7 (seq 3), A 100 (21), B 70 (30), E 1000 (40) */
+  assert_int_equal(m->nblocks, 4);
+  const uint64_t addr[] = { D, A, B, E }, size[] = { 7, 100, 70, 1000 }, seq[] = { 3, 21, 30, 40 };
+  const uint32_t thread[] = { 0, 1, 2, 1 };
+  for (size_t i = 0; i < 4; i++) {
+    assert_int_equal(m->blocks[i].addr, addr[i]);
+    assert_int_equal(m->blocks[i].size, size[i]);
+    assert_int_equal(m->blocks[i].seq, seq[i]);
+    assert_int_equal(m->blocks[i].thread, thread[i]);
+  }
+  assert_int_equal(m->live_bytes, 1177);
+  assert_int_equal(m->peak_live_bytes, 1477);   /* seq 40: C (300) still live, freed at 41 */
+  assert_int_equal(m->peak_seq, 40);
+  assert_int_equal(m->first_seq, 1);
+  assert_int_equal(m->last_seq, 41);
+  assert_int_equal(m->nmarks, 1);
+  const report_trace_site *s2 = report_trace_model_site(m, 2);
+  assert_non_null(s2);
+  assert_int_equal(s2->allocs, 4);              /* D, A, B, B */
+  assert_int_equal(s2->frees, 2);               /* A at 20, B at 30 */
+  assert_int_equal(s2->live_bytes, 77);
+  assert_int_equal(s2->peak_bytes, 77);
+  expect_oracle(t, m);
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+}
+
+/* One thread's own order slipping: a few places (a signal handler's
+ * allocation numbered after, written before) the merge's window puts back;
+ * 300 events written in reverse, past any window, are sorted whole.  Both
+ * give the plain replay's numbers. */
+static void test_merge_window(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_stack(&b, 1, 1, 1);
+  const pk_ev t2[] = { { 'a', 2, 0x100, 8, 1 }, { 'a', 5, 0x200, 16, 1 }, { 'a', 3, 0x300, 32, 1 },
+                       { 'f', 6, 0x100, 0, 1 }, { 'f', 4, 0x300, 0, 1 } };
+  rec_packed(&b, 2, t2, 5);
+  const pk_ev t1[] = { { 'a', 1, 0x400, 64, 1 }, { 'f', 7, 0x200, 0, 1 } };
+  rec_packed(&b, 1, t1, 2);
+  report_trace *t;
+  report_trace_model *m = model_of(&b, &t);
+  assert_int_equal(m->replay, REPORT_TRACE_MERGED);
+  assert_int_equal(m->unmatched_frees, 0);
+  assert_int_equal(m->nblocks, 1);
+  assert_int_equal(m->blocks[0].addr, 0x400);
+  assert_int_equal(m->peak_live_bytes, 104);   /* seq 3: 64 + 8 + 32 (16 comes at 5, after 32 went) */
+  assert_int_equal(m->peak_seq, 3);
+  expect_oracle(t, m);
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+
+  b = file_start(TR_MAGIC, TR_VERSION);
+  rec_stack(&b, 1, 1, 1);
+  pk_ev rev[300];
+  for (size_t i = 0; i < 300; i++)          /* seq 1000 down to 701: alloc i, free i - 1 in between */
+    rev[i] = (pk_ev){ i % 2 ? 'f' : 'a', 1000 - i, 0x10000 + 64 * (i / 2), 24, 1 };
+  rec_packed(&b, 2, rev, 300);
+  rec_event_t(&b, 'a', 1, 500, 0x100, 5, 1);
+  m = model_of(&b, &t);
+  assert_int_equal(m->replay, REPORT_TRACE_SORTED);
+  assert_int_equal(m->allocs, 151);
+  assert_int_equal(m->frees, 150);
+  assert_int_equal(m->unmatched_frees, 150);   /* each free numbered before its allocation */
+  assert_int_equal(m->nblocks, 151);
+  assert_int_equal(m->blocks[0].addr, 0x100);
+  assert_int_equal(m->peak_live_bytes, 5 + 150 * 24);
+  expect_oracle(t, m);
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+}
+
+/* A traced program of 4 threads (child_handoff, the ledger's own PACKED
+ * records): merged, equal to the plain replay; and cut anywhere, its
+ * prefix's model equal to the plain replay of that prefix (the merge stops
+ * at the damage as the first pass does). */
+static void test_merge_threads(void **state) {
+  (void)state;
+  char path[256];
+  temp_path(path, sizeof path, "merge");
+  int st = spawn("child-handoff", path, NULL, "TAGALLOC_TRACE_BUFFER=4096");
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  size_t size;
+  unsigned char *data = slurp(path, &size);
+  unlink(path);
+  for (size_t k = 0; k <= 40; k++) {
+    size_t len = k == 40 ? size : sizeof(tr_file_header) + (size - sizeof(tr_file_header)) / 40 * k + k * 7;
+    unsigned char *buf = malloc(len);
+    assert_non_null(buf);
+    memcpy(buf, data, len);
+    char err[512] = "";
+    report_trace *t = report_trace_open_mem(buf, len, "cut.trace", err, sizeof err);
+    if (t == NULL) fail_msg("%s", err);
+    report_trace_model *m = report_trace_model_build(t);
+    assert_non_null(m);
+    if (k == 40) {
+      assert_false(m->damaged);
+      assert_true(m->clean_exit);
+      assert_int_equal(m->frees, 2 * HANDOFF_BLOCKS);
+      assert_int_equal(m->unmatched_frees, 0);
+    } else {
+      assert_false(m->clean_exit);
+    }
+    if (k >= 20) assert_int_equal(m->replay, REPORT_TRACE_MERGED);
+    expect_oracle(t, m);
+    report_trace_model_free(m);
+    report_trace_close(t);
+    free(buf);
+  }
+  free(data);
+}
+
+static void expect_same_marks(const report_trace_model *a, const report_trace_model *b) {
+  assert_int_equal(a->nmarks, b->nmarks);
+  for (size_t i = 0; i < a->nmarks; i++) {
+    assert_int_equal(a->marks[i].seq, b->marks[i].seq);
+    assert_int_equal(a->marks[i].mark, b->marks[i].mark);
+    assert_int_equal(a->marks[i].ns, b->marks[i].ns);
+    assert_int_equal(a->marks[i].thread, b->marks[i].thread);
+  }
+}
+
+/* b, read lean and replayed after, holds what a's build replayed. */
+static void expect_same_replay(const report_trace_model *a, const report_trace_model *b) {
+  assert_true(a->replayed);
+  assert_true(b->replayed);
+  assert_int_equal(a->replay, b->replay);
+  assert_int_equal(a->live_bytes, b->live_bytes);
+  assert_int_equal(a->peak_live_bytes, b->peak_live_bytes);
+  assert_int_equal(a->peak_seq, b->peak_seq);
+  assert_int_equal(a->first_seq, b->first_seq);
+  assert_int_equal(a->last_seq, b->last_seq);
+  assert_int_equal(a->unmatched_frees, b->unmatched_frees);
+  assert_int_equal(a->realloc_overlaps, b->realloc_overlaps);
+  assert_int_equal(a->nblocks, b->nblocks);
+  for (size_t i = 0; i < a->nblocks; i++) {     /* field by field: the structs' padding is not set */
+    const report_trace_block *x = &a->blocks[i], *y = &b->blocks[i];
+    assert_int_equal(x->addr, y->addr);
+    assert_int_equal(x->size, y->size);
+    assert_int_equal(x->seq, y->seq);
+    assert_int_equal(x->stack, y->stack);
+    assert_int_equal(x->thread, y->thread);
+    assert_int_equal(x->tag, y->tag);
+    assert_int_equal(x->arena, y->arena);
+  }
+  assert_int_equal(a->nsites, b->nsites);
+  assert_memory_equal(a->sites, b->sites, a->nsites * sizeof *a->sites);
+  assert_int_equal(a->nanchors, b->nanchors);
+  assert_memory_equal(a->anchors, b->anchors, a->nanchors * sizeof *a->anchors);
+  expect_same_marks(a, b);
+  const report_trace_timeline *x = &a->timeline, *y = &b->timeline;
+  assert_int_equal(x->nbuckets, y->nbuckets);
+  assert_int_equal(x->ntags, y->ntags);
+  size_t cells = x->nbuckets * (REPORT_TRACE_TAGS + 1);
+  assert_memory_equal(x->seq, y->seq, x->nbuckets * sizeof *x->seq);
+  assert_memory_equal(x->values, y->values, cells * sizeof *x->values);
+  assert_memory_equal(x->lows, y->lows, cells * sizeof *x->lows);
+  assert_int_equal(report_trace_model_ns(a, a->last_seq), report_trace_model_ns(b, b->last_seq));
+}
+
+/* The records alone (report_trace_model_read): everything said once and
+ * counted, nothing replayed; replayed later, the model a whole build
+ * makes, one thread or four. */
+static void lean_check(const char *path, report_trace_replay want) {
+  char err[512] = "";
+  report_trace *t = report_trace_open(path, err, sizeof err);
+  if (t == NULL) fail_msg("%s", err);
+  report_trace_model *a = report_trace_model_build(t);
+  report_trace_model *b = report_trace_model_read(t);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_int_equal(a->replay, want);
+  assert_false(b->replayed);
+  assert_int_equal(b->nblocks, 0);
+  assert_int_equal(b->nsites, 0);
+  assert_int_equal(b->peak_live_bytes, 0);
+  assert_int_equal(b->timeline.nbuckets, 0);
+  assert_int_equal(b->allocs, a->allocs);
+  assert_int_equal(b->frees, a->frees);
+  assert_int_equal(b->late_stacks, a->late_stacks);
+  assert_int_equal(b->nfindings, a->nfindings);
+  assert_int_equal(b->has_summary, a->has_summary);
+  assert_int_equal(b->clean_exit, a->clean_exit);
+  assert_int_equal(b->end_seq, a->end_seq);
+  expect_same_marks(a, b);
+  assert_int_equal(report_trace_model_replay(b, t), 0);
+  expect_same_replay(a, b);
+  assert_int_equal(report_trace_model_replay(b, t), 0);   /* once only */
+  expect_same_replay(a, b);
+  report_trace_model_free(a);
+  report_trace_model_free(b);
+  report_trace_close(t);
+}
+
+static void test_model_lean(void **state) {
+  (void)state;
+  lean_check(g_trace, REPORT_TRACE_FILE_ORDER);
+  char path[256];
+  temp_path(path, sizeof path, "lean");
+  int st = spawn("child-handoff", path, NULL, "TAGALLOC_TRACE_BUFFER=4096");
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  lean_check(path, REPORT_TRACE_MERGED);
+  unlink(path);
 }
 
 int main(int argc, char **argv) {
@@ -1153,6 +1637,10 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_model_replay),
     cmocka_unit_test(test_model_frames),
     cmocka_unit_test(test_threads_order),
+    cmocka_unit_test(test_merge_made),
+    cmocka_unit_test(test_merge_window),
+    cmocka_unit_test(test_merge_threads),
+    cmocka_unit_test(test_model_lean),
   };
   return cmocka_run_group_tests(tests, make_clean_trace, remove_clean_trace);
 }
