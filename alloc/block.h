@@ -150,6 +150,7 @@ static inline int64_t q_charge(uintptr_t a, uint64_t size) {
 bool _ta_quarantine_ring(ta_thread *t);
 void _ta_quarantine_grow(ta_thread *t);
 void _ta_quarantine_evict(ta_thread *t);
+uint32_t _ta_quarantine_evict_batch(ta_thread *t, int64_t keep);
 
 /* Pushing a freed (poisoned) block on t's ring, and trimming the ring to
  * t's share of the budget: on every quarantined free. */
@@ -170,9 +171,11 @@ static inline bool quarantine_push(ta_thread *t, const ta_block *b, int64_t budg
   return true;
 }
 
+/* Over its share, a thread evicts a batch (at most 8 blocks) down to 1/32
+ * under it (quarantine.c: why in batches). */
 static inline void quarantine_trim(ta_thread *t, int64_t budget) {
   int64_t share = quarantine_share(budget);
-  for (int k = 0; k < 8 && t->qlen > 0 && t->qbytes > share; k++) _ta_quarantine_evict(t);
+  if (t->qbytes > share) _ta_quarantine_evict_batch(t, share - share / 32);
 }
 
 /* Remembers a block freed outside the quarantine (leaks and errors modes). */

@@ -256,12 +256,33 @@ static bool put_lock_take(bool may_lock) {
   return false;
 }
 
+/* A new node (parent, pc) with path hash h, under put_lock, and its slot:
+ * the id with WHOLE when `whole`; 0 when the depot is full. */
+static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) {
+  stack_index *ix = index_room(atomic_load_explicit(&index_now, memory_order_relaxed));
+  uint32_t id;
+  if (ix == NULL || (id = node_new(parent, pc, whole)) == 0) return 0;
+  if (whole) id |= WHOLE;
+  index_add(ix, (uint64_t)h << 32 | id);
+  index_entries++;
+  if (whole) atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  return id;
+}
+
 /* The node of frame pc called from the stack `parent`, whose path hash
  * is h, made if missing; `whole`: pc is the innermost frame of a stack
  * being put, which is then counted once.  Returns the id, with WHOLE set
  * when the node is a whole stack; 0 when the depot is full, or when the
- * node is new and the lock may not be taken. */
-static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, bool may_lock) {
+ * node is new and the lock may not be taken.
+ *
+ * held (may be NULL): set when the node was made now, and put_lock is then
+ * left held.  No node can name a node made a moment ago as its parent, so
+ * while the lock stays held every frame inside a new one is new too: the
+ * caller makes them with node_add, without a lookup (two, a miss without
+ * the lock and again with it, each probing a run of the index: on
+ * mixchurn, whose every batch of 16 operations comes from a new route,
+ * most of what a put cost), and releases the lock. */
+static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, bool may_lock, bool *held) {
   slot *s = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
   uint64_t k = s ? atomic_load_explicit(s, memory_order_relaxed) : 0;
   if (k != 0 && (!whole || (k & WHOLE))) return (uint32_t)k;
@@ -278,11 +299,9 @@ static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, 
       atomic_store_explicit(s, k | WHOLE, memory_order_release);
       atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
     }
-  } else if ((ix = index_room(ix)) != NULL && (id = node_new(parent, pc, whole)) != 0) {
-    if (whole) id |= WHOLE;
-    index_add(ix, (uint64_t)h << 32 | id);
-    index_entries++;
-    if (whole) atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  } else if ((id = node_add(parent, pc, h, whole)) != 0 && held != NULL) {
+    *held = true;
+    return id;
   }
   pthread_mutex_unlock(&put_lock);
   return id;
@@ -360,11 +379,15 @@ static void index_prefetch(const uint32_t *h, size_t n) {
 static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock) {
   size_t j = 0;
   uint32_t v = 0, h = 0;
+  bool held = false;                         /* put_lock, from the first node made (frame_id) */
   if (p == NULL) {
     for (; j < n; j++) {
       h = hash_frame(h, pcs[n - 1 - j]);
-      if ((v = frame_id(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1, may_lock)) == 0) break;
+      v = held ? node_add(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1)
+               : frame_id(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1, may_lock, &held);
+      if (v == 0) break;
     }
+    if (held) pthread_mutex_unlock(&put_lock);
     return v & ID_MASK;
   }
   size_t same = p->n < n ? p->n : n;
@@ -389,25 +412,28 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
     uintptr_t pc = pcs[n - 1 - j];
     bool whole = j == n - 1;
     uint32_t parent = v & ID_MASK;
-    v = guess(p, parent, pc, whole);
-    if (v == 0) {
+    if (held) {
+      v = node_add(parent, pc, p->ph[j], whole);
+    } else if ((v = guess(p, parent, pc, whole)) == 0) {
       if (!loading && j + 1 < n) {
         index_prefetch(&p->ph[j], n - j);
         loading = true;
       }
-      v = frame_id(parent, pc, p->ph[j], whole, may_lock);
+      v = frame_id(parent, pc, p->ph[j], whole, may_lock, &held);
       p->lookups++;
     }
     p->pcs[j] = pc;
     p->ids[j] = v;
     uint32_t id = v & ID_MASK;
     if (id == 0) {
+      if (held) pthread_mutex_unlock(&put_lock);
       p->n = (uint32_t)j;
       return 0;
     }
     if (id == p->run + 1 || id == p->last + 1) p->run = id;
     p->last = id;
   }
+  if (held) pthread_mutex_unlock(&put_lock);
   p->n = (uint32_t)n;
   return v & ID_MASK;
 }

@@ -223,8 +223,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   uint64_t seq = _ta_next_seq(t, solo);
   shard *s = shard_of(a);
   shard_lock_if(s, solo);
-  ta_block *b = slot_find(s, a);
-  if (b == NULL) b = slot_insert(s, a);
+  ta_block *b = slot_claim(s, a);
   if (b) *b = (ta_block){ .addr = a, .size = size, .tag = tag, .seq = seq, .state = TA_LIVE, .stack = stack };
   shard_unlock_if(s, solo);
   if (TA_UNLIKELY(b == NULL)) {
@@ -335,7 +334,15 @@ static inline int64_t quarantine_budget(void) {
  * which it reports, unless `quiet`: then it changes nothing and the caller,
  * which took no stack (leaks mode), takes one and calls again.
  * Two solo sections (the table, the counts): the quarantine between them
- * may report, and reporting takes locks. */
+ * may report, and reporting takes locks.
+ *
+ * The pad is read once, after the record is out of the table: its line,
+ * known from the record's size, starts loading first, and the removal's
+ * work goes on under that load (the pad of a block freed long after its
+ * allocation is a cache miss of its own, after the record's: on churn a
+ * quarter of block_free's samples were that load, right after the
+ * record's).  A quiet free that finds it written puts the record back,
+ * under the same lock, so that it changed nothing. */
 static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   shard *s = shard_of(a);
   bool solo = _ta_solo_enter(t);
@@ -352,19 +359,25 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   uint8_t flags = b->flags;
   uint64_t size = b->size;
   ta_tag tag = b->tag;
+  /* only the blocks block_new padded: no flag but REF and HOLD */
+  bool padded = !(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a);
+  if (padded) __builtin_prefetch((const void *)(a + size));
   /* A quiet free has no stack (leaks mode).  A written pad or guard slack
    * is a heap.overflow found at this free, and its report names the free:
    * leave the block as it is and let the caller come back with its stack. */
-  if (TA_UNLIKELY(quiet) && stack == 0) {
-    pad_damage d;
-    if ((!(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a) && pad_changed(a, size, &d)) ||
-        (TA_UNLIKELY(_ta_guard_on) && _ta_guard_slack_written(a, size))) {
+  bool quiet_check = TA_UNLIKELY(quiet) && stack == 0;
+  if (TA_UNLIKELY(quiet_check && _ta_guard_on) && _ta_guard_slack_written(a, size)) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
+  pad_damage d;
+  if (TA_UNLIKELY(flags & (TA_F_REF | TA_F_HOLD))) {
+    if (quiet_check && padded && pad_changed(a, size, &d)) {   /* before the holds and refcounts change */
       shard_unlock_if(s, solo);
       _ta_solo_leave(t, solo);
       return false;
     }
-  }
-  if (TA_UNLIKELY(flags & (TA_F_REF | TA_F_HOLD))) {
     /* Holds and refcounts take their own locks: leave ours first. */
     shard_unlock_if(s, solo);
     _ta_solo_leave(t, solo);
@@ -379,10 +392,18 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
       report_bad_free(a, stack, NULL);
       return false;
     }
+    quiet_check = false;                      /* checked, and they have changed now */
   }
   uint64_t seq = _ta_tracing ? _ta_seq_take(t, solo) : 0;
   ta_block freed = *b;
   slot_remove(s, b);
+  bool damaged = padded && pad_changed(a, size, &d);
+  if (TA_UNLIKELY(damaged && quiet_check)) {
+    slot_put_back(s, &freed);
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
   shard_unlock_if(s, solo);
   _ta_solo_leave(t, solo);
   int64_t budget = quarantine_this(t) ? quarantine_budget() : 0;   /* 0: no quarantine */
@@ -395,9 +416,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   if (_ta_opt.check == TA_CHECK_ERRORS && !_ta_guard_on) budget /= _ta_opt.quarantine_sample;
   freed.state = TA_FREED;
   freed.free_stack = stack;
-  pad_damage d;
-  /* only the blocks block_new padded: no flag but REF and HOLD */
-  if (TA_UNLIKELY(!(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a) && pad_changed(a, size, &d))) {
+  if (TA_UNLIKELY(damaged)) {
     _ta_report_overflow(&freed, &d, PAD_AT_FREE);
     pad_fill(a, size);                           /* reported once: later checks see new writes only */
   }
@@ -429,6 +448,53 @@ TA_NOINLINE void ta_free(void *p) {
   block_free(t, (uintptr_t)p, stack, false);
 }
 
+/* realloc in place, in leaks mode.  A move there catches nothing (the old
+ * block goes back to jemalloc at once, no quarantine keeps it) and costs a
+ * new block, a copy and a free: where the new size is in the block's size
+ * class (any class), or both sizes are large and jemalloc resizes the
+ * extent in place (xallocx), the block stays.  The record is what a move
+ * would leave: the new size, a new birth, the realloc's stack, the tag;
+ * the counts a free of the old size and an allocation of the new one; the
+ * pad moves to the new end (a shrink writes it over bytes that were the
+ * block's).  An old pad that was written is not moved: the move's free
+ * reports it with this stack.  Not while tracing (the trace's realloc
+ * event names a new block), in guard mode, or for a block with a hold,
+ * a refcount or an arena. */
+#define LARGE_FROM ((size_t)16 << 10)    /* above jemalloc's small classes (4 KiB pages) */
+
+static bool realloc_in_place(ta_thread *t, uintptr_t a, const ta_block *old, size_t size, uint32_t stack) {
+  if (_ta_opt.check != TA_CHECK_LEAKS || TA_UNLIKELY(_ta_guard_on) || _ta_tracing || old->flags != 0 ||
+      TA_UNLIKELY(_ta_pad_use_nallocx))
+    return false;
+  bool same = class_of(size) == class_of(old->size);
+  if (!same && (size < LARGE_FROM || old->size < LARGE_FROM)) return false;
+  pad_damage d;
+  if (pad_changed(a, old->size, &d)) return false;
+  /* the block's usable size must hold the new pad: a failed xallocx
+   * leaves the old size (a shrink that failed still fits) */
+  if (!same && xallocx((void *)a, size, 0, 0) < size + pad_len(size)) return false;
+  bool solo = _ta_solo_enter(t);
+  uint64_t seq = _ta_next_seq(t, solo);
+  shard *s = shard_of(a);
+  shard_lock_if(s, solo);
+  ta_block *b = slot_find(s, a);
+  bool ok = b != NULL && b->seq == old->seq && b->flags == 0;   /* not freed or changed meanwhile */
+  if (ok) {
+    if (_ta_opt.fill >= 0 && size > old->size) memset((void *)(a + old->size), (int)_ta_opt.fill, size - old->size);
+    pad_fill(a, size);
+    b->size = size;
+    b->seq = seq;
+    b->stack = stack;
+  }
+  shard_unlock_if(s, solo);
+  if (ok) {
+    count_free(t, (ta_tag)old->tag, old->size, solo);
+    count_alloc(t, (ta_tag)old->tag, size, a, seq, solo);
+  }
+  _ta_solo_leave(t, solo);
+  return ok;
+}
+
 static inline __attribute__((always_inline))
 void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stack) {
   if (p == NULL) return block_new(t, raw_alloc(t, size, 16, 0), size, tag_check(tag), stack);
@@ -443,7 +509,8 @@ void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stac
     block_free(t, a, stack, false);
     return NULL;
   }
-  /* Always move, so that a stale pointer to the old block is caught. */
+  if (realloc_in_place(t, a, &old, size, stack)) return p;
+  /* Else move, so that a stale pointer to the old block is caught. */
   void *n = block_new(t, raw_alloc(t, size, 16, 0), size, old.tag, stack);
   if (n == NULL) return NULL;
   memcpy(n, p, old.size < size ? old.size : size);

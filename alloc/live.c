@@ -42,12 +42,17 @@ bool _ta_live_grow(shard *s) {
 
 /* ---- the table for the rest of the ledger ----------------------------------- */
 
+/* The solo thread looks without the lock (a realloc looks its block up
+ * first: a locked instruction each). */
 bool _ta_block_live(uintptr_t a, ta_block *out) {
+  ta_thread *t = _ta_self;
   shard *s = shard_of(a);
-  shard_lock(s);
+  bool solo = t != NULL && _ta_solo_enter(t);
+  shard_lock_if(s, solo);
   ta_block *b = slot_find(s, a);
   if (b) *out = *b;
-  shard_unlock(s);
+  shard_unlock_if(s, solo);
+  if (t != NULL) _ta_solo_leave(t, solo);
   return b != NULL;
 }
 

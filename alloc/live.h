@@ -110,6 +110,36 @@ static inline ta_block *slot_insert(shard *s, uintptr_t a) {
   return &s->slots[i];
 }
 
+/* The record of a, made if missing (one probe where a find and then an
+ * insert were two): a new block's.  An address can be in the table
+ * already only where the ledger missed a free (a deferred free the shim
+ * had to drop); the new block takes the record over. */
+static inline ta_block *slot_claim(shard *s, uintptr_t a) {
+  if (s->slots == NULL || (uint64_t)(s->used + 1) * 4 > (uint64_t)(s->mask + 1) * 3)
+    if (!_ta_live_grow(s)) return s->slots ? slot_find(s, a) : NULL;
+  uint32_t i = slot_home(s, a);
+  for (;;) {
+    ta_block *b = &s->slots[i];
+    if (b->addr == a) return b;
+    if (b->addr == 0) {
+      s->used++;
+      b->addr = a;
+      return b;
+    }
+    i = (i + 1) & s->mask;
+  }
+}
+
+/* Puts back a record slot_remove just took out, under the same lock (or
+ * solo section): the table has room (one record fewer than it held), so it
+ * neither grows nor fails. */
+static inline void slot_put_back(shard *s, const ta_block *r) {
+  uint32_t i = slot_home(s, r->addr);
+  while (s->slots[i].addr) i = (i + 1) & s->mask;
+  s->used++;
+  s->slots[i] = *r;
+}
+
 static inline void slot_remove(shard *s, ta_block *b) {
   uint32_t i = (uint32_t)(b - s->slots), j = i;
   s->used--;

@@ -242,17 +242,41 @@ static inline unsigned char *put_head(tbuf *b, unsigned char *p, int kind, uint6
   return p;
 }
 
-void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack,
-                     uint64_t seq, int arena) {
+/* The events themselves, into the open PACKED record at p. */
+static inline void pk_alloc(tbuf *b, unsigned char *p, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack,
+                            uint64_t seq, int arena) {
+  unsigned char *q = put_head(b, p, TR_PK_ALLOC | (arena ? TR_PK_ARENA : 0), seq, addr);
+  q = put_uv(q, size);
+  q = put_uv(q, stack);
+  q = put_uv(q, (uint16_t)tag);
+  if (arena) q = put_uv(q, (uint8_t)arena);
+  b->len += (size_t)(q - p);
+}
+
+static inline void pk_free(tbuf *b, unsigned char *p, uintptr_t addr, uint32_t stack, uint64_t seq) {
+  unsigned char *q = put_head(b, p, TR_PK_FREE, seq, addr);
+  q = put_uv(q, stack);
+  b->len += (size_t)(q - p);
+}
+
+/* t's open PACKED record's end when it has room for one more event, else
+ * NULL.  _ta_trace_alloc and _ta_trace_free test this and encode inline:
+ * one event in a record already open is the path of every malloc and free
+ * while tracing, and with the rest of the work (opening a record, a flush,
+ * an unpacked event) in a function of its own they save no register and
+ * call nothing (churn, 200,000 allocations, errors mode without the
+ * quarantine, callgrind: 117 instructions an event before, 91 after). */
+static inline unsigned char *packed_room(const tbuf *b) {
+  if (TA_LIKELY(b != NULL && b->pk != NO_PK && b->len + TR_PK_EVENT_MAX + 8 <= b->cap))
+    return (unsigned char *)b->data + b->len;
+  return NULL;
+}
+
+static TA_NOINLINE void trace_alloc_slow(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack,
+                                         uint64_t seq, int arena) {
   unsigned char *p = t ? packed_tail(t) : NULL;
   if (p) {
-    tbuf *b = t->trace;
-    unsigned char *q = put_head(b, p, TR_PK_ALLOC | (arena ? TR_PK_ARENA : 0), seq, addr);
-    q = put_uv(q, size);
-    q = put_uv(q, stack);
-    q = put_uv(q, (uint16_t)tag);
-    if (arena) q = put_uv(q, (uint8_t)arena);
-    b->len += (size_t)(q - p);
+    pk_alloc(t->trace, p, addr, size, tag, stack, seq, arena);
     return;
   }
   bool g;
@@ -261,19 +285,31 @@ void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, ui
   done(g);
 }
 
-void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq) {
+static TA_NOINLINE void trace_free_slow(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq) {
   unsigned char *p = t ? packed_tail(t) : NULL;
   if (p) {
-    tbuf *b = t->trace;
-    unsigned char *q = put_head(b, p, TR_PK_FREE, seq, addr);
-    q = put_uv(q, stack);
-    b->len += (size_t)(q - p);
+    pk_free(t->trace, p, addr, stack, seq);
     return;
   }
   bool g;
   tr_free *r = reserve(t, TR_FREE, sizeof *r, &g);
   if (r) *r = (tr_free){ seq, addr, stack, t ? t->id : 0 };
   done(g);
+}
+
+void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack,
+                     uint64_t seq, int arena) {
+  tbuf *b = t ? t->trace : NULL;
+  unsigned char *p = packed_room(b);
+  if (TA_LIKELY(p != NULL)) pk_alloc(b, p, addr, size, tag, stack, seq, arena);
+  else trace_alloc_slow(t, addr, size, tag, stack, seq, arena);
+}
+
+void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq) {
+  tbuf *b = t ? t->trace : NULL;
+  unsigned char *p = packed_room(b);
+  if (TA_LIKELY(p != NULL)) pk_free(b, p, addr, stack, seq);
+  else trace_free_slow(t, addr, stack, seq);
 }
 
 void _ta_trace_device_alloc(ta_thread *t, int device, uintptr_t addr, uint64_t size, ta_tag tag,

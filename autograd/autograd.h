@@ -188,7 +188,12 @@ ag_layer *ag_relu_layer(void);
 ag_layer *ag_tanh_layer(void);
 ag_layer *ag_flatten_layer(void);
 ag_layer *ag_embedding_layer(int vocab, int dim, ag_rng *rng);   /* forward takes an i32 input leaf */
-/* Takes ownership of the n layers (a NULL among them: everything is freed, NULL returned). */
+/* Takes ownership of the n layers (a NULL among them: everything is freed,
+ * NULL returned); runs them in order.  An embedding, a flatten and a linear layer
+ * in a row run as one op (tensor_embedding_linear: each position's repeated
+ * indices computed once) on host tensors with indices in range; AG_FUSE=off
+ * in the environment runs them as three ops (the same values within float
+ * rounding). */
 ag_layer *ag_sequential(ag_layer **layers, int n);
 ag_var   *ag_layer_forward(ag_layer *l, ag_var *x);
 /* Parameters in order (weight, bias of each layer): the count; fills up to max. */

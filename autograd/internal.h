@@ -8,21 +8,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define AG_MAX_IN 3
+#define AG_MAX_IN 4
 
 typedef enum {
   OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ADD_SCALAR, OP_MUL_SCALAR, OP_NEG,
   OP_EXP, OP_LOG, OP_TANH, OP_RELU, OP_SIGMOID,
   OP_SUM, OP_MEAN, OP_MATMUL, OP_LINEAR, OP_CONV2D, OP_MAX_POOL, OP_AVG_POOL,
   OP_SOFTMAX, OP_LOG_SOFTMAX, OP_CROSS_ENTROPY, OP_EMBEDDING,
-  OP_RESHAPE, OP_TRANSPOSE
+  OP_RESHAPE, OP_TRANSPOSE, OP_EMBEDDING_LINEAR
 } op_kind;
 
 /* One recorded op: a block of the tape's arena.  Inputs are kept inline. */
 struct ag_op {
   op_kind kind;
   int nin;
-  ag_var *in[AG_MAX_IN];      /* held: "input0", "input1", "input2" */
+  ag_var *in[AG_MAX_IN];      /* held: "input0" .. "input3" */
   ag_var *out;
   tensor *saved;              /* held: "saved"; owned by the tape */
   int ia[4];                  /* integer arguments (axis, keepdim, stride, pad, k) */
@@ -105,6 +105,16 @@ void _ag_optim_hold(ag_optim *o, const char *what, void *array, size_t i, const 
 /* ag_embedding with the indices as a variable of the tape (the embedding
  * layer's input): held as the op's input, instead of an alias saved. */
 ag_var *_ag_embedding_var(ag_var *weight, ag_var *indices);
+/* An embedding layer's lookup of indices [B,C] (a variable of i32
+ * indices), flattened, into a linear layer (weight [O,C*D], bias or NULL):
+ * the three layers' result as one op (tensor_embedding_linear) in *out
+ * (NULL: it failed, its error set).  false, nothing done, where it does
+ * not apply (a device tensor, shapes or indices the three would refuse,
+ * AG_FUSE=off): the caller runs the three. */
+bool _ag_embedding_linear(ag_var *table, ag_var *indices, ag_var *weight, ag_var *bias, ag_var **out);
+/* AG_FUSE=off in the environment: the layers run as separate ops (benchmarks
+ * and tests compare both). */
+bool _ag_fusion_off(void);
 /* The backward of one op: from dy = dL/dout, accumulates into the inputs.
  * may_take: dy is the caller's to free after, and the op may instead take
  * it over (computing in place into it, or giving it on as an input's

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- random numbers: splitmix64 --------------------------------------------- */
@@ -44,6 +45,17 @@ uint64_t ag_rng_below(ag_rng *r, uint64_t n) {
 }
 
 /* ---- layers -------------------------------------------------------------------- */
+
+bool _ag_fusion_off(void) {
+  static int off = -1;   /* -1: not read yet; the same answer from any thread */
+  int got = __atomic_load_n(&off, __ATOMIC_RELAXED);
+  if (got < 0) {
+    const char *e = getenv("AG_FUSE");
+    got = e != NULL && strcmp(e, "off") == 0;
+    __atomic_store_n(&off, got, __ATOMIC_RELAXED);
+  }
+  return got;
+}
 
 typedef enum { L_LINEAR, L_CONV2D, L_MAX_POOL, L_AVG_POOL, L_RELU, L_TANH, L_FLATTEN, L_EMBEDDING, L_SEQUENTIAL } layer_kind;
 
@@ -185,7 +197,16 @@ static ag_var *layer_forward(ag_layer *l, ag_var *x) {
   case L_FLATTEN: return ag_flatten(x);
   case L_EMBEDDING: return _ag_embedding_var(l->weight, x);
   case L_SEQUENTIAL:
-    for (int i = 0; i < l->nchildren && x; i++) x = layer_forward(l->children[i], x);
+    for (int i = 0; i < l->nchildren && x; i++) {
+      ag_layer **c = l->children + i;
+      /* embedding, flatten, linear: one op, over the distinct indices */
+      if (c[0]->kind == L_EMBEDDING && i + 2 < l->nchildren && c[1]->kind == L_FLATTEN && c[2]->kind == L_LINEAR &&
+          _ag_embedding_linear(c[0]->weight, x, c[2]->weight, c[2]->bias, &x)) {
+        i += 2;
+        continue;
+      }
+      x = layer_forward(c[0], x);
+    }
     return x;
   }
   return NULL;

@@ -57,7 +57,7 @@ static void give(ag_var *v, tensor *g, bool owned) {
 
 static ag_var *record(const char *name, tensor *value, op_kind kind, ag_var *a, ag_var *b, ag_var *c,
                       ag_op **opp) {
-  ag_var *in[AG_MAX_IN] = { a, b, c };
+  ag_var *in[AG_MAX_IN] = { a, b, c, NULL };
   int nin = c ? 3 : b ? 2 : 1;
   if (kind == OP_CONV2D || kind == OP_LINEAR) nin = 3;
   return _ag_result(name, value, kind, in, nin, opp);
@@ -224,6 +224,24 @@ ag_var *_ag_embedding_var(ag_var *weight, ag_var *indices) {
                 NULL, NULL);
 }
 
+bool _ag_embedding_linear(ag_var *table, ag_var *indices, ag_var *weight, ag_var *bias, ag_var **out) {
+  const tensor *t = table->value, *ix = indices->value, *w = weight->value, *b = bias ? bias->value : NULL;
+  /* (the seeded bug reshape-dummy lives in the flatten's reshape: the three ops run, with it) */
+  bool fits = !_ag_fusion_off() && tensor_fault_get() != TENSOR_FAULT_RESHAPE_DUMMY && t->dtype == TENSOR_F32 &&
+              ix->dtype == TENSOR_I32 && w->dtype == TENSOR_F32 && t->ndim == 2 && ix->ndim == 2 && w->ndim == 2 &&
+              w->shape[1] == ix->shape[1] * t->shape[1] && (b == NULL || (b->ndim == 1 && b->shape[0] == w->shape[0])) &&
+              !tensor_device(t) && !tensor_device(ix) && !tensor_device(w) && (b == NULL || !tensor_device(b)) &&
+              tensor_is_contiguous(ix) && ag_tape_current() != NULL && tensor_scope_depth() == 0;
+  /* no tape, or an index out of range: the three ops run, and their error is the one said */
+  const int32_t *p = fits ? tensor_i32((tensor *)ix) : NULL;
+  for (int64_t i = 0; fits && i < ix->numel; i++) fits = p[i] >= 0 && p[i] < t->shape[0];
+  if (!fits) return false;
+  ag_var *in[AG_MAX_IN] = { table, indices, weight, bias };
+  *out = _ag_result("ag_embedding_linear", tensor_embedding_linear(t, ix, w, b), OP_EMBEDDING_LINEAR, in, AG_MAX_IN,
+                    NULL);
+  return true;
+}
+
 ag_var *ag_reshape(ag_var *a, int ndim, const int64_t *shape) {
   CHECK1(a);
   TAPE("ag_reshape");
@@ -279,6 +297,21 @@ static void embedding_backward(ag_op *op, const tensor *dy) {
   const tensor *idx = op->saved ? op->saved : op->in[1]->value;   /* ag_embedding, or _ag_embedding_var */
   if (dst) tensor_embedding_grad_(dst, dy, idx);
   if (acc) _ag_accumulate(w, acc, true);
+}
+
+/* The fused embedding -> flatten -> linear: the parameters' gradients
+ * accumulated in place (the parameters always have one; any other, a
+ * gradient made first). */
+static void embedding_linear_backward(ag_op *op, const tensor *dy) {
+  ag_var *t = op->in[0], *w = op->in[2], *b = op->in[3];
+  tensor *g[3] = { NULL, NULL, NULL };
+  ag_var *v[3] = { t, w, b };
+  for (int i = 0; i < 3; i++)
+    if (need(v[i])) {
+      if (v[i]->grad == NULL) v[i]->grad = tensor_zeros(TENSOR_F32, v[i]->value->ndim, v[i]->value->shape);
+      g[i] = v[i]->grad;
+    }
+  tensor_embedding_linear_grad_(g[0], g[1], g[2], dy, t->value, op->in[1]->value, w->value);
 }
 
 /* dy may be taken over as a's gradient (computed in place, or reshaped):
@@ -420,6 +453,9 @@ bool _ag_op_backward(ag_op *op, tensor *dy, bool may_take) {
     break;
   case OP_TRANSPOSE:
     give(a, tensor_transpose(dy, op->ia[0], op->ia[1]), true);
+    break;
+  case OP_EMBEDDING_LINEAR:
+    embedding_linear_backward(op, dy);
     break;
   }
   return false;

@@ -99,4 +99,11 @@ bench-checks: $(BUILD)/train-lenet
 	$(MAKE) BUILD=build/nochecks CFLAGS="-O2 -g -DTAGALLOC_NO_ARG_CHECKS" build/nochecks/train-lenet
 	/usr/bin/python3 bench/autograd/checks.py --build $(BUILD) --nochecks build/nochecks
 
+# build/gemm-shapes: charlm's products on OpenBLAS, tensor/gemm_small.c and,
+# where libxsmm-dev is installed, libxsmm's JIT (bench/autograd/README.md).
+XSMM_FLAGS = $(if $(wildcard /usr/include/libxsmm.h),-DHAVE_LIBXSMM)
+XSMM_LIBS  = $(if $(wildcard /usr/include/libxsmm.h),-L/usr/lib -lxsmm -lrt)
+$(BUILD)/gemm-shapes: bench/autograd/gemm_shapes.c $(BUILD)/libtagalloc-tensor.a $(BUILD)/libtagalloc.a
+	$(CC) -O2 -g $(COMMON) $(XSMM_FLAGS) -Itensor $< -o $@ $(TENSOR_LINK) $(XSMM_LIBS) $(LIBS)
+
 .PHONY: bench-autograd bench-checks demo-faults

@@ -240,7 +240,7 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
   memset(op, 0, sizeof *op);
   op->kind = kind;
   op->nin = nin;
-  static const char *slots[AG_MAX_IN] = { "input0", "input1", "input2" };
+  static const char *slots[AG_MAX_IN] = { "input0", "input1", "input2", "input3" };
   for (int i = 0; i < nin; i++) {
     op->in[i] = in[i];
     if (in[i]) ta_hold(ob, slots[i], in[i]);

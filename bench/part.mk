@@ -1,7 +1,8 @@
-# bench/part.mk - the auditor's benchmark (issue 3): `make bench-auditor`,
-# run by `make bench`.  bench/auditor/run.py times the workloads bare, under
-# `tagalloc run` (exact and fast), heaptrack, valgrind memcheck and
-# LeakSanitizer, and writes bench/RESULTS.md.  BENCH_QUICK=1: a quick check.
+# bench/part.mk - the auditor's benchmark: `make bench-auditor`, run by
+# `make bench`.  bench/auditor/run.py times the workloads bare, under
+# `tagalloc run` (each checking mode, exact and fast stacks), heaptrack,
+# valgrind memcheck and LeakSanitizer, judges issue 22's targets, and writes
+# bench/RESULTS.md.  BENCH_QUICK=1: a quick check.
 PART_BENCH += bench-auditor
 
 # The own workloads: -O2 -g with frame pointers (for --unwind fast), and the
@@ -21,7 +22,15 @@ $(BUILD)/bench/%-lsan: bench/auditor/%.c bench/part.mk
 bench-auditor: $(BUILD)/tagalloc $(BUILD)/libtagalloc-preload.so $(BENCH_AUDITOR_BIN)
 	/usr/bin/python3 bench/auditor/run.py --build $(BUILD)
 
-.PHONY: bench-auditor
+# The comparison scripts' own logic, on constructed data (no tool runs, a
+# second): real_vs_memcheck.py's pairing of process entries, run.py's judging
+# of issue 22's targets and its reading of heaptrack's failure.
+PART_TEST += test-bench-scripts
+test-bench-scripts:
+	/usr/bin/python3 tests/integration/test_real_vs_memcheck.py
+	/usr/bin/python3 bench/auditor/test_run.py
+
+.PHONY: bench-auditor test-bench-scripts
 
 # make bench-alloc: what one alloc+free pair costs under the ledger, next
 # to jemalloc and glibc (bench/bench_alloc.c; bench/README.md).

@@ -216,8 +216,64 @@ KINLINE void col_nt(const int NR, int64_t M, int64_t K, const float *A, int64_t 
   else if (M - i == 1) tile_nt(1, NR, K, A + i * lda, lda, B, ldb, alpha, beta, C + i * ldc, ldc);
 }
 
+/* ---- op(B) = B^T with a short k: B^T's strips packed, then the 6 x 16 tiles --------- */
+
+/* Bp[k*16 + c] = B[c*ldb + k] for the nb (<= 16) rows of B at b, k < K
+ * (zeros past nb): B^T's 16-column strip in the layout tile_nn reads.
+ * Full 8 x 8 blocks by register transposes, the edges one by one. */
+static void pack_bt(float *Bp, const float *b, int64_t ldb, int64_t nb, int64_t K) {
+  int64_t k = 0;
+  if (nb == 16)
+    for (; k + 8 <= K; k += 8)
+      for (int h = 0; h < 2; h++) {
+        const float *r = b + h * 8 * ldb + k;
+        __m256 r0 = _mm256_loadu_ps(r), r1 = _mm256_loadu_ps(r + ldb), r2 = _mm256_loadu_ps(r + 2 * ldb),
+               r3 = _mm256_loadu_ps(r + 3 * ldb), r4 = _mm256_loadu_ps(r + 4 * ldb),
+               r5 = _mm256_loadu_ps(r + 5 * ldb), r6 = _mm256_loadu_ps(r + 6 * ldb),
+               r7 = _mm256_loadu_ps(r + 7 * ldb);
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+        float *o = Bp + k * 16 + h * 8;
+        _mm256_store_ps(o + 0 * 16, _mm256_permute2f128_ps(u0, u4, 0x20));
+        _mm256_store_ps(o + 1 * 16, _mm256_permute2f128_ps(u1, u5, 0x20));
+        _mm256_store_ps(o + 2 * 16, _mm256_permute2f128_ps(u2, u6, 0x20));
+        _mm256_store_ps(o + 3 * 16, _mm256_permute2f128_ps(u3, u7, 0x20));
+        _mm256_store_ps(o + 4 * 16, _mm256_permute2f128_ps(u0, u4, 0x31));
+        _mm256_store_ps(o + 5 * 16, _mm256_permute2f128_ps(u1, u5, 0x31));
+        _mm256_store_ps(o + 6 * 16, _mm256_permute2f128_ps(u2, u6, 0x31));
+        _mm256_store_ps(o + 7 * 16, _mm256_permute2f128_ps(u3, u7, 0x31));
+      }
+  for (; k < K; k++)
+    for (int64_t c = 0; c < 16; c++) Bp[k * 16 + c] = c < nb ? b[c * ldb + k] : 0.0f;
+}
+
+/* k up to this: B^T packed (the dot products' lane sums cost as much as
+ * their k loop there: 25 x 256 x 64, the fused embedding op's forward,
+ * ran at about half the FMA rate of the NN tiles) */
+#define NT_PACK_K 128
+
+static void gemm_nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                           const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  float Bp[NT_PACK_K * 16] __attribute__((aligned(64)));
+  for (int64_t j = 0; j < N; j += 16) {
+    int64_t nb = N - j < 16 ? N - j : 16;
+    pack_bt(Bp, B + j * ldb, ldb, nb, K);
+    if (nb == 16) strip_nn(1, 1, M, K, A, lda, Bp, 16, alpha, beta, C + j, ldc);
+    else strip_nn(0, 1, M, K, A, lda, Bp, nb, alpha, beta, C + j, ldc);
+  }
+}
+
 static void gemm_nt(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                     int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (K <= NT_PACK_K && M >= 6) {
+    gemm_nt_packed(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   int64_t j = 0;
   for (; j + 4 <= N; j += 4) col_nt(4, M, K, A, lda, B + j * ldb, ldb, alpha, beta, C + j, ldc);
   switch (N - j) {

@@ -341,6 +341,16 @@ tensor *tensor_embedding(const tensor *weight, const tensor *indices);
  * shape + [D]) at its index, a scatter-add (repeated indices sum; an index
  * outside [0, V) is skipped: the forward refused it). */
 tensor_status tensor_embedding_grad_(tensor *dweight, const tensor *dout, const tensor *indices);
+/* An embedding, flattened, into a linear layer, as one op (embed_linear.c):
+ * table [V,D], indices [B,C] (i32), weight [O,C*D], bias [O] or NULL ->
+ * [B,O] = flatten(tensor_embedding(table, indices)) @ weight^T + bias, with
+ * each position's repeated indices computed once.  Host tensors only.  Its
+ * backward accumulates (+=) into dtable [V,D], dweight [O,C*D] and dbias
+ * [O] (each contiguous, or NULL: not wanted) from dy [B,O].  Both agree
+ * with the three separate ops within float rounding. */
+tensor *tensor_embedding_linear(const tensor *table, const tensor *indices, const tensor *weight, const tensor *bias);
+tensor_status tensor_embedding_linear_grad_(tensor *dtable, tensor *dweight, tensor *dbias, const tensor *dy,
+                                            const tensor *table, const tensor *indices, const tensor *weight);
 
 /* ---- optimizer updates (in place, torch.optim's arithmetic) ------------------ */
 

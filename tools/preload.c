@@ -348,10 +348,15 @@ BODY void free_body(void *p) {
   int *ep = &errno, e = *ep;
   ta_thread *t = enter();
   if (TA_LIKELY(t != NULL)) {
-    _ta_block_prefetch(p);                /* its record loads while the stack is taken */
-    /* leaks mode takes no free stack: only a bad free's, found without one */
-    bool done = TA_UNLIKELY(_ta_opt.check == TA_CHECK_LEAKS || _pl_in_freeres) && _ta_free_quiet(p);
-    if (!done) _ta_free_at(p, TA_UNLIKELY(_pl_in_freeres) ? 0 : _ta_stack_capture(1));
+    /* leaks mode takes no free stack: only a bad free's, found without
+     * one; nor a prefetch of the record, which the lookup would follow at
+     * once: nothing to hide its load behind */
+    bool quiet = TA_UNLIKELY(_ta_opt.check == TA_CHECK_LEAKS || _pl_in_freeres);
+    bool done = quiet && _ta_free_quiet(p);
+    if (!done) {
+      if (!quiet) _ta_block_prefetch(p);  /* its record loads while the stack is taken */
+      _ta_free_at(p, TA_UNLIKELY(_pl_in_freeres) ? 0 : _ta_stack_capture(1));
+    }
     if (TA_UNLIKELY(atomic_load_explicit(&defer_n, memory_order_relaxed) != 0)) _pl_drain_deferred();
     _pl_leave(t);
   } else if (atomic_load_explicit(&live, memory_order_relaxed)) {

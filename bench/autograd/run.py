@@ -6,13 +6,16 @@ default, recording every stack), in alternating pairs.  Prints markdown.
 
   /usr/bin/python3 bench/autograd/run.py [--build build] [--threads 1,2] [--lenet-epochs 3]
                                          [--lenet-steps 300] [--charlm-iters 2000] [--reps 3]
-                                         [--only charlm|lenet] [--pairs N] [--blas-too] [--cpu-time]
+                                         [--only charlm|lenet] [--pairs N] [--blas-too] [--unfused-too]
+                                         [--cpu-time]
 
 --only runs one of the two models (and its ledger cost); --pairs N runs
 each model N times alternating with PyTorch (ours, PyTorch, ours, ...) and
 takes the medians over all their epochs or points; --blas-too adds a run
 of train-charlm with TENSOR_GEMM=blas (every product in OpenBLAS, not
-tensor/gemm_small.c) to each round.  --cpu-time adds, per round, a run of
+tensor/gemm_small.c) to each round, --unfused-too one with AG_FUSE=off (the
+embedding, flatten and linear layers as three ops, not
+tensor_embedding_linear).  --cpu-time adds, per round, a run of
 N/10 charlm iterations of each side and reports CPU milliseconds per
 iteration from the difference (startup and one validation cancel): on a
 loaded machine this is less moved by time slicing than iterations/s.
@@ -40,6 +43,8 @@ p.add_argument("--cpu-time", action="store_true",
                help="charlm also as CPU ms per iteration: (CPU of N iterations - CPU of N/10) / (0.9 N), each side")
 p.add_argument("--blas-too", action="store_true",
                help="charlm also with TENSOR_GEMM=blas (OpenBLAS for every product), in the same rotation")
+p.add_argument("--unfused-too", action="store_true",
+               help="charlm also with AG_FUSE=off (embedding, flatten, linear as three ops), in the same rotation")
 a = p.parse_args()
 tmp = tempfile.mkdtemp(prefix="bench-autograd-")
 # Copies of the programs: a rebuild of the build folder during the run
@@ -114,7 +119,7 @@ for t in [int(x) for x in a.threads.split(",")]:
         ]
     if a.only != "lenet":
         print("bench-autograd: %d thread(s): charlm ..." % t, file=sys.stderr, flush=True)
-        cos, cts, cbs = [], [], []
+        cos, cts, cbs, cus = [], [], [], []
         for _ in range(a.pairs):
             co, co_rss = charlm(True, t, a.charlm_iters)
             ct, ct_rss = charlm(False, t, a.charlm_iters)
@@ -122,10 +127,13 @@ for t in [int(x) for x in a.threads.split(",")]:
             cts.append(ct)
             if a.blas_too:
                 cbs.append(charlm(True, t, a.charlm_iters, {"TENSOR_GEMM": "blas"})[0])
+            if a.unfused_too:
+                cus.append(charlm(True, t, a.charlm_iters, {"AG_FUSE": "off"})[0])
             if a.cpu_time:
                 short = a.charlm_iters // 10
                 for side, d, env in ((True, co, None), (False, ct, None),
-                                     (True, cbs[-1] if a.blas_too else None, {"TENSOR_GEMM": "blas"})):
+                                     (True, cbs[-1] if a.blas_too else None, {"TENSOR_GEMM": "blas"}),
+                                     (True, cus[-1] if a.unfused_too else None, {"AG_FUSE": "off"})):
                     if d is None:
                         continue
                     s_short, _ = charlm(side, t, short, env)
@@ -139,8 +147,11 @@ for t in [int(x) for x in a.threads.split(",")]:
             ("charlm iterations/s with TENSOR_GEMM=blas (median of %d points)" % (len(co["points"]) * a.pairs), t,
              "%.0f" % med([q["iters_per_s"] for d in cbs for q in d["points"]]), "%.0f" % its_t,
              "%.2fx" % (med([q["iters_per_s"] for d in cbs for q in d["points"]]) / its_t), ""),
-        ] if a.blas_too else []) + [
-        ] + ([
+        ] if a.blas_too else []) + ([
+            ("charlm iterations/s with AG_FUSE=off (median of %d points)" % (len(co["points"]) * a.pairs), t,
+             "%.0f" % med([q["iters_per_s"] for d in cus for q in d["points"]]), "%.0f" % its_t,
+             "%.2fx" % (med([q["iters_per_s"] for d in cus for q in d["points"]]) / its_t), ""),
+        ] if a.unfused_too else []) + ([
             ("charlm CPU ms per iteration (median of %d rounds)" % a.pairs, t,
              "%.3f" % med([d["_cpu_ms_per_iter"] for d in cos]), "%.3f" % med([d["_cpu_ms_per_iter"] for d in cts]),
              "%.2fx" % (med([d["_cpu_ms_per_iter"] for d in cts]) / med([d["_cpu_ms_per_iter"] for d in cos])),
@@ -149,7 +160,11 @@ for t in [int(x) for x in a.threads.split(",")]:
             ("charlm CPU ms per iteration with TENSOR_GEMM=blas (median of %d rounds)" % a.pairs, t,
              "%.3f" % med([d["_cpu_ms_per_iter"] for d in cbs]), "%.3f" % med([d["_cpu_ms_per_iter"] for d in cts]),
              "%.2fx" % (med([d["_cpu_ms_per_iter"] for d in cts]) / med([d["_cpu_ms_per_iter"] for d in cbs])), ""),
-        ] if a.cpu_time and a.blas_too else []) + [
+        ] if a.cpu_time and a.blas_too else []) + ([
+            ("charlm CPU ms per iteration with AG_FUSE=off (median of %d rounds)" % a.pairs, t,
+             "%.3f" % med([d["_cpu_ms_per_iter"] for d in cus]), "%.3f" % med([d["_cpu_ms_per_iter"] for d in cts]),
+             "%.2fx" % (med([d["_cpu_ms_per_iter"] for d in cts]) / med([d["_cpu_ms_per_iter"] for d in cus])), ""),
+        ] if a.cpu_time and a.unfused_too else []) + [
             ("charlm val loss after %d iterations" % a.charlm_iters, t, "%.4f" % co["points"][-1]["val_loss"],
              "%.4f" % ct["points"][-1]["val_loss"], "", ""),
             ("charlm peak RSS", t, mib(co_rss), mib(ct_rss), "%.2fx" % (co_rss / ct_rss), "< 1x"),

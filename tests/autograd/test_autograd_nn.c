@@ -101,6 +101,57 @@ static void test_embedding_layer(void **state) {
   TA_ASSERT_FINDINGS(NULL, 0);
 }
 
+/* Embedding, flatten, linear in a sequential run as one op (the layers'
+ * sums regrouped over each position's distinct indices): one op on the
+ * tape where the three separate ops make three, the same output and
+ * gradients as the separate ops (ag_embedding, ag_flatten, ag_linear_op on
+ * the same parameters) within float rounding, and the gradient of the
+ * rows used at several positions. */
+static void test_embedding_linear_fused(void **state) {
+  (void)state;
+  ag_rng r = ag_rng_new(3);
+  ag_layer *net = ag_sequential((ag_layer *[]){ ag_embedding_layer(20, 6, &r), ag_flatten_layer(),
+                                                ag_linear(3 * 6, 9, &r), ag_tanh_layer() },
+                                4);
+  ag_var *p[3];
+  assert_int_equal(ag_layer_params(net, p, 3), 3);   /* table, weight, bias */
+  tensor *idx = tensor_from_i32((const int32_t[]){ 3, 1, 3, 9, 0, 3, 3, 1, 19, 3, 7, 3, 0, 0, 0 }, TS(5, 3));
+  tensor *R = rand_tensor(TS(5, 9), -1, 1, 4);
+  ta_mark m = ta_mark_now();
+  ag_var *y = ag_layer_forward(net, ag_input(idx));
+  assert_non_null(y);
+  assert_int_equal(ag_tape_ops(tape), 2);   /* the fused op and tanh */
+  tensor *y1 = tensor_clone(y->value);
+  assert_int_equal(ag_backward(ag_sum(ag_mul(y, ag_input(R)), TENSOR_ALL, 0)), 0);
+  tensor *g1[3];
+  for (int i = 0; i < 3; i++) g1[i] = tensor_clone(p[i]->grad);
+  ag_tape_reset(tape);
+  ag_zero_grad(p, 3);
+  ag_var *h = ag_tanh(ag_linear_op(ag_flatten(ag_embedding(p[0], idx)), p[1], p[2]));
+  assert_int_equal(ag_tape_ops(tape), 4);   /* embedding, reshape, linear, tanh */
+  assert_int_equal(ag_backward(ag_sum(ag_mul(h, ag_input(R)), TENSOR_ALL, 0)), 0);
+  for (int64_t i = 0; i < 45; i++) assert_float_equal(tensor_f32(y1)[i], tensor_f32(h->value)[i], 2e-6);
+  for (int i = 0; i < 3; i++)
+    for (int64_t k = 0; k < g1[i]->numel; k++)
+      assert_float_equal(tensor_f32(g1[i])[k], tensor_f32(p[i]->grad)[k], 1e-5);
+  assert_true(tensor_f32(g1[0])[3 * 6] != 0);   /* row 3: seven uses, at all three positions */
+  assert_true(tensor_f32(g1[0])[2 * 6] == 0);   /* row 2: none */
+  ag_tape_reset(tape);
+  for (int i = 0; i < 3; i++) tensor_free(g1[i]);
+  tensor_free(y1);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+  /* an index out of range: the embedding op's error, from the separate ops */
+  tensor *bad = tensor_from_i32((const int32_t[]){ 3, 20, 0 }, TS(1, 3));
+  assert_null(ag_layer_forward(net, ag_input(bad)));
+  assert_non_null(strstr(tensor_error(), "tensor_embedding: index 20 at 1 out of range"));
+  ag_tape_reset(tape);
+  tensor_free(bad);
+  tensor_free(idx);
+  tensor_free(R);
+  ag_layer_free(net);
+  TA_ASSERT_FINDINGS(NULL, 0);
+}
+
 /* LeNet-5's shapes through a sequential, and its parameter count (61706). */
 static void test_sequential(void **state) {
   (void)state;
@@ -209,6 +260,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_sequential, tape_setup, tape_teardown),
 
     cmocka_unit_test_setup_teardown(test_embedding_layer, tape_setup, tape_teardown),
+    cmocka_unit_test_setup_teardown(test_embedding_linear_fused, tape_setup, tape_teardown),
     cmocka_unit_test(test_sgd),
     cmocka_unit_test(test_adam),
   };

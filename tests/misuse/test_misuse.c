@@ -334,6 +334,122 @@ static void test_write_after_free_churn(void **state) {
   child_result_free(&r);
 }
 
+/* Blocks leave the quarantine in batches (quarantine.c), each block's
+ * poison and pad checked before any of them goes back to jemalloc: 12
+ * blocks freed in a row, writes into six of them across the batches'
+ * edges and into the pad of a seventh, then frees enough to push them all
+ * out.  Each write is told once, of its own block: a batch that mixed up
+ * its blocks' verdicts, skipped one or checked a block it had given back
+ * (jemalloc's reuse then rewrites it) counts otherwise. */
+enum { BATCH_BLOCKS = 12 };
+
+/* Prints each finding of the child's as "kind tag: detail" (a tag per
+ * block: findings of one stack and tag are one group). */
+static int print_finding(const ta_finding *f, void *arg) {
+  (void)arg;
+  printf("%s %s: %s\n", f->kind, ta_tag_name(f->tag), f->detail);
+  return 0;
+}
+
+NOIPA static void *make_tagged(ta_tag tag, size_t size) {
+  void *p = ta_alloc(tag, size);
+  KEEP();
+  return p;
+}
+
+static void batch_child(void *arg) {
+  (void)arg;
+  static const int written[] = { 0, 3, 5, 7, 8, 11 };
+  unsigned char *b[BATCH_BLOCKS];
+  for (int k = 0; k < BATCH_BLOCKS; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "batch%d", k);
+    b[k] = make_tagged(ta_tag_get(name), k == 6 ? 24 : 32);
+  }
+  ta_findings_clear();
+  for (int k = 0; k < BATCH_BLOCKS; k++) ta_free(b[k]);
+  for (size_t k = 0; k < sizeof written / sizeof *written; k++)
+    ((volatile unsigned char *)b[written[k]])[written[k]] = (unsigned char)(0x10 + k);
+  ((volatile unsigned char *)b[6])[26] = 0x77;          /* the pad: bytes 24..31 of a 24-byte block */
+  for (int k = 0; k < 1000; k++) ta_free(make_victim(64));
+  ta_findings_visit(print_finding, NULL);
+}
+
+static void test_write_after_free_batch(void **state) {
+  (void)state;
+  child_result r;
+  child_fork(batch_child, NULL, &r);
+  assert_true(WIFEXITED(r.status));
+  /* one line a finding, in the order they were found (the overflow's
+   * detail is cut at the ledger's 96 bytes: its start is compared) */
+  static const char *const want[] = {
+    "use.after-free batch0: byte 0 of the freed 32-byte block was written (0x10, poison 0xdf)\n",
+    "use.after-free batch3: byte 3 of the freed 32-byte block was written (0x11, poison 0xdf)\n",
+    "use.after-free batch5: byte 5 of the freed 32-byte block was written (0x12, poison 0xdf)\n",
+    "heap.overflow batch6: wrote 1 byte(s) past the end of the 24-byte block: offsets 26..26, first 0x77",
+    "use.after-free batch7: byte 7 of the freed 32-byte block was written (0x13, poison 0xdf)\n",
+    "use.after-free batch8: byte 8 of the freed 32-byte block was written (0x14, poison 0xdf)\n",
+    "use.after-free batch11: byte 11 of the freed 32-byte block was written (0x15, poison 0xdf)\n",
+  };
+  const char *line = r.out;
+  for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+    if (line == NULL || strncmp(line, want[k], strlen(want[k])) != 0) child_dump(&r);
+    assert_non_null(line);
+    assert_int_equal(strncmp(line, want[k], strlen(want[k])), 0);
+    line = strchr(line, '\n');
+    if (line) line++;
+  }
+  assert_string_equal(line, "");
+  child_result_free(&r);
+}
+
+/* The poison check's paths (quarantine.c, poison_changed): a block under
+ * 8 bytes, under 16, a multiple of 16, one ending in a part of 16 bytes
+ * (an overlapping load), one of 64-byte chunks and a tail, one past the
+ * 256-byte span; each written at the last byte of its span, or inside a
+ * 64-byte chunk or the tail after them; one written twice, the first byte
+ * told. */
+static void tails_child(void *arg) {
+  (void)arg;
+  static const struct { size_t size, at; } w[] = {
+    { 5, 4 }, { 12, 11 }, { 48, 47 }, { 40, 39 }, { 100, 99 }, { 300, 255 }, { 200, 64 }, { 90, 17 },
+    { 100, 70 },
+  };
+  enum { N = sizeof w / sizeof *w };
+  unsigned char *b[N];
+  for (int k = 0; k < N; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "tail%d", k);
+    b[k] = make_tagged(ta_tag_get(name), w[k].size);
+  }
+  ta_findings_clear();
+  for (int k = 0; k < N; k++) ta_free(b[k]);
+  for (int k = 0; k < N; k++) ((volatile unsigned char *)b[k])[w[k].at] = (unsigned char)(0x30 + k);
+  ((volatile unsigned char *)b[6])[100] = 0x55;        /* after the byte told: not told */
+  for (int k = 0; k < 1000; k++) ta_free(make_victim(64));
+  ta_findings_visit(print_finding, NULL);
+}
+
+static void test_write_after_free_tails(void **state) {
+  (void)state;
+  child_result r;
+  child_fork(tails_child, NULL, &r);
+  assert_true(WIFEXITED(r.status));
+  const char *want =
+      "use.after-free tail0: byte 4 of the freed 5-byte block was written (0x30, poison 0xdf)\n"
+      "use.after-free tail1: byte 11 of the freed 12-byte block was written (0x31, poison 0xdf)\n"
+      "use.after-free tail2: byte 47 of the freed 48-byte block was written (0x32, poison 0xdf)\n"
+      "use.after-free tail3: byte 39 of the freed 40-byte block was written (0x33, poison 0xdf)\n"
+      "use.after-free tail4: byte 99 of the freed 100-byte block was written (0x34, poison 0xdf)\n"
+      "use.after-free tail5: byte 255 of the freed 300-byte block was written (0x35, poison 0xdf)\n"
+      "use.after-free tail6: byte 64 of the freed 200-byte block was written (0x36, poison 0xdf)\n"
+      "use.after-free tail7: byte 17 of the freed 90-byte block was written (0x37, poison 0xdf)\n"
+      "use.after-free tail8: byte 70 of the freed 100-byte block was written (0x38, poison 0xdf)\n";
+  if (strcmp(r.out, want) != 0) child_dump(&r);
+  assert_string_equal(r.out, want);
+  child_result_free(&r);
+}
+
 /* A write after free still in the quarantine at exit: the exit report has it. */
 static int child_write_after_free(void) {
   T = ta_tag_get("misuse");
@@ -504,6 +620,8 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup(test_write_after_free, messages_setup),
     cmocka_unit_test_setup(test_write_after_free_churn, messages_setup),
     cmocka_unit_test_setup(test_write_after_free_at_exit, messages_setup),
+    cmocka_unit_test_setup(test_write_after_free_batch, messages_setup),
+    cmocka_unit_test_setup(test_write_after_free_tails, messages_setup),
     cmocka_unit_test_setup(test_freed_block_back_to_ledger, messages_setup),
     cmocka_unit_test_setup(test_goes_on, messages_setup),
     cmocka_unit_test_setup(test_overflow_at_free, messages_setup),

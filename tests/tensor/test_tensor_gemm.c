@@ -14,6 +14,10 @@
  *     the size limit;
  *   - tensor_matmul_t and tensor_gemm_t_out (the linear layers' calls) over
  *     the same kernels, batched too, within the same bound;
+ *   - tensor_embedding_linear and its backward (embed_linear.c) against
+ *     the sums of the embedding, flatten and linear ops in double, with
+ *     repeated indices, within the same kind of bound; its range and shape
+ *     errors;
  *   - tanh, exp and tanh_grad in place give the bits of the out-of-place
  *     forms (their loops for o == a). */
 #include "harness.h"
@@ -181,6 +185,97 @@ static void test_linear_layer_calls(void **state) {
   TA_ASSERT_NO_LEAKS_SINCE(mk);
 }
 
+/* tensor_embedding_linear and its backward against the three ops' sums in
+ * double: y[b][o] = bias[o] + sum_{j,d} table[idx[b][j]][d] w[o][j*D + d],
+ * and the gradients accumulated into nonzero buffers.  Indices drawn from a
+ * few values so that positions repeat them (the rows computed once), with
+ * train-charlm's sizes and an odd small case (U_j of 1 to B). */
+static void check_embedding_linear(int64_t V, int64_t D, int64_t B, int64_t C, int64_t O, int vals, uint64_t seed) {
+  tensor *table = tensor_randn(TS(V, D), 1.0f, seed), *w = tensor_randn(TS(O, C * D), 0.05f, seed + 1);
+  tensor *bias = tensor_randn(TS(O), 0.5f, seed + 2), *dy = tensor_randn(TS(B, O), 1.0f, seed + 3);
+  tensor *dt = tensor_randn(TS(V, D), 1.0f, seed + 4), *dw = tensor_randn(TS(O, C * D), 1.0f, seed + 5);
+  tensor *db = tensor_randn(TS(O), 1.0f, seed + 6);
+  int32_t *ix = malloc(sizeof(int32_t) * B * C);
+  for (int64_t i = 0; i < B * C; i++) ix[i] = (int32_t)((frand() * 0.5f + 0.5f) * (float)vals) % (int32_t)V;
+  ix[0] = 0;
+  ix[B * C - 1] = (int32_t)V - 1;   /* both ends of the table */
+  tensor *idx = tensor_from_i32(ix, TS(B, C));
+  const float *T = tensor_f32(table), *W = tensor_f32(w), *bs = tensor_f32(bias), *g = tensor_f32(dy);
+  tensor *y = tensor_embedding_linear(table, idx, w, bias);
+  assert_non_null(y);
+  expect_shape(y, B, O);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t o = 0; o < O; o++) {
+      double s = bs[o], m = fabs(bs[o]);
+      for (int64_t j = 0; j < C; j++)
+        for (int64_t d = 0; d < D; d++) {
+          double p = (double)T[ix[b * C + j] * D + d] * W[o * C * D + j * D + d];
+          s += p, m += fabs(p);
+        }
+      double got = tensor_f32(y)[b * O + o], tol = (C * D + C + 2) * ldexp(1.0, -23) * m + 1e-30;
+      if (!(fabs(got - s) <= tol)) fail_msg("y[%lld][%lld] = %.9g, want %.9g", (long long)b, (long long)o, got, s);
+    }
+  /* the backward, into gradients that hold something already */
+  double *wt = calloc((size_t)(V * D), sizeof(double)), *mt = calloc((size_t)(V * D), sizeof(double));
+  double *ww = calloc((size_t)(O * C * D), sizeof(double)), *mw = calloc((size_t)(O * C * D), sizeof(double));
+  for (int64_t i = 0; i < V * D; i++) wt[i] = tensor_f32(dt)[i], mt[i] = fabs(wt[i]);
+  for (int64_t i = 0; i < O * C * D; i++) ww[i] = tensor_f32(dw)[i], mw[i] = fabs(ww[i]);
+  double wb[O], mb[O];
+  for (int64_t o = 0; o < O; o++) wb[o] = tensor_f32(db)[o], mb[o] = fabs(wb[o]);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t o = 0; o < O; o++) {
+      wb[o] += g[b * O + o], mb[o] += fabs(g[b * O + o]);
+      for (int64_t j = 0; j < C; j++)
+        for (int64_t d = 0; d < D; d++) {
+          int64_t v = ix[b * C + j];
+          double pt = (double)g[b * O + o] * W[o * C * D + j * D + d], pw = (double)g[b * O + o] * T[v * D + d];
+          wt[v * D + d] += pt, mt[v * D + d] += fabs(pt);
+          ww[o * C * D + j * D + d] += pw, mw[o * C * D + j * D + d] += fabs(pw);
+        }
+    }
+  assert_int_equal(tensor_embedding_linear_grad_(dt, dw, db, dy, table, idx, w), TENSOR_OK);
+  double ulp = ldexp(1.0, -23);
+  for (int64_t i = 0; i < V * D; i++)   /* a row's sum: up to B*C*O terms, grouped */
+    if (!(fabs(tensor_f32(dt)[i] - wt[i]) <= (B * C + O + 3) * ulp * mt[i] + 1e-30))
+      fail_msg("dtable[%lld] = %.9g, want %.9g", (long long)i, tensor_f32(dt)[i], wt[i]);
+  for (int64_t i = 0; i < O * C * D; i++)
+    if (!(fabs(tensor_f32(dw)[i] - ww[i]) <= (B + 3) * ulp * mw[i] + 1e-30))
+      fail_msg("dweight[%lld] = %.9g, want %.9g", (long long)i, tensor_f32(dw)[i], ww[i]);
+  for (int64_t o = 0; o < O; o++)
+    if (!(fabs(tensor_f32(db)[o] - wb[o]) <= (B + 2) * ulp * mb[o] + 1e-30))
+      fail_msg("dbias[%lld] = %.9g, want %.9g", (long long)o, tensor_f32(db)[o], wb[o]);
+  /* NULL gradients are not wanted: dbias alone changes only dbias */
+  float before = tensor_f32(dt)[0];
+  assert_int_equal(tensor_embedding_linear_grad_(NULL, NULL, db, dy, table, idx, w), TENSOR_OK);
+  assert_true(tensor_f32(dt)[0] == before);
+  free(wt), free(mt), free(ww), free(mw), free(ix);
+  tensor_free(y);
+  tensor *all[] = { table, w, bias, dy, dt, dw, db, idx };
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
+}
+
+static void test_embedding_linear_vs_double(void **state) {
+  (void)state;
+  ta_mark mk = ta_mark_now();
+  check_embedding_linear(114, 64, 64, 8, 256, 40, 11);   /* train-charlm's layer */
+  check_embedding_linear(9, 5, 13, 3, 7, 9, 21);         /* odd sizes, every index may repeat */
+  check_embedding_linear(300, 3, 5, 2, 20, 300, 31);     /* mostly distinct */
+  check_embedding_linear(4, 2, 1, 1, 1, 4, 41);          /* one row */
+  assert_int_equal(n_errors, 0);
+  /* the same bad arguments as the separate ops refuse */
+  tensor *table = tensor_randn(TS(4, 2), 1.0f, 1), *w = tensor_randn(TS(3, 6), 1.0f, 2);
+  tensor *idx = tensor_from_i32((int32_t[]){ 0, 1, 4, 2, 3, 0 }, TS(2, 3));
+  assert_null(tensor_embedding_linear(table, idx, w, NULL));
+  assert_int_equal(last_error_status, TENSOR_ERANGE);
+  assert_non_null(strstr(last_error, "index 4 at 2 out of range [0, 4)"));
+  tensor *w2 = tensor_randn(TS(3, 5), 1.0f, 3);
+  assert_null(tensor_embedding_linear(table, idx, w2, NULL));
+  assert_int_equal(last_error_status, TENSOR_ESHAPE);
+  assert_int_equal(n_errors, 2);
+  tensor_free(table), tensor_free(w), tensor_free(idx), tensor_free(w2);
+  TA_ASSERT_NO_LEAKS_SINCE(mk);
+}
+
 static void test_in_place_loops_same_bits(void **state) {
   (void)state;
   ta_mark mk = ta_mark_now();
@@ -211,6 +306,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_gemm_small_vs_double, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_gemm_small_serves, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_linear_layer_calls, errors_setup, errors_teardown),
+    cmocka_unit_test_setup_teardown(test_embedding_linear_vs_double, errors_setup, errors_teardown),
     cmocka_unit_test_setup_teardown(test_in_place_loops_same_bits, errors_setup, errors_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

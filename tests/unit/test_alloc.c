@@ -1,6 +1,8 @@
 /* test_alloc.c - the ledger's allocation API and its counts: ta_alloc,
  * ta_calloc (zeroed, overflow -> NULL), ta_realloc (keeps the tag, always
- * moves, copies; NULL allocates with tag "realloc"), ta_aligned, the block
+ * moves, copies; NULL allocates with tag "realloc"; in leaks mode it stays
+ * in place within the size class, the pad moved to the new end, counts and
+ * sizes exact, an overflow past the new end caught), ta_aligned, the block
  * queries, tags, and exact ta_since counts per tag and for TA_ANY (allocs,
  * frees, live blocks and bytes, peak bytes) after scripted sequences and over
  * 10,000 iterations; ta_mark_free (a freed mark's peak still counts, a loop
@@ -11,6 +13,7 @@
 #include "harness.h"
 #include "child.h"
 #include "internal.h"
+#include "shim.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -151,6 +154,141 @@ static void test_realloc_moves(void **state) {
   assert_int_equal(c.frees, 6);
   assert_int_equal(c.live_blocks, 0);
   assert_int_equal(ta_findings_count(NULL), 0);
+}
+
+/* Leaks mode keeps a realloc within the block's size class in place:
+ * the record says the new size, the counts say a free of the old size and
+ * an allocation of the new one, the pad moves to the new end (a write past
+ * it is an overflow at the free, one past the old end after a grow is
+ * not), and a size in another class still moves. */
+static int overflow_of(const ta_finding *f, void *arg) {
+  if (strcmp(f->kind, "heap.overflow") == 0) *(ta_finding *)arg = *f;
+  return 0;
+}
+
+static void test_realloc_in_place(void **state) {
+  (void)state;
+  int was = _ta_opt.check;
+  _ta_opt.check = TA_CHECK_LEAKS;
+  ta_tag T = ta_tag_get("alloc.realloc-in-place");
+  ta_mark m = ta_mark_now();
+  unsigned char *p = ta_alloc(T, 100);               /* class 112: pad 100..111 */
+  for (int i = 0; i < 100; i++) p[i] = (unsigned char)i;
+
+  unsigned char *q = ta_realloc(p, 108);             /* grows in its class: stays */
+  assert_ptr_equal(q, p);
+  assert_int_equal(ta_block_size(q), 108);
+  assert_int_equal(ta_usable_size(q), 108);
+  assert_int_equal(ta_block_tag(q), T);
+  for (int i = 0; i < 100; i++) assert_int_equal(q[i], i);
+  for (int i = 108; i < 112; i++) assert_int_equal(q[i], 0xDE);   /* the pad, moved */
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.allocs, 2);
+  assert_int_equal(c.frees, 1);
+  assert_int_equal(c.peak_bytes, 108);               /* never both sizes at once */
+  assert_int_equal(c.live_blocks, 1);
+  assert_int_equal(c.live_bytes, 108);
+  for (int i = 100; i < 108; i++) q[i] = 7;          /* the old pad is the block's now */
+
+  unsigned char *r = ta_realloc(q, 97);              /* shrinks in its class: stays */
+  assert_ptr_equal(r, p);
+  assert_int_equal(ta_block_size(r), 97);
+  for (int i = 0; i < 97; i++) assert_int_equal(r[i], i);
+  for (int i = 97; i < 112; i++) assert_int_equal(r[i], 0xDE);    /* pad over the old bytes */
+  c = ta_since(m, T);
+  assert_int_equal(c.allocs, 3);
+  assert_int_equal(c.frees, 2);
+  assert_int_equal(c.live_blocks, 1);
+  assert_int_equal(c.live_bytes, 97);
+  assert_int_equal(ta_findings_count(NULL), 0);
+
+  r[97] = 0x42;                                      /* one past the new end */
+  ta_free(r);
+  assert_int_equal(ta_findings_count("heap.overflow"), 1);
+  ta_finding f = { 0 };
+  ta_findings_visit(overflow_of, &f);
+  assert_int_equal(f.addr, (uintptr_t)p);
+  assert_int_equal(f.bytes, 97);
+  assert_string_equal(f.detail, "wrote 1 byte(s) past the end of the 97-byte block: offsets 97..97, first 0x42");
+  c = ta_since(m, T);
+  assert_int_equal(c.frees, 3);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(c.live_bytes, 0);
+  ta_findings_clear();
+
+  /* a large class (20480 bytes) too, without asking jemalloc */
+  unsigned char *big = ta_alloc(T, 20000);
+  big[19999] = 9;
+  unsigned char *big2 = ta_realloc(big, 20400);
+  assert_ptr_equal(big2, big);
+  assert_int_equal(ta_block_size(big2), 20400);
+  assert_int_equal(big2[19999], 9);
+  for (int i = 20400; i < 20416; i++) assert_int_equal(big2[i], 0xDE);
+  ta_free(big2);
+  assert_int_equal(ta_findings_count(NULL), 0);
+
+  /* another class: moves, as in the other modes */
+  unsigned char *s = ta_alloc(T, 40);
+  unsigned char *u = ta_realloc(s, 200);
+  assert_ptr_not_equal(u, s);
+  assert_int_equal(ta_block_size(u), 200);
+  assert_int_equal(ta_block_size(s), 0);
+  /* a written pad is not moved: the move's free reports it */
+  u[200] = 1;
+  unsigned char *v = ta_realloc(u, 201);
+  assert_ptr_not_equal(v, u);
+  assert_int_equal(ta_findings_count("heap.overflow"), 1);
+  ta_free(v);
+  c = ta_since(m, T);
+  assert_int_equal(c.allocs, 8);
+  assert_int_equal(c.frees, 8);
+  assert_int_equal(c.live_bytes, 0);
+  ta_findings_clear();
+
+  /* in full mode the same realloc moves */
+  _ta_opt.check = TA_CHECK_FULL;
+  unsigned char *w = ta_alloc(T, 100);
+  unsigned char *x = ta_realloc(w, 108);
+  assert_ptr_not_equal(x, w);
+  ta_free(x);
+  _ta_opt.check = was;
+}
+
+/* A free without a stack (leaks mode) that finds the pad written changes
+ * nothing: the record, put back after its removal, is there for the free
+ * that comes back with a stack, which reports the overflow and frees; a
+ * clean one frees at once.  Blocks that share a shard's probe run with it
+ * stay where a lookup finds them. */
+static void test_quiet_free_pad(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("alloc.quiet-free");
+  ta_mark m = ta_mark_now();
+  enum { N = 64 };
+  unsigned char *v[N];
+  for (int i = 0; i < N; i++) v[i] = ta_alloc(T, 40);   /* class 48: pad 40..47 */
+  uint32_t here = ta_stack_here();
+  for (int i = 0; i < N; i += 2) {
+    v[i][44] = 0x55;                                     /* inside the pad */
+    assert_false(_ta_free_quiet(v[i]));
+    assert_int_equal(ta_block_size(v[i]), 40);          /* still live, as it was */
+    assert_int_equal(ta_block_tag(v[i]), T);
+  }
+  for (int i = 1; i < N; i += 2) assert_true(_ta_free_quiet(v[i]));
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.frees, N / 2);
+  assert_int_equal(c.live_blocks, N / 2);
+  assert_int_equal(c.live_bytes, 40 * N / 2);
+  assert_int_equal(ta_findings_count(NULL), 0);
+  for (int i = 0; i < N; i += 2) {
+    assert_int_equal(ta_block_size(v[i]), 40);
+    assert_true(_ta_free_at(v[i], here));
+  }
+  assert_int_equal(ta_findings_count("heap.overflow"), N / 2);
+  assert_int_equal(ta_findings_count(NULL), N / 2);
+  c = ta_since(m, T);
+  assert_int_equal(c.frees, N);
+  assert_int_equal(c.live_blocks, 0);
+  ta_findings_clear();
 }
 
 static void test_aligned(void **state) {
@@ -535,6 +673,8 @@ int main(void) {
     cmocka_unit_test_setup(test_alloc_basic, setup),
     cmocka_unit_test_setup(test_calloc_zeroed, setup),
     cmocka_unit_test_setup(test_realloc_moves, setup),
+    cmocka_unit_test_setup(test_realloc_in_place, setup),
+    cmocka_unit_test_setup(test_quiet_free_pad, setup),
     cmocka_unit_test_setup(test_aligned, setup),
     cmocka_unit_test_setup(test_tags, setup),
     cmocka_unit_test_setup(test_counts_scripted, setup),

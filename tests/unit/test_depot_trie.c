@@ -5,11 +5,14 @@
  * one node per frame not shared; the same frames give the same id and any
  * other frames, or fewer of them, another; an id reads back its frames;
  * two nodes whose path hashes are equal (the index's tag) stay apart; and
- * the depot's memory is 12 bytes a node and 8 an index slot.  (The depot
+ * the depot's memory is 12 bytes a node and 8 an index slot; the frames
+ * inside a frame made now are made without a lookup, once each, also when
+ * threads put the same new stacks at once.  (The depot
  * under millions of real stacks and racing threads: tests/stress/test_depot.c.) */
 #include "harness.h"
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,6 +211,79 @@ static void test_memo_credit(void **state) {
   assert_int_equal(_ta_depot_memo_skipped(), s1);
 }
 
+/* A stack whose outer frames are known and whose inner ones are new: one
+ * lookup finds its first new frame missing and makes it, and the frames
+ * inside it are made without one (none can be in the index, their parent
+ * was made a moment ago), each once, and read back. */
+static void test_new_frames_made(void **state) {
+  (void)state;
+  const uintptr_t base = 0x5700000000ull;
+  uintptr_t pcs[12], got[13];
+  for (size_t f = 0; f < 12; f++) pcs[f] = base + 0x1000 * f;   /* innermost first */
+  assert_non_null(_ta_thread());
+  uint32_t outer = _ta_depot_put(pcs + 8, 4);
+  assert_true(outer != 0);
+  size_t nodes = _ta_depot_nodes(), stacks = _ta_depot_count();
+  uint64_t looked = _ta_depot_lookups();
+  uint32_t id = _ta_depot_put(pcs, 12);
+  assert_true(id != 0);
+  assert_int_equal(_ta_depot_lookups() - looked, 1);
+  assert_int_equal(_ta_depot_nodes() - nodes, 8);
+  assert_int_equal(_ta_depot_count() - stacks, 1);
+  assert_int_equal(_ta_depot_get(id, got, 13), 12);
+  assert_memory_equal(got, pcs, sizeof pcs);
+  assert_int_equal(_ta_depot_put(pcs, 12), id);
+  assert_int_equal(_ta_depot_put(pcs + 8, 4), outer);
+  uint32_t mid = _ta_depot_put(pcs + 3, 9);      /* a made node named whole later */
+  assert_int_equal(_ta_depot_get(mid, got, 13), 9);
+  assert_memory_equal(got, pcs + 3, 9 * sizeof *pcs);
+  assert_int_equal(_ta_depot_nodes() - nodes, 8);
+  assert_int_equal(_ta_depot_count() - stacks, 2);
+}
+
+/* Threads putting the same new stacks at once make each node once: the
+ * lock stays held from a stack's first new frame to its innermost. */
+#define RACE_THREADS 4
+#define RACE_STACKS 400
+#define RACE_DEPTH 8
+
+static pthread_barrier_t race_start;
+
+static void race_stack(size_t k, uintptr_t *pcs) {
+  for (size_t f = 0; f < RACE_DEPTH; f++) pcs[f] = 0x5800000000ull + 0x100000 * (k % 7) + 0x1000 * k + f;
+}
+
+static void *race_put(void *arg) {
+  uint32_t *ids = arg;
+  uintptr_t pcs[RACE_DEPTH];
+  pthread_barrier_wait(&race_start);
+  for (size_t k = 0; k < RACE_STACKS; k++) {
+    race_stack(k, pcs);
+    ids[k] = _ta_depot_put(pcs, RACE_DEPTH);
+  }
+  return NULL;
+}
+
+static void test_new_frames_threads(void **state) {
+  (void)state;
+  static uint32_t ids[RACE_THREADS][RACE_STACKS];
+  pthread_t th[RACE_THREADS];
+  size_t nodes = _ta_depot_nodes(), stacks = _ta_depot_count();
+  pthread_barrier_init(&race_start, NULL, RACE_THREADS);
+  for (int i = 0; i < RACE_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, race_put, ids[i]), 0);
+  for (int i = 0; i < RACE_THREADS; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&race_start);
+  assert_int_equal(_ta_depot_nodes() - nodes, RACE_STACKS * RACE_DEPTH);
+  assert_int_equal(_ta_depot_count() - stacks, RACE_STACKS);
+  uintptr_t pcs[RACE_DEPTH], got[RACE_DEPTH + 1];
+  for (size_t k = 0; k < RACE_STACKS; k++) {
+    for (int i = 1; i < RACE_THREADS; i++) assert_int_equal(ids[i][k], ids[0][k]);
+    race_stack(k, pcs);
+    assert_int_equal(_ta_depot_get(ids[0][k], got, RACE_DEPTH + 1), RACE_DEPTH);
+    assert_memory_equal(got, pcs, sizeof pcs);
+  }
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -216,6 +292,8 @@ int main(void) {
     cmocka_unit_test(test_same_path_hash),
     cmocka_unit_test(test_bytes),
     cmocka_unit_test(test_memo_credit),
+    cmocka_unit_test(test_new_frames_made),
+    cmocka_unit_test(test_new_frames_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
