@@ -45,13 +45,16 @@ for t in leaks killed truncated xss base new threads threads-cut threads2; do
 done
 if grep -q 'u003cimg src=x onerror=' "$out/xss.html"; then ok "xss.html: the tag name is in the data as \\u003cimg"; else bad "xss.html: the tag name is not in the data escaped"; fi
 
-# The text alone: a clean exit with the ledger's SUMMARY and fewer than 3
-# marks is not replayed (reports/offline.c); every trace's text is the
-# same as with the outputs that replay it.
+# The text alone, and the leaked folded stacks alone: a clean exit with the
+# ledger's SUMMARY and fewer than 3 marks is not replayed
+# (reports/offline.c); each is the same as with the outputs that replay it.
 for t in leaks killed truncated xss base new threads threads-cut threads2; do
   "$ta" report "$dir/traces/$t.trace" > "$out/$t.text-only.txt" 2> /dev/null
   if cmp -s "$out/$t.text-only.txt" "$exp/$t.txt"; then ok "$t: the text alone is the same"
   else bad "$t: the text alone differs" "$(diff "$exp/$t.txt" "$out/$t.text-only.txt" | head -10)"; fi
+  "$ta" report -q "$dir/traces/$t.trace" --folded "$out/$t.folded-only.folded" 2> /dev/null
+  if cmp -s "$out/$t.folded-only.folded" "$exp/$t.folded"; then ok "$t: the leaked folded stacks alone are the same"
+  else bad "$t: the leaked folded stacks alone differ" "$(diff "$exp/$t.folded" "$out/$t.folded-only.folded" | head -10)"; fi
 done
 
 # The report model's numbers, the same in every rendering.
