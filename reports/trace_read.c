@@ -1327,7 +1327,11 @@ static void stream_event(builder *b, const ev *e) {
 
 static int by_seq_block(const void *a, const void *b) {
   const report_trace_block *x = a, *y = b;
-  return x->seq < y->seq ? -1 : x->seq > y->seq;
+  /* Threads' TSC sequence numbers can tie: then by thread and address, so
+   * that the order (and every report listing blocks) is the same each time. */
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
 static bool replay_end(replayer *r) {

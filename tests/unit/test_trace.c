@@ -1168,7 +1168,11 @@ static int oev_cmp(const void *a, const void *b) {
 
 static int block_seq_cmp(const void *a, const void *b) {
   const report_trace_block *x = a, *y = b;
-  return x->seq < y->seq ? -1 : x->seq > y->seq;
+  /* Threads' TSC sequence numbers can tie: then by thread and address, so
+   * that the order (and every report listing blocks) is the same each time. */
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
 static size_t oracle_site(oracle *o, uint32_t stack) {
