@@ -197,10 +197,19 @@ void _ta_pad_check_classes(void) {
 /* heap.overflow: b's pad was written.  At its free the headline stack is
  * the free (where it was found); later the write is not placed (stack 0). */
 void _ta_report_overflow(const ta_block *b, const pad_damage *d, int when) {
+  /* A finding's detail is 96 bytes (tagalloc.h): when the whole line does
+   * not fit, the first byte's value goes, then the offsets, so that the
+   * line is never cut and always says when the damage was found. */
   char detail[96];
-  _ta_snprintf(detail, sizeof detail, "wrote %zu byte(s) past the end of the %zu-byte block: offsets %zu..%zu, first 0x%02x%s",
-               d->count, (size_t)b->size, (size_t)b->size + d->first, (size_t)b->size + d->last, d->value,
-               when == PAD_AT_QUARANTINE ? " (left the quarantine)" : when == PAD_AT_EXIT ? " (at exit)" : "");
+  const char *at = when == PAD_AT_QUARANTINE ? " (left the quarantine)" : when == PAD_AT_EXIT ? " (at exit)" : "";
+  size_t n = (size_t)b->size;
+  int len = _ta_snprintf(detail, sizeof detail, "wrote %zu byte(s) past the end of the %zu-byte block: offsets %zu..%zu, first 0x%02x%s",
+                         d->count, n, n + d->first, n + d->last, d->value, at);
+  if (len >= (int)sizeof detail)
+    len = _ta_snprintf(detail, sizeof detail, "wrote %zu byte(s) past the end of the %zu-byte block: offsets %zu..%zu%s",
+                       d->count, n, n + d->first, n + d->last, at);
+  if (len >= (int)sizeof detail)
+    _ta_snprintf(detail, sizeof detail, "wrote %zu byte(s) past the end of the %zu-byte block%s", d->count, n, at);
   ta_error_info e = { .kind = ta_kind_name(TA_KIND_HEAP_OVERFLOW), .bytes = b->size, .tag = b->tag,
                       .stack = when == PAD_AT_FREE ? b->free_stack : 0, .alloc_stack = b->stack,
                       .free_stack = b->state == TA_FREED ? b->free_stack : 0, .addr = b->addr,
