@@ -103,21 +103,17 @@ report_process *report_model_add_ledger(report_model *m, const report_process_in
   report_source_ledger(&src);
   report_trace_model *tm = samples_model();
   report_process *p = tm ? report_process_new(&src, info) : NULL;
-  report_process **v = p ? realloc(m->procs, (m->nprocs + 1) * sizeof *v) : NULL;
-  if (!v) {
+  if (!p || !_report_model_reserve(m)) {
     report_process_free(p);
     report_trace_model_free(tm);
     return NULL;
   }
-  m->procs = v;
   report_proc_priv *pv = p->priv;
   pv->release = release_model;
   pv->release_arg = tm;
   p->tm = tm;
   p->start_ns = tm->start_ns;
   p->end_ns = tm->end_ns;
-  m->procs[m->nprocs++] = p;
-  if (m->nprocs == 1 || p->start_ns < m->start_ns) m->start_ns = p->start_ns;
-  if (p->end_ns > m->end_ns) m->end_ns = p->end_ns;
+  _report_model_push(m, p);
   return p;
 }

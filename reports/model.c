@@ -216,6 +216,21 @@ void report_model_set_argv(report_model *m, char *const *argv, int argc) {
   m->argc = m->argv ? argc : 0;
 }
 
+/* Room for one more process in m; false when out of memory. */
+bool _report_model_reserve(report_model *m) {
+  report_process **v = realloc(m->procs, (m->nprocs + 1) * sizeof *v);
+  if (v == NULL) return false;
+  m->procs = v;
+  return true;
+}
+
+/* Appends p, its room reserved, and widens m's span of time to p's. */
+void _report_model_push(report_model *m, report_process *p) {
+  m->procs[m->nprocs++] = p;
+  if (m->nprocs == 1 || p->start_ns < m->start_ns) m->start_ns = p->start_ns;
+  if (p->end_ns > m->end_ns) m->end_ns = p->end_ns;
+}
+
 static void release_offline(void *o) { report_offline_free(o); }
 
 report_process *report_model_add_offline(report_model *m, report_offline *o, report_suppressions *supp,
@@ -236,13 +251,11 @@ report_process *report_model_add_offline(report_model *m, report_offline *o, rep
     local.argc = tm->argc;
   }
   report_process *p = report_process_new(src, info ? info : &local);
-  report_process **v = p ? realloc(m->procs, (m->nprocs + 1) * sizeof *v) : NULL;
-  if (!v) {
+  if (!p || !_report_model_reserve(m)) {
     report_process_free(p);
     report_offline_free(o);
     return NULL;
   }
-  m->procs = v;
   report_proc_priv *pv = p->priv;
   pv->release = release_offline;
   pv->release_arg = o;
@@ -255,8 +268,6 @@ report_process *report_model_add_offline(report_model *m, report_offline *o, rep
     report_process_free(p);
     return NULL;
   }
-  m->procs[m->nprocs++] = p;
-  if (m->nprocs == 1 || p->start_ns < m->start_ns) m->start_ns = p->start_ns;
-  if (p->end_ns > m->end_ns) m->end_ns = p->end_ns;
+  _report_model_push(m, p);
   return p;
 }

@@ -33,6 +33,10 @@ report_group *report_group_push(report_process *p);
 bool report_process_copy_used(report_process *p, report_suppressions *supp);
 /* Per-kind totals, findings_count and loss_records, from p's groups. */
 bool report_process_count(report_process *p);
+/* Room for one more process in m; false when out of memory (model.c). */
+bool _report_model_reserve(report_model *m);
+/* Appends p, its room reserved, and widens m's span of time to p's. */
+void _report_model_push(report_model *m, report_process *p);
 
 typedef struct {
   report_pool     mem;
