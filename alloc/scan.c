@@ -10,7 +10,8 @@
  * jemalloc's), the resident writable pages of the mappings the program made
  * with mmap (recorded by the preload), the public part of ld.so's link maps
  * (scan_link_maps), every thread's stack from its stack
- * pointer up, its registers,
+ * pointer up (the main thread's to the end of its mapping, argv, environ
+ * and the auxiliary vector included: thread.c's stack_bounds), its registers,
  * and its static TLS (less the ledger's and jemalloc's blocks) and thread
  * descriptor.  At the end of a process image the scanning thread's stack
  * and registers are the program's where it stopped (see "where the program
