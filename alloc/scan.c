@@ -494,8 +494,9 @@ static void scan_tls(marker *m, uintptr_t tp) {
  * block is a root, and each one that is a block is pointed to, but for the
  * objects libc opened for itself (libgcc_s for unwinding, NSS and gconv
  * modules): its freeres closes them, and memcheck runs it after ld.so's
- * finalization, where the close takes effect; the exit scan runs inside
- * it, where ld.so defers every close. */
+ * finalization, where the close takes effect.  The preload's exit scan of
+ * exit() runs there too (after its freeres, so those link maps are gone);
+ * one of _exit, an exec or a fatal signal runs where no freeres did. */
 static bool opened_by_libc(const char *path) {
   const char *base = path ? strrchr(path, '/') : NULL;
   base = base ? base + 1 : path ? path : "";
