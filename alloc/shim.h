@@ -91,6 +91,7 @@ extern void (*_ta_scan_more)(void (*add)(uintptr_t addr, uint64_t size, ta_tag t
 /* ---- trace.c ----------------------------------------------------------------- */
 
 void _ta_trace_close(void);              /* flushes everything (exit) */
+int  _ta_trace_fd(void);                 /* its descriptor, or -1 */
 void _ta_trace_modules(void);            /* MODULE records for mappings new since (dlclose) */
 /* How the image ends (the preload: exit status, or -1 and the fatal
  * signal), written as an EXIT record at close. */

@@ -35,6 +35,10 @@
  * searches the caller's DT_RUNPATH, which a wrapper would hide; libraries
  * still loaded are written to the trace at exit, unloaded ones at dlclose.
  *
+ * Descriptors.  close_range and closefrom are interposed so that a
+ * program closing every descriptor it did not open (ssh does) leaves the
+ * trace and stderr's copy open (see own_fds).
+ *
  * Output.  The text report goes to the stderr the process had when the
  * preload loaded (a descriptor of its own, close-on-exec: coreutils and
  * others close fd 2 at exit), or to fd 2 when that one is gone; it starts
@@ -150,6 +154,61 @@ static int report_fd(void) {
   struct stat st;
   if (err_fd >= 0 && fstat(err_fd, &st) == 0 && st.st_dev == err_dev && st.st_ino == err_ino) return err_fd;
   return 2;
+}
+
+/* ---- the preload's descriptors ----------------------------------------------------- */
+
+/* A program that closes every descriptor but the standard ones (OpenSSH's
+ * ssh at start: close_range(3, ~0U)) would close the trace, whose records
+ * are the process's report for `tagalloc run`, and stderr's copy.  Both
+ * sit at 1000 or above; close_range and closefrom leave them open, as if
+ * they were not there. */
+static void own_fds(unsigned out[2]) {
+  int a = err_fd, b = _ta_trace_fd();
+  if (a > b) { int t = a; a = b; b = t; }
+  out[0] = (unsigned)a;                  /* -1 (none) becomes ~0U: never inside a range but the last */
+  out[1] = (unsigned)b;
+}
+
+static int sys_close_range(unsigned first, unsigned last, int flags) {
+  return (int)syscall(SYS_close_range, first, last, flags);
+}
+
+PL_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+  if (first > last) return sys_close_range(first, last, flags);    /* the kernel's error */
+  unsigned own[2];
+  own_fds(own);
+  for (int i = 0; i < 2 && first <= last; i++) {
+    if (own[i] < first || own[i] > last || own[i] == ~0U) continue;
+    if (own[i] > first && sys_close_range(first, own[i] - 1, flags) != 0) return -1;
+    if (own[i] == last) return 0;
+    first = own[i] + 1;
+  }
+  return first <= last ? sys_close_range(first, last, flags) : 0;
+}
+
+PL_EXPORT void closefrom(int lowfd) {
+  if (lowfd < 0) lowfd = 0;
+  if (close_range((unsigned)lowfd, ~0U, 0) == 0) return;
+  /* no close_range in the kernel: each open descriptor, from /proc */
+  int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  unsigned own[2];
+  own_fds(own);
+  char buf[4096];
+  for (;;) {
+    long len = syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (len <= 0) break;
+    for (long off = 0; off < len;) {
+      struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d =
+          (void *)(buf + off);
+      off += d->reclen;
+      if (d->name[0] < '0' || d->name[0] > '9') continue;
+      int fd = atoi(d->name);
+      if (fd >= lowfd && fd != dir && (unsigned)fd != own[0] && (unsigned)fd != own[1]) close(fd);
+    }
+  }
+  close(dir);
 }
 
 /* The reporter under the preload: the label line, then the text report, on
