@@ -70,6 +70,7 @@ static TA_NOINLINE ta_thread *enter_slow(ta_thread *t) {
     tag_new = ta_tag_get("new");
     tag_new_arr = ta_tag_get("new[]");
     atomic_store(&live, true);
+    _pl_early_maps_record();              /* the mappings made before (preload_map.c) */
   }
   t = _ta_thread();
   tl_state = 1;

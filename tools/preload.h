@@ -80,6 +80,7 @@ static inline void _pl_leave(ta_thread *t) {
 /* Is the ledger running in this process (the first allocation after libc's
  * initialisation made it so)? */
 bool _pl_ledger_live(void);
+void _pl_early_maps_record(void);                   /* preload_map.c: mappings made before it */
 /* Frees that an exiting thread left for later: done now (guard held). */
 void _pl_drain_deferred(void);
 /* The constructor has run: the preload's own libraries no longer allocate. */

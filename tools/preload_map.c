@@ -7,14 +7,17 @@
  * not look lost.
  *
  * Every call is made as a system call and recorded when the calling thread
- * is the program's: not inside the ledger (jemalloc maps its extents through
+ * is the program's (one made before the ledger starts, by a library's
+ * constructor, is kept aside and recorded when it starts): not inside the ledger (jemalloc maps its extents through
  * the libc mmap symbol, which resolves here), and not before the ledger runs
  * in this thread.  The ledger itself never calls these symbols
  * (_ta_sys_mmap). */
 #include "preload.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,11 +37,72 @@ static inline bool programs(uintptr_t ra) {
 
 #define RA ((uintptr_t)__builtin_return_address(0))
 
+/* Mappings the program makes before the ledger starts (at the first
+ * allocation after libc's start): a library's constructor, as the
+ * program's libraries are initialized before this one.  Kept here, and
+ * recorded when the ledger starts (_pl_early_maps_record); a block kept
+ * only in such a mapping looked definitely lost (memcheck: still
+ * reachable).  Past EARLY_MAX the rest are not roots. */
+#define EARLY_MAX 64
+static uintptr_t early_lo[EARLY_MAX], early_hi[EARLY_MAX];
+static int early_n;
+static atomic_flag early_lock = ATOMIC_FLAG_INIT;
+
+static void early_take(void) { while (atomic_flag_test_and_set(&early_lock)) sched_yield(); }
+static void early_give(void) { atomic_flag_clear(&early_lock); }
+
+/* [lo, hi) is gone from the early mappings; early_lock is held. */
+static void early_cut(uintptr_t lo, uintptr_t hi) {
+  for (int i = 0; i < early_n; i++) {
+    if (early_hi[i] <= lo || early_lo[i] >= hi) continue;
+    if (early_lo[i] < lo && early_hi[i] > hi && early_n < EARLY_MAX) {   /* a hole in the middle */
+      early_lo[early_n] = hi;
+      early_hi[early_n++] = early_hi[i];
+      early_hi[i] = lo;
+    } else if (early_lo[i] < lo) {
+      early_hi[i] = lo;
+    } else if (early_hi[i] > hi) {
+      early_lo[i] = hi;
+    } else {
+      early_n--;
+      early_lo[i] = early_lo[early_n];
+      early_hi[i] = early_hi[early_n];
+      i--;
+    }
+  }
+}
+
+/* A mapping made (add) or unmapped while the ledger has not started: true
+ * when noted here, false when the ledger started meanwhile. */
+static bool early_note(uintptr_t lo, uintptr_t hi, bool add) {
+  early_take();
+  bool early = !_pl_ledger_live();
+  if (early) {
+    early_cut(lo, hi);
+    if (add && early_n < EARLY_MAX) {
+      early_lo[early_n] = lo;
+      early_hi[early_n++] = hi;
+    }
+  }
+  early_give();
+  return early;
+}
+
+void _pl_early_maps_record(void) {
+  early_take();
+  for (int i = 0; i < early_n; i++) _ta_program_map(early_lo[i], early_hi[i]);
+  early_n = 0;
+  early_give();
+}
+
 static inline uintptr_t page_up(uintptr_t v) { return (v + 4095) & ~(uintptr_t)4095; }
 
 static inline __attribute__((always_inline))
 void *map_body(void *addr, size_t len, int prot, int flags, int fd, off_t off, uintptr_t ra) {
   void *p = _ta_sys_mmap(addr, len, prot, flags, fd, off);
+  if (p != MAP_FAILED && !_pl_ledger_live() && !_pl_own_code(ra) &&
+      early_note((uintptr_t)p, page_up((uintptr_t)p + len), true))
+    return p;
   if (p != MAP_FAILED && programs(ra)) {
     int saved = errno;
     _ta_program_map((uintptr_t)p, page_up((uintptr_t)p + len));
@@ -57,6 +121,8 @@ PL_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_
 
 PL_EXPORT int munmap(void *addr, size_t len) {
   int r = _ta_sys_munmap(addr, len);
+  if (r == 0 && !_pl_ledger_live() && early_note((uintptr_t)addr, page_up((uintptr_t)addr + len), false))
+    return r;
   if (r == 0 && programs(RA)) _ta_program_unmap((uintptr_t)addr, page_up((uintptr_t)addr + len));
   return r;
 }
@@ -71,6 +137,11 @@ PL_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
   }
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, want);
   void *p = r == -1 ? MAP_FAILED : (void *)r;
+  if (p != MAP_FAILED && !_pl_ledger_live() && !(flags & MREMAP_DONTUNMAP) &&
+      early_note((uintptr_t)old, page_up((uintptr_t)old + old_len), false)) {
+    if (!_pl_own_code(RA)) early_note((uintptr_t)p, page_up((uintptr_t)p + new_len), true);
+    return p;
+  }
   if (p != MAP_FAILED && programs(RA)) {
     int saved = errno;
     if (!(flags & MREMAP_DONTUNMAP))

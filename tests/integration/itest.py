@@ -83,6 +83,8 @@ class Expect:
                 where = f"{os.path.basename(self.path)}:{lineno}"
                 if key == "args":
                     self.args = rest
+                elif key == "link":
+                    pass              # read by build(): links()
                 elif key == "exit":
                     if rest[:1] == ["signal"]:
                         self.exit = ("signal", _signum(rest[1]))
@@ -163,6 +165,21 @@ VARIANTS = {
 VARIANT_DIRS = {"exact": "", "fast": "fast", "o2": "o2", "o2fast": os.path.join("o2", "fast")}
 
 
+def links(base):
+    """The libraries progs/BASE.expect's `link` lines name: BASE is linked
+    with each (-lNAME, progs/libNAME.c, found beside it at run time)."""
+    out = []
+    try:
+        with open(os.path.join(PROGS, base + ".expect")) as f:
+            for raw in f:
+                words = _strip_comment(raw).split()
+                if words[:1] == ["link"]:
+                    out += words[1:]
+    except OSError:
+        pass
+    return out
+
+
 def build(build_dir, names_needed, o2_names=()):
     """Compiles every program into BUILD/itest/ (exact) and BUILD/itest/fast/,
     and those of o2_names (with the libraries) into BUILD/itest/o2/ and
@@ -194,14 +211,20 @@ def build(build_dir, names_needed, o2_names=()):
             else:
                 target = os.path.join(d, base)
                 cmd = [cc] + CFLAGS + extra + ["-std=gnu11", "-o", target, srcp, "-ldl"]
+                for lib in links(base):
+                    cmd += [f"-L{d}", f"-l{lib}", f"-Wl,-rpath,{d}"]
             headers = [os.path.join(PROGS, h) for h in os.listdir(PROGS) if h.endswith(".h")]
-            if _up_to_date(target, [srcp, __file__] + headers):
+            linked = [os.path.join(PROGS, base + ".expect")] if links(base) else []
+            if _up_to_date(target, [srcp, __file__] + headers + linked):
                 continue
             jobs.append((target, cmd))
     if jobs:
-        with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
-            results = list(ex.map(lambda j: (j, subprocess.run(
-                j[1], capture_output=True, text=True)), jobs))
+        # the libraries first: a program may link with one
+        results = []
+        for batch in ([j for j in jobs if j[0].endswith(".so")], [j for j in jobs if not j[0].endswith(".so")]):
+            with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
+                results += list(ex.map(lambda j: (j, subprocess.run(
+                    j[1], capture_output=True, text=True)), batch))
         bad = [(j, r) for j, r in results if r.returncode != 0]
         for (target, cmd), r in bad:
             print(f"BUILD FAILED {target}: {' '.join(cmd)}\n{r.stderr}", flush=True)
