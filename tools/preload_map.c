@@ -1,4 +1,5 @@
-/* preload_map.c - the program's own mappings: mmap, mmap64, munmap, mremap.
+/* preload_map.c - the program's own mappings: mmap, mmap64, munmap, mremap;
+ * the break (sbrk, brk) and System V shared memory (shmat, shmdt).
  *
  * Memcheck scans every mapping of the client's for pointers; the ledger's
  * scan reads the modules' writable segments and the threads' stacks and TLS,
@@ -18,7 +19,9 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -150,4 +153,111 @@ PL_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
     errno = saved;
   }
   return p;
+}
+
+/* ---- the break, and System V shared memory ----------------------------------------- */
+
+/* A mapping made (add) or unmapped (!add) by the caller at ra. */
+static void note(uintptr_t lo, uintptr_t hi, bool add, uintptr_t ra) {
+  if (lo >= hi) return;
+  if (!_pl_ledger_live() && (!add || !_pl_own_code(ra)) && early_note(lo, hi, add)) return;
+  if (!programs(ra)) return;
+  int saved = errno;
+  if (add) _ta_program_map(lo, hi);
+  else _ta_program_unmap(lo, hi);
+  errno = saved;
+}
+
+/* sbrk and brk: a program's allocator of its own may take memory past the
+ * break (jemalloc takes it there only when mmap fails, and then it is the
+ * preload's own code).  The pages between the old and the new break. */
+typedef void *(*sbrk_fn)(intptr_t);
+typedef int (*brk_fn)(void *);
+
+PL_EXPORT void *sbrk(intptr_t incr) {
+  static sbrk_fn real;
+  if (real == NULL) {
+    void *s = _pl_next_sym("sbrk");
+    memcpy(&real, &s, sizeof s);
+    if (real == NULL) { errno = ENOMEM; return (void *)-1; }
+  }
+  void *old = real(incr);
+  if (old != (void *)-1 && incr != 0) {
+    uintptr_t o = (uintptr_t)old, n = o + (uintptr_t)incr;
+    if (incr > 0) note(o & ~(uintptr_t)4095, page_up(n), true, RA);
+    else note(page_up(n), page_up(o), false, RA);
+  }
+  return old;
+}
+
+PL_EXPORT int brk(void *addr) {
+  static brk_fn real;
+  if (real == NULL) {
+    void *s = _pl_next_sym("brk");
+    memcpy(&real, &s, sizeof s);
+    if (real == NULL) { errno = ENOMEM; return -1; }
+  }
+  uintptr_t o = (uintptr_t)syscall(SYS_brk, 0), n = (uintptr_t)addr;
+  int r = real(addr);
+  if (r == 0 && n > o) note(o & ~(uintptr_t)4095, page_up(n), true, RA);
+  else if (r == 0 && n < o) note(page_up(n), page_up(o), false, RA);
+  return r;
+}
+
+/* shmat and shmdt: a segment attached writable is the program's mapping
+ * (shared: its pages are read where the page cache has them, scan.c).
+ * shmdt names only the address: the sizes of the attached segments are
+ * kept here. */
+#define SHM_MAX 64
+static uintptr_t shm_lo[SHM_MAX], shm_hi[SHM_MAX];
+static int shm_n;
+static atomic_flag shm_lock = ATOMIC_FLAG_INIT;
+
+typedef void *(*shmat_fn)(int, const void *, int);
+typedef int (*shmdt_fn)(const void *);
+
+PL_EXPORT void *shmat(int id, const void *addr, int flags) {
+  static shmat_fn real;
+  if (real == NULL) {
+    void *s = _pl_next_sym("shmat");
+    memcpy(&real, &s, sizeof s);
+    if (real == NULL) { errno = EINVAL; return (void *)-1; }
+  }
+  void *p = real(id, addr, flags);
+  struct shmid_ds ds;
+  if (p != (void *)-1 && !(flags & SHM_RDONLY) && shmctl(id, IPC_STAT, &ds) == 0) {
+    uintptr_t lo = (uintptr_t)p, hi = page_up(lo + ds.shm_segsz);
+    while (atomic_flag_test_and_set(&shm_lock)) sched_yield();
+    if (shm_n < SHM_MAX) {
+      shm_lo[shm_n] = lo;
+      shm_hi[shm_n++] = hi;
+    }
+    atomic_flag_clear(&shm_lock);
+    note(lo, hi, true, RA);
+  }
+  return p;
+}
+
+PL_EXPORT int shmdt(const void *addr) {
+  static shmdt_fn real;
+  if (real == NULL) {
+    void *s = _pl_next_sym("shmdt");
+    memcpy(&real, &s, sizeof s);
+    if (real == NULL) { errno = EINVAL; return -1; }
+  }
+  int r = real(addr);
+  if (r != 0) return r;
+  uintptr_t lo = (uintptr_t)addr, hi = 0;
+  while (atomic_flag_test_and_set(&shm_lock)) sched_yield();
+  for (int i = 0; i < shm_n; i++)
+    if (shm_lo[i] == lo) {
+      hi = shm_hi[i];
+      shm_n--;
+      shm_lo[i] = shm_lo[shm_n];
+      shm_hi[i] = shm_hi[shm_n];
+      break;
+    }
+  atomic_flag_clear(&shm_lock);
+  note(lo, hi, false, RA);
+  return r;
 }
