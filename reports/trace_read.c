@@ -1777,7 +1777,11 @@ int report_trace_model_replay(report_trace_model *m, const report_trace *t) {
   if (m->replayed) return 0;
   report_trace_index *ix = m->index;
   replayer r;
-  builder b = { .m = m, .r = &r, .spans = ix->spans, .nspans = ix->nspans, .nevents = ix->nevents };
+  /* the anchors read with the records are grown from here: their array is
+   * full as far as this builder knows (a capacity of 0 with anchors in it
+   * wrote past their end) */
+  builder b = { .m = m, .r = &r, .spans = ix->spans, .nspans = ix->nspans, .nevents = ix->nevents,
+                .cap_anchors = m->nanchors };
   bool ok = replay_init(&r, &b);
   if (ok) {
     int merged = replay_merged(&b, t);
