@@ -157,7 +157,7 @@ uint32_t _ta_quarantine_evict_batch(ta_thread *t, int64_t keep);
 /* Each thread's share of a budget: the budget over the live threads. */
 static inline int64_t quarantine_share(int64_t budget) {
   int n = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed);
-  return budget / (n > 1 ? n : 1);
+  return n > 1 ? budget / n : budget;        /* no division on every free of one thread */
 }
 
 static inline bool quarantine_push(ta_thread *t, const ta_block *b, int64_t budget) {
