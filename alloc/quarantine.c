@@ -45,8 +45,10 @@ __attribute__((target("avx2"))) static bool all_poison_avx2(const unsigned char 
 }
 
 /* Whether the CPU has AVX2: set with the first ring (_ta_quarantine_ring),
- * before any block is checked. */
-static bool q_avx2;
+ * before any block is checked; never where a test asked for SSE2. */
+static bool q_avx2, q_avx2_off;
+
+void _ta_quarantine_no_avx2(void) { q_avx2_off = true; }
 
 /* Offset of the first byte of b's poisoned span that is not poison, or
  * -1.  With AVX2, spans of 32 bytes or more go through all_poison_avx2.  Every block that leaves the quarantine is checked, so this goes 64
@@ -212,7 +214,7 @@ void _ta_quarantine_evict(ta_thread *t) {
 
 bool _ta_quarantine_ring(ta_thread *t) {
   __builtin_cpu_init();
-  q_avx2 = __builtin_cpu_supports("avx2");
+  q_avx2 = !q_avx2_off && __builtin_cpu_supports("avx2");
   uint64_t cap = 1u << 16;
   while (cap < (uint64_t)_ta_opt.quarantine / 16 && cap < (1u << 22)) cap <<= 1;
   if (_ta_opt.quarantine_blocks > 0) {

@@ -9,6 +9,7 @@
  * byte inside it is checked. */
 #include "harness.h"
 #include "child.h"
+#include "internal.h"
 #include "report.h"
 #include "support.h"
 
@@ -128,8 +129,9 @@ static int child_poison_span(void) {
  * 1000 bytes, each freed and then written at one offset of its span, every
  * offset in turn (the AVX2 check's 64-byte steps, its 32-byte and
  * overlapping last loads, and the short blocks' paths all see a change
- * anywhere); 32 frees push the last ones out of a quarantine capped at 16
- * blocks.  17 + 40 + 100 + 255 + 256 + 256 = 924 writes, each found once. */
+ * anywhere; again with the SSE2 check); 32 frees push the last ones out
+ * of a quarantine capped at 16 blocks.  17 + 40 + 100 + 255 + 256 + 256 =
+ * 924 writes, each found once. */
 static int child_poison_every_byte(void) {
   ta_tag T = ta_tag_get("every");
   static const size_t sizes[6] = { 17, 40, 100, 255, 300, 1000 };
@@ -307,6 +309,9 @@ static void test_poison_every_byte(void **state) {
   run("poison-every-byte", env, &r);
   expect(&r, "found=924\n", r.out);
   child_result_free(&r);
+  run("poison-every-byte-sse2", env, &r);        /* the check without AVX2 */
+  expect(&r, "found=924\n", r.out);
+  child_result_free(&r);
 }
 
 static void test_option_names(void **state) {
@@ -326,6 +331,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "quarantine-blocks") == 0) return child_quarantine_blocks();
     if (strcmp(argv[2], "poison-span") == 0) return child_poison_span();
     if (strcmp(argv[2], "poison-every-byte") == 0) return child_poison_every_byte();
+    if (strcmp(argv[2], "poison-every-byte-sse2") == 0) {
+      _ta_quarantine_no_avx2();
+      return child_poison_every_byte();
+    }
     return 2;
   }
   setenv("TAGALLOC_REPORT", "0", 1);             /* the children inherit it */
