@@ -1,6 +1,7 @@
 /* live.h - the live table's shards and their probes, shared by live.c (the
  * table, its growth, its queries for the rest of the ledger) and ledger.c
- * (allocation and free); never included elsewhere.  Inline, as they were
+ * (allocation and free); never included elsewhere (but by test_alloc,
+ * which checks the records' packing).  Inline, as they were
  * when the table shared ledger.c with the block path: a find, an insert
  * and a removal are on the path of every allocation and free.
  *
@@ -93,6 +94,7 @@ typedef struct {
   _Atomic int lock;
   uint32_t cap;               /* slots; 0 before first use */
   uint32_t used;
+  uint32_t grow_at;           /* used records that fill it (3/4 of cap); 0 before first use */
   ta_slot *slots;
 } __attribute__((aligned(64))) shard;
 _Static_assert(sizeof(shard) == 64, "a shard is one cache line");
@@ -179,9 +181,7 @@ static inline ta_slot *slot_find(shard *s, uintptr_t a) {
  * same time.  Growing by 3/2 and 4/3 in turn (8, 12, 16, 24, ...), a
  * table is between 1/2 and 3/4 full, where doubling left it between 3/8
  * and 3/4. */
-static inline bool slot_room(const shard *s) {
-  return s->slots != NULL && (uint64_t)(s->used + 1) * 4 <= (uint64_t)s->cap * 3;
-}
+static inline bool slot_room(const shard *s) { return s->used < s->grow_at; }
 
 /* Inserts a record's slot for a (slot_key_ok); a must not be in the
  * table.  The caller fills the record. */
