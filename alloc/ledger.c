@@ -613,6 +613,7 @@ ta_tag ta_block_tag(const void *p) {
 /* ---- arena blocks in the live table ------------------------------------------ */
 
 void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uint32_t stack) {
+  tag = tag_check(tag);        /* as block_new's: a tag never registered is TA_ANY (the counts have 256 rows) */
   uint64_t seq = _ta_next_seq(t, false);
   shard *s = shard_of(a);
   shard_lock(s);

@@ -45,6 +45,7 @@ bool _ta_live_grow(shard *s) {
   }
   s->slots = n;
   s->cap = cap;
+  s->grow_at = (uint32_t)((uint64_t)cap * 3 / 4);
   return true;
 }
 

@@ -1,6 +1,7 @@
 /* live.h - the live table's shards and their probes, shared by live.c (the
  * table, its growth, its queries for the rest of the ledger) and ledger.c
- * (allocation and free); never included elsewhere.  Inline, as they were
+ * (allocation and free); never included elsewhere (but by test_alloc,
+ * which checks the records' packing).  Inline, as they were
  * when the table shared ledger.c with the block path: a find, an insert
  * and a removal are on the path of every allocation and free.
  *
@@ -93,6 +94,7 @@ typedef struct {
   _Atomic int lock;
   uint32_t cap;               /* slots; 0 before first use */
   uint32_t used;
+  uint32_t grow_at;           /* used records that fill it (3/4 of cap); 0 before first use */
   ta_slot *slots;
 } __attribute__((aligned(64))) shard;
 _Static_assert(sizeof(shard) == 64, "a shard is one cache line");
@@ -117,10 +119,11 @@ static inline shard *shard_of(uintptr_t a) {
   return &_ta_shards[(h ^ (h >> 31)) >> 56];
 }
 
-/* The home slot of a record: the high half of the product of its address
- * over 16, scaled to the shard's capacity (any capacity, not only powers
- * of two: _ta_live_grow grows by 3/2 and 4/3 in turn).  A product's high
- * half depends on every bit of the address (its low bits only on the
+/* The home slot of a record: the product of its address over 16 and the
+ * golden ratio, its top bits scaled to the shard's capacity (any
+ * capacity, not only powers of two: _ta_live_grow grows by 3/2 and 4/3
+ * in turn).  A product's top
+ * bits depend on every bit of the address (its low bits only on the
  * address's own low bits, which a slab's blocks share in patterns): a find
  * probed 1.4 slots on average, where the low bits made it 4.7 (python3
  * with PYTHONMALLOC=malloc; the tree 1.5 for 4.9, the churn 1.5 for 2.2).
@@ -128,8 +131,9 @@ static inline shard *shard_of(uintptr_t a) {
  * take consecutive multiples of the golden ratio, which spread evenly;
  * test_table_shape's records sat 0.47 slots past home on average, 0.92
  * hashed by the key.  Two 8-byte blocks of one 16 bytes share a home. */
-static inline uint32_t slot_hash(uint64_t key) { return (uint32_t)(((key >> 1) * 0x9E3779B97F4A7C15ull) >> 32); }
-static inline uint32_t slot_index(uint32_t hash, uint32_t cap) { return (uint32_t)(((uint64_t)hash * cap) >> 32); }
+static inline uint64_t slot_hash(uint64_t key) { return (key >> 1) * 0x9E3779B97F4A7C15ull; }
+/* The product's top bits scaled to cap: one multiply's high word. */
+static inline uint32_t slot_index(uint64_t hash, uint32_t cap) { return (uint32_t)(((unsigned __int128)hash * cap) >> 64); }
 
 /* The home slot of a in s as s is now (_ta_live_grow places records by
  * the new capacity). */
@@ -179,9 +183,7 @@ static inline ta_slot *slot_find(shard *s, uintptr_t a) {
  * same time.  Growing by 3/2 and 4/3 in turn (8, 12, 16, 24, ...), a
  * table is between 1/2 and 3/4 full, where doubling left it between 3/8
  * and 3/4. */
-static inline bool slot_room(const shard *s) {
-  return s->slots != NULL && (uint64_t)(s->used + 1) * 4 <= (uint64_t)s->cap * 3;
-}
+static inline bool slot_room(const shard *s) { return s->used < s->grow_at; }
 
 /* Inserts a record's slot for a (slot_key_ok); a must not be in the
  * table.  The caller fills the record. */

@@ -661,6 +661,25 @@ static void test_table_interior_not_block(void **state) {
   assert_int_equal(ta_block_size(p), 0);
 }
 
+/* An arena of a tag never registered: its blocks count as TA_ANY, as
+ * ta_alloc's do (a table record keeps 8 bits of tag, and the counts have
+ * TA_MAX_TAGS rows). */
+static void test_arena_unknown_tag(void **state) {
+  (void)state;
+  ta_arena *a = ta_arena_new((ta_tag)(TA_MAX_TAGS + 44), 4096);
+  assert_non_null(a);
+  ta_mark m = ta_mark_now();
+  void *p = ta_arena_alloc(a, 40);
+  assert_non_null(p);
+  assert_int_equal(ta_block_tag(p), TA_ANY);
+  assert_int_equal(ta_block_size(p), 40);
+  ta_counts c = ta_since(m, TA_ANY);
+  assert_int_equal(c.allocs, 1);
+  assert_int_equal(c.live_bytes, 40);
+  ta_arena_free(a);
+  ta_mark_free(m);
+}
+
 static void test_assert_macros_pass(void **state) {
   (void)state;
   ta_tag T = ta_tag_get("assert.pass");
@@ -757,6 +776,7 @@ int main(void) {
     cmocka_unit_test_setup(test_table_shape, setup),
     cmocka_unit_test_setup(test_table_record_fields, setup),
     cmocka_unit_test_setup(test_table_interior_not_block, setup),
+    cmocka_unit_test_setup(test_arena_unknown_tag, setup),
     cmocka_unit_test_setup(test_assert_macros_pass, setup),
     cmocka_unit_test_setup(test_assert_macros_abort, setup),
   };
