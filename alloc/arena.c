@@ -110,10 +110,9 @@ TA_NOINLINE ta_arena *ta_arena_new_flags(ta_tag tag, size_t capacity, unsigned f
   return a;
 }
 
-TA_NOINLINE void *ta_arena_alloc(ta_arena *a, size_t size) {
-  _ta_ensure();
+/* ta_arena_alloc and ta_arena_alloc_at: a block made at stack. */
+static void *arena_alloc(ta_arena *a, size_t size, uint32_t stack) {
   ta_thread *t = _ta_thread();
-  uint32_t stack = _ta_stack_capture(1);
   size_t need = (size + 15) & ~(size_t)15;
   if (need == 0) need = 16;
   pthread_mutex_lock(&a->lock);
@@ -155,6 +154,17 @@ TA_NOINLINE void *ta_arena_alloc(ta_arena *a, size_t size) {
   pthread_mutex_unlock(&a->lock);
   _ta_block_add_arena(t, p, size, a->tag, stack);
   return (void *)p;
+}
+
+TA_NOINLINE void *ta_arena_alloc(ta_arena *a, size_t size) {
+  _ta_ensure();
+  uint32_t stack = _ta_stack_capture(1);
+  return arena_alloc(a, size, stack);
+}
+
+void *ta_arena_alloc_at(ta_arena *a, size_t size, uint32_t stack) {
+  _ta_ensure();
+  return arena_alloc(a, size, stack);
 }
 
 /* Drops the blocks of the generation, remembering them as the dead

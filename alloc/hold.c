@@ -103,10 +103,9 @@ static void report(const char *kind, const hold *h, uint32_t stack, const char *
   _ta_finding_error(&e);
 }
 
-TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
-  _ta_ensure();
+/* ta_hold and ta_hold_at: the hold, declared at stack. */
+static void hold_declare(void *holder, const char *slot, const void *ptr, uint32_t stack) {
   ta_thread *t = _ta_thread();
-  uint32_t stack = _ta_stack_capture(1);
   uintptr_t hp = (uintptr_t)holder, p = (uintptr_t)ptr;
   if (holder == NULL || slot == NULL) {
     _ta_error(TA_EINVAL, "ta_hold: holder and slot must not be NULL");
@@ -192,15 +191,35 @@ TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
   if (bad) report(bad, h, stack, detail);
 }
 
-TA_NOINLINE void ta_unhold(void *holder, const char *slot) {
+TA_NOINLINE void ta_hold(void *holder, const char *slot, const void *ptr) {
   _ta_ensure();
-  ta_thread *t = _ta_thread();
   uint32_t stack = _ta_stack_capture(1);
+  hold_declare(holder, slot, ptr, stack);
+}
+
+void ta_hold_at(void *holder, const char *slot, const void *ptr, uint32_t stack) {
+  _ta_ensure();
+  hold_declare(holder, slot, ptr, stack);
+}
+
+static void hold_end(void *holder, const char *slot, uint32_t stack) {
+  ta_thread *t = _ta_thread();
   if (holder == NULL || slot == NULL) return;
   if (_ta_tracing) _ta_trace_hold(t, (uintptr_t)holder, slot, 0, stack, _ta_seq_take(t, false));
   pthread_mutex_lock(&lock);
   hold_drop((uintptr_t)holder, slot, stack);
   pthread_mutex_unlock(&lock);
+}
+
+TA_NOINLINE void ta_unhold(void *holder, const char *slot) {
+  _ta_ensure();
+  uint32_t stack = _ta_stack_capture(1);
+  hold_end(holder, slot, stack);
+}
+
+void ta_unhold_at(void *holder, const char *slot, uint32_t stack) {
+  _ta_ensure();
+  hold_end(holder, slot, stack);
 }
 
 /* Is h bad now?  Sets free_stack for an arena hold. */

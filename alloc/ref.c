@@ -302,11 +302,10 @@ TA_NOINLINE void ta_ref_init(void *obj, long count) {
   if (_ta_tracing) _ta_trace_ref(t, a, 0, count, stack, seq);
 }
 
-TA_NOINLINE long ta_ref_acquire(void *obj) {
-  _ta_ensure();
+/* ta_ref_acquire and ta_ref_acquire_at: the transition, recorded at stack. */
+static long acquire(void *obj, uint32_t stack) {
   pthread_once(&once, shards_init);
   ta_thread *t = _ta_thread();
-  uint32_t stack = _ta_stack_capture(1);
   uintptr_t a = (uintptr_t)obj;
   int sh = shard_of(a);
   uint64_t seq = _ta_next_seq(t, false);
@@ -339,11 +338,21 @@ TA_NOINLINE long ta_ref_acquire(void *obj) {
   return count;
 }
 
-TA_NOINLINE long ta_ref_release(void *obj) {
+TA_NOINLINE long ta_ref_acquire(void *obj) {
   _ta_ensure();
+  uint32_t stack = _ta_stack_capture(1);
+  return acquire(obj, stack);
+}
+
+long ta_ref_acquire_at(void *obj, uint32_t stack) {
+  _ta_ensure();
+  return acquire(obj, stack);
+}
+
+/* ta_ref_release and ta_ref_release_at. */
+static long release(void *obj, uint32_t stack) {
   pthread_once(&once, shards_init);
   ta_thread *t = _ta_thread();
-  uint32_t stack = _ta_stack_capture(1);
   uintptr_t a = (uintptr_t)obj;
   int sh = shard_of(a);
   uint64_t seq = _ta_next_seq(t, false);
@@ -375,6 +384,17 @@ TA_NOINLINE long ta_ref_release(void *obj) {
   pthread_mutex_unlock(&shards[sh].lock);
   if (_ta_tracing) _ta_trace_ref(t, a, -1, count, stack, seq);
   return count;
+}
+
+TA_NOINLINE long ta_ref_release(void *obj) {
+  _ta_ensure();
+  uint32_t stack = _ta_stack_capture(1);
+  return release(obj, stack);
+}
+
+long ta_ref_release_at(void *obj, uint32_t stack) {
+  _ta_ensure();
+  return release(obj, stack);
 }
 
 long ta_ref_count(const void *obj) {

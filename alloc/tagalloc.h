@@ -78,6 +78,13 @@ void ta_ref_init(void *obj, long count);
 long ta_ref_acquire(void *obj);   /* returns the new count */
 long ta_ref_release(void *obj);   /* returns the new count (-1 after an underflow) */
 long ta_ref_count(const void *obj); /* current count; -1 if obj has no refcount */
+/* The same transitions recorded at a stack the caller took already (from
+ * ta_stack_here): a library that records several events in one call
+ * (a header's allocation, its acquisition of the storage and its hold on
+ * it) pays for one stack walk, not one per event.  The stack should be the
+ * caller's own or its caller's; 0 records none. */
+long ta_ref_acquire_at(void *obj, uint32_t stack);
+long ta_ref_release_at(void *obj, uint32_t stack);
 
 /* ---- holds --------------------------------------------------------------- */
 
@@ -89,6 +96,9 @@ long ta_ref_count(const void *obj); /* current count; -1 if obj has no refcount 
  * Freeing the holder (a block of the ledger's) ends all its holds. */
 void   ta_hold(void *holder, const char *slot, const void *ptr);
 void   ta_unhold(void *holder, const char *slot);
+/* The same at a stack the caller took already (see ta_ref_acquire_at). */
+void   ta_hold_at(void *holder, const char *slot, const void *ptr, uint32_t stack);
+void   ta_unhold_at(void *holder, const char *slot, uint32_t stack);
 /* Checks every hold of holder now: a target freed or reset since is
  * hold.dangling.  Returns the number of bad holds found. */
 size_t ta_hold_check(const void *holder);
@@ -134,6 +144,8 @@ ta_arena *ta_arena_new(ta_tag tag, size_t capacity);
 enum { TA_ARENA_ALTERNATE = 1 };
 ta_arena *ta_arena_new_flags(ta_tag tag, size_t capacity, unsigned flags);
 void     *ta_arena_alloc(ta_arena *a, size_t size);    /* 16-byte aligned */
+/* The same, the block's stack taken already (see ta_ref_acquire_at). */
+void     *ta_arena_alloc_at(ta_arena *a, size_t size, uint32_t stack);
 void      ta_arena_reset(ta_arena *a);                 /* all its blocks die; a new generation starts */
 void      ta_arena_free(ta_arena *a);
 uint64_t  ta_arena_generation(const ta_arena *a);

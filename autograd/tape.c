@@ -229,8 +229,10 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
     if (in[i] && in[i]->requires_grad) needs = true;
   if (!needs || no_grad_depth > 0) return var_new(t, value, NULL);
   /* A recorded op and its result are one arena block (ag_op_block): one
-   * ledger event, not two.  The variable lives and dies with its op. */
-  ag_op_block *ob = ta_arena_alloc(t->arena, sizeof *ob);
+   * ledger event, not two.  The variable lives and dies with its op.  The
+   * block and the op's holds on its inputs are recorded at one stack. */
+  uint32_t here = ta_stack_here();
+  ag_op_block *ob = ta_arena_alloc_at(t->arena, sizeof *ob, here);
   if (ob == NULL) {
     tensor_free(value);
     return _ag_err("%s: out of arena memory for the op", name);
@@ -243,7 +245,7 @@ ag_var *_ag_result(const char *name, tensor *value, op_kind kind, ag_var **in, i
   static const char *slots[AG_MAX_IN] = { "input0", "input1", "input2", "input3" };
   for (int i = 0; i < nin; i++) {
     op->in[i] = in[i];
-    if (in[i]) ta_hold(ob, slots[i], in[i]);
+    if (in[i]) ta_hold_at(ob, slots[i], in[i], here);
   }
   /* the seeded bug tape-stack-inputs: the op keeps the caller's array of
    * inputs (record()'s, on its stack) as the seed's op->inputs = inputs did */

@@ -2,7 +2,11 @@
  *
  * One tensor costs the ledger one "tensor.header" block, one hold
  * (header -> storage, ended by the header's free) and one refcount
- * transition each way; a fresh storage adds one "tensor.storage" block.  Nothing here is per element. */
+ * transition each way; a fresh storage adds one "tensor.storage" block.  Nothing here is per element.
+ * Every event has its stack, but the events of one call share one walk:
+ * making a header walks the stack twice (its allocation; its acquisition
+ * and hold), freeing it twice (its release and, for a pooled storage, the
+ * pool's hold; the header's free). */
 #include "internal.h"
 
 #include <cblas.h>
@@ -156,7 +160,7 @@ void _tensor_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
 }
 
 tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim, const int64_t *shape,
-                       const int64_t *strides, int64_t offset) {
+                       const int64_t *strides, int64_t offset, uint32_t stack) {
   _tensor_init();
   tensor *t = ta_alloc(_tensor_tag_header, sizeof *t);
   if (t == NULL) {
@@ -177,8 +181,17 @@ tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim,
   t->data = (char *)s->data + offset * 4;
   t->scope = 0;
   t->scope_prev = t->scope_next = NULL;
-  if (!adopt) ta_ref_acquire(s);
-  ta_hold(t, "storage", s);
+  /* The acquisition and the hold are one event of the caller's: one stack
+   * walk for both (the header's allocation took its own in ta_alloc). */
+  if (!adopt) {
+    if (stack == 0) stack = ta_stack_here();
+    ta_ref_acquire_at(s, stack);
+    ta_hold_at(t, "storage", s, stack);
+  } else if (stack) {
+    ta_hold_at(t, "storage", s, stack);
+  } else {
+    ta_hold(t, "storage", s);
+  }
   _tensor_scope_adopt(t);
   return t;
 }
@@ -194,7 +207,9 @@ void tensor_free(tensor *t) {
 void _tensor_free(tensor *t) {
   _tensor_scope_forget(t);
   tensor_storage *s = t->storage;
-  long n = ta_ref_release(s);
+  /* one stack for the release and, for a pooled storage, the pool's hold */
+  uint32_t here = ta_stack_here();
+  long n = ta_ref_release_at(s, here);
   /* the seeded bug view-underflow: a view's free gives back one reference
    * too many (a view: a heap storage with another header still on it).
    * After the header's own release, so that this line is the callsite that
@@ -206,7 +221,7 @@ void _tensor_free(tensor *t) {
    * hold on its storage ends with the header: the ledger drops a block's
    * holds when it is freed (an unhold first would only be one more recorded
    * event, with the same orphan check). */
-  if (n == 0 && s->pool) pooled = _tensor_pool_put(s);
+  if (n == 0 && s->pool) pooled = _tensor_pool_put(s, here);
   ta_free(t);
   if (n == 0 && _tensor_on_device(s)) _tensor_devops->release(s);
   if (n == 0 && !pooled) ta_free(s);
@@ -221,7 +236,7 @@ tensor *_tensor_out(const char *op, tensor_dtype dt, int ndim, const int64_t *sh
   if (s == NULL) return NULL;
   int64_t st[TENSOR_MAX_DIMS];
   _tensor_contig_strides(ndim, shape, st);
-  tensor *t = _tensor_header(s, true, dt, ndim, shape, st, 0);
+  tensor *t = _tensor_header(s, true, dt, ndim, shape, st, 0, 0);
   if (t == NULL && ta_ref_release(s) == 0) ta_free(s);
   return t;
 }

@@ -46,7 +46,7 @@ tensor *_tdev_out(const char *op, gpu_pool *p, tensor_dtype dt, int ndim, const 
   ta_hold(s, "device", buf);
   int64_t st[TENSOR_MAX_DIMS];
   _tensor_contig_strides(ndim, shape, st);
-  tensor *t = _tensor_header(s, true, dt, ndim, shape, st, 0);
+  tensor *t = _tensor_header(s, true, dt, ndim, shape, st, 0, 0);
   if (t == NULL && ta_ref_release(s) == 0) {
     ta_unhold(s, "device");
     if (ta_ref_release(buf) == 0) gpu_pool_free(p, buf);

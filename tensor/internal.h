@@ -194,17 +194,21 @@ static inline bool _tensor_fault(tensor_fault f) {
 /* ---- making (core.c) ---- */
 tensor_storage *_tensor_storage_new(ta_tag tag, size_t nbytes);
 /* A new header on s.  adopt: the caller's reference becomes the header's
- * (a fresh storage); else the header acquires one. */
+ * (a fresh storage); else the header acquires one.  stack: where the
+ * acquisition and the header's hold on s are recorded (ta_stack_here of a
+ * caller that records more events of the same call with it); 0: one stack
+ * taken here for both. */
 tensor *_tensor_header(tensor_storage *s, bool adopt, tensor_dtype dt, int ndim, const int64_t *shape,
-                       const int64_t *strides, int64_t offset);
+                       const int64_t *strides, int64_t offset, uint32_t stack);
 /* A contiguous result: from the pool in use on this thread, or the heap. */
 tensor *_tensor_out(const char *op, tensor_dtype dt, int ndim, const int64_t *shape);
 void _tensor_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 
 /* ---- pool (pool.c) ---- */
 /* Keeps s (count 0) in its pool; returns false when the pool is closed (the
- * caller frees s). */
-bool _tensor_pool_put(tensor_storage *s);
+ * caller frees s).  stack: where the pool's new hold on s is recorded (the
+ * caller's, taken for its release of s). */
+bool _tensor_pool_put(tensor_storage *s, uint32_t stack);
 extern __thread tensor_pool *_tensor_pool_current;
 
 /* An op's workspace of n floats (im2col columns, packed weights): the pool

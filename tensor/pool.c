@@ -92,17 +92,17 @@ tensor_pool *tensor_pool_global(void) {
 
 /* ---- keeping and taking back, under the pool's lock --------------------------- */
 
-static void keep(tensor_pool *p, tensor_storage *s) {
+static void keep(tensor_pool *p, tensor_storage *s, uint32_t stack) {
   pool_key *k = s->key;
   tensor_storage *top = k->top;
   s->kprev = NULL;
   s->knext = top;
   if (top) {
     top->kprev = s;
-    ta_hold(top, "pool.above", s);
+    ta_hold_at(top, "pool.above", s, stack);
   } else {
     k->bottom = s;
-    ta_hold(k, "bottom", s);
+    ta_hold_at(k, "bottom", s, stack);
   }
   k->top = s;
   k->count++;
@@ -117,22 +117,23 @@ static void keep(tensor_pool *p, tensor_storage *s) {
 
 /* Takes s out of its key's stack and the keep order, and its holds: what
  * held s (the storage below, or the key) holds the one above s instead,
- * before s lets go of it; the top (no storage above) costs one unhold. */
-static void unkeep(tensor_pool *p, tensor_storage *s) {
+ * before s lets go of it; the top (no storage above) costs one unhold.
+ * The holds change at stack (the caller's). */
+static void unkeep(tensor_pool *p, tensor_storage *s, uint32_t stack) {
   pool_key *k = s->key;
   tensor_storage *above = s->kprev, *below = s->knext;
   if (above) above->knext = below;
   else k->top = below;
   if (below) {
     below->kprev = above;
-    if (above) ta_hold(below, "pool.above", above);
-    else ta_unhold(below, "pool.above");
+    if (above) ta_hold_at(below, "pool.above", above, stack);
+    else ta_unhold_at(below, "pool.above", stack);
   } else {
     k->bottom = above;
-    if (above) ta_hold(k, "bottom", above);
-    else ta_unhold(k, "bottom");
+    if (above) ta_hold_at(k, "bottom", above, stack);
+    else ta_unhold_at(k, "bottom", stack);
   }
-  if (above) ta_unhold(s, "pool.above");
+  if (above) ta_unhold_at(s, "pool.above", stack);
   s->kprev = s->knext = NULL;
   k->count--;
   if (s->aprev) s->aprev->anext = s->anext;
@@ -145,7 +146,7 @@ static void unkeep(tensor_pool *p, tensor_storage *s) {
 }
 
 static void drop(tensor_pool *p, tensor_storage *s) {
-  unkeep(p, s);
+  unkeep(p, s, ta_stack_here());
   ta_free(s);
 }
 
@@ -170,7 +171,7 @@ static void pool_destroy(tensor_pool *p) {
   ta_free(p);
 }
 
-bool _tensor_pool_put(tensor_storage *s) {
+bool _tensor_pool_put(tensor_storage *s, uint32_t stack) {
   tensor_pool *p = s->pool;
   pthread_mutex_lock(&p->lock);
   p->out--;
@@ -180,7 +181,7 @@ bool _tensor_pool_put(tensor_storage *s) {
     if (last) pool_destroy(p);
     return false;
   }
-  keep(p, s);
+  keep(p, s, stack);
   pthread_mutex_unlock(&p->lock);
   return true;
 }
@@ -215,10 +216,13 @@ tensor *tensor_pool_acquire(tensor_pool *p, tensor_dtype dtype, int ndim, const 
   }
   tensor_storage *s = k->top;
   if (s) {
-    /* The header holds the storage before the pool lets go of it. */
-    tensor *t = _tensor_header(s, false, dtype, ndim, shape, strides, 0);
+    /* The header holds the storage before the pool lets go of it; its
+     * acquisition, its hold and the pool's hold changes are one event of
+     * this call, recorded at one stack (the header's allocation has its own). */
+    uint32_t here = ta_stack_here();
+    tensor *t = _tensor_header(s, false, dtype, ndim, shape, strides, 0, here);
     if (t) {
-      unkeep(p, s);
+      unkeep(p, s, here);
       p->hits++;
       p->out++;
     }
@@ -233,7 +237,7 @@ tensor *tensor_pool_acquire(tensor_pool *p, tensor_dtype dtype, int ndim, const 
   if (s) {
     s->pool = p;
     s->key = k;
-    t = _tensor_header(s, true, dtype, ndim, shape, strides, 0);
+    t = _tensor_header(s, true, dtype, ndim, shape, strides, 0, 0);
     if (t == NULL && ta_ref_release(s) == 0) ta_free(s);
   }
   if (t == NULL) {

@@ -11,7 +11,7 @@
 
 static tensor *make_view(const tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                          int64_t offset) {
-  return _tensor_header(t->storage, false, t->dtype, ndim, shape, strides, offset);
+  return _tensor_header(t->storage, false, t->dtype, ndim, shape, strides, offset, 0);
 }
 
 /* The seeded bug of reshape-dummy and slice-dummy (tensor_fault_set): the

@@ -16,7 +16,9 @@
  *
  * A point every --every (1000) iterations and at the end: the mean training
  * loss since the previous point, the validation loss, iterations per second,
- * RSS and the ledger's live bytes (by tag).  After each iteration no tape
+ * CPU milliseconds per iteration (of this process's iterations since the
+ * previous point; null for points a --resume read back), RSS and the
+ * ledger's live bytes (by tag).  After each iteration no tape
  * block may be live; at exit the ledger's findings are counted.
  *
  * --device host|cuda|auto: the same model, initial weights, windows and
@@ -204,7 +206,9 @@ typedef struct {
   tc_tag_live by_tag;
 } point;
 
-static void write_json(const char *path, const point *p, int n, const options *o, int vocab, size_t text_bytes) {
+/* cpu_ms[i]: point i's CPU ms per iteration, NAN when not measured here */
+static void write_json(const char *path, const point *p, const double *cpu_ms, int n, const options *o, int vocab,
+                       size_t text_bytes) {
   tc_out out;
   FILE *f = tc_out_open(&out, path);
   fprintf(f, "{\"model\": \"charlm\", \"context\": %d, \"embedding\": %d, \"hidden\": %d, \"vocab\": %d, "
@@ -213,9 +217,11 @@ static void write_json(const char *path, const point *p, int n, const options *o
           CTX, EMBED, HIDDEN, vocab, text_bytes, o->c.adam ? "adam" : "sgd", o->c.batch, o->c.lr, o->c.threads,
           (unsigned long long)o->c.seed);
   for (int i = 0; i < n; i++) {
+    char cpu[32] = "null";
+    if (cpu_ms[i] == cpu_ms[i]) snprintf(cpu, sizeof cpu, "%.4f", cpu_ms[i]);
     fprintf(f, "%s\n  {\"iter\": %lld, \"train_loss\": %.17g, \"val_loss\": %.17g, \"iters_per_s\": %.1f, "
-               "\"rss_bytes\": %ld, \"ledger_live_bytes\": %llu, \"ledger_live_by_tag\": ",
-            i ? "," : "", (long long)p[i].iter, p[i].train_loss, p[i].val_loss, p[i].iters_per_s, p[i].rss,
+               "\"cpu_ms_per_iter\": %s, \"rss_bytes\": %ld, \"ledger_live_bytes\": %llu, \"ledger_live_by_tag\": ",
+            i ? "," : "", (long long)p[i].iter, p[i].train_loss, p[i].val_loss, p[i].iters_per_s, cpu, p[i].rss,
             (unsigned long long)p[i].ledger_live);
     tc_tag_live_json(f, &p[i].by_tag);
     fputc('}', f);
@@ -305,7 +311,9 @@ int main(int argc, char **argv) {
 
   int maxpoints = o.iters / o.every + 2;
   point *pts = calloc((size_t)maxpoints, sizeof *pts);
-  if (pts == NULL) tc_die("out of memory");
+  double *cpu_ms = malloc((size_t)maxpoints * sizeof *cpu_ms);   /* not in checkpoints: this process's */
+  if (pts == NULL || cpu_ms == NULL) tc_die("out of memory");
+  for (int i = 0; i < maxpoints; i++) cpu_ms[i] = NAN;
   resume_head h = { .magic = RESUME_MAGIC, .text_crc = crc, .batch = (int32_t)B, .vocab = vocab,
                     .every = o.every, .text_bytes = (int64_t)text.n };
   int64_t first = 0;
@@ -338,8 +346,8 @@ int main(int argc, char **argv) {
 
   tc_tape_check tc = { .tag = ag_tape_tag() };
   int tty = isatty(STDOUT_FILENO);
-  int64_t done_here = 0;
-  double start = tc_now();
+  int64_t done_here = 0, cpu_iters = 0;
+  double start = tc_now(), cpu_s = 0, cpu_start = tc_cpu_now();
   for (int64_t it = first; it < o.iters; it++) {
     tc_tape_check_begin(&tc);
     for (int64_t b = 0; b < B; b++) pos[b] = (int64_t)ag_rng_below(&rng, ntrain - CTX);
@@ -365,10 +373,13 @@ int main(int argc, char **argv) {
     h.loss_sum += l;
     h.since++;
     done_here++;
+    cpu_iters++;
     int64_t done = it + 1;
     int stopped = o.c.stop_after && done_here == o.c.stop_after && done < o.iters;
     if (done % o.every == 0 || done == o.iters) {
       h.seconds += tc_now() - start;
+      cpu_s += tc_cpu_now() - cpu_start;
+      cpu_ms[h.npoints] = 1e3 * cpu_s / (double)cpu_iters;
       point *p = &pts[h.npoints++];
       *p = (point){ .iter = done, .train_loss = h.loss_sum / (double)h.since,
                     .iters_per_s = (double)h.since / h.seconds };
@@ -384,10 +395,13 @@ int main(int argc, char **argv) {
              (double)p->rss / 1048576.0, (double)p->ledger_live / 1048576.0, (unsigned long long)tc.leaks,
              dev ? ", " : "", devline);
       fflush(stdout);
-      if (o.c.json) write_json(o.c.json, pts, h.npoints, &o, vocab, text.n);
+      if (o.c.json) write_json(o.c.json, pts, cpu_ms, h.npoints, &o, vocab, text.n);
       h.loss_sum = h.seconds = 0;
       h.since = 0;
+      cpu_s = 0;
+      cpu_iters = 0;
       start = tc_now();
+      cpu_start = tc_cpu_now();
     } else if (tty && done % 100 == 0) {
       double rate = (double)h.since / (h.seconds + tc_now() - start);
       printf("\riter %lld/%d loss %.4f %.0f iters/s eta %.0f s   ", (long long)done, o.iters, l, rate,
@@ -395,10 +409,12 @@ int main(int argc, char **argv) {
       fflush(stdout);
     }
     if (o.c.checkpoint && ((o.c.checkpoint_every && done % o.c.checkpoint_every == 0) || stopped || done == o.iters)) {
-      double now = tc_now();
+      double now = tc_now(), cpu_now = tc_cpu_now();
       h.seconds += now - start;
+      cpu_s += cpu_now - cpu_start;
       save(&o, net, opt, done, rng, &h, pts);
       start = tc_now();
+      cpu_start = tc_cpu_now();
     }
     if (stopped) {
       printf("%strain-charlm: stopped after %lld iterations (--stop-after)%s%s\n", tty ? "\n" : "",
@@ -424,6 +440,7 @@ int main(int argc, char **argv) {
   free(pos);
   free(ids);
   free(pts);
+  free(cpu_ms);
   ta_scan();
   size_t findings = ta_findings_count(NULL);
   int html_failed = o.c.html && tc_write_html(o.c.html, argc, argv) != 0;

@@ -80,6 +80,14 @@ static inline double tc_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* This process's CPU time (user and system, every thread), in seconds:
+ * less moved than tc_now by a loaded machine's time slicing. */
+static inline double tc_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static inline long tc_rss_bytes(void) {
   long pages = 0, resident = 0;
   FILE *f = fopen("/proc/self/statm", "r");

@@ -7,7 +7,9 @@
  * conv 1->6 5x5 pad 2, relu, maxpool 2; conv 6->16 5x5, relu, maxpool 2;
  * fc 400->120 relu, 120->84 relu, 84->10; cross-entropy; SGD with momentum
  * (or Adam).  The training set is reshuffled in place each epoch and every
- * batch is a zero-copy view of it.  After each step the tape is reset and no
+ * batch is a zero-copy view of it.  Each epoch's JSON record has its images
+ * per second and CPU milliseconds per step (this process's steps of the
+ * epoch; null when a --resume ran none).  After each step the tape is reset and no
  * tape block may be live; at exit the ledger's findings are counted (a
  * correct stack has none) and the ledger prints its report.
  *
@@ -237,7 +239,8 @@ typedef struct {
   tc_tag_live by_tag;
 } epoch_stats;
 
-static void write_json(const char *path, const epoch_stats *s, int n, const options *o) {
+/* cpu_ms[i]: epoch i's CPU ms per step, NAN when not measured here */
+static void write_json(const char *path, const epoch_stats *s, const double *cpu_ms, int n, const options *o) {
   tc_out out;
   FILE *f = tc_out_open(&out, path);
   fprintf(f, "{\"model\": \"lenet5\", \"optim\": \"%s\", \"batch\": %d, \"lr\": %g, \"momentum\": %g, "
@@ -245,9 +248,12 @@ static void write_json(const char *path, const epoch_stats *s, int n, const opti
           o->c.adam ? "adam" : "sgd", o->c.batch, o->c.lr, o->momentum, o->c.threads,
           (unsigned long long)o->c.seed);
   for (int i = 0; i < n; i++) {
+    char cpu[32] = "null";
+    if (cpu_ms[i] == cpu_ms[i]) snprintf(cpu, sizeof cpu, "%.4f", cpu_ms[i]);
     fprintf(f, "%s\n  {\"epoch\": %d, \"train_loss\": %.17g, \"test_accuracy\": %.4f, \"images_per_s\": %.1f, "
-               "\"seconds\": %.3f, \"rss_bytes\": %ld, \"ledger_live_bytes\": %llu, \"ledger_live_by_tag\": ",
-            i ? "," : "", s[i].epoch, s[i].train_loss, s[i].accuracy, s[i].images_per_s, s[i].seconds, s[i].rss,
+               "\"seconds\": %.3f, \"cpu_ms_per_step\": %s, \"rss_bytes\": %ld, \"ledger_live_bytes\": %llu, "
+               "\"ledger_live_by_tag\": ",
+            i ? "," : "", s[i].epoch, s[i].train_loss, s[i].accuracy, s[i].images_per_s, s[i].seconds, cpu, s[i].rss,
             (unsigned long long)s[i].ledger_live);
     tc_tag_live_json(f, &s[i].by_tag);
     fputc('}', f);
@@ -345,7 +351,9 @@ int main(int argc, char **argv) {
   int64_t steps = o.c.steps > 0 && o.c.steps < nb ? o.c.steps : nb;
   int32_t *order = malloc((size_t)train.n * sizeof *order);
   epoch_stats *stats = calloc((size_t)o.epochs, sizeof *stats);
-  if (order == NULL || stats == NULL) tc_die("out of memory");
+  double *cpu_ms = malloc((size_t)o.epochs * sizeof *cpu_ms);   /* not in checkpoints: this process's */
+  if (order == NULL || stats == NULL || cpu_ms == NULL) tc_die("out of memory");
+  for (int i = 0; i < o.epochs; i++) cpu_ms[i] = NAN;
   for (int64_t i = 0; i < train.n; i++) order[i] = (int32_t)i;
 
   /* Where the run starts: epoch 1 step 0, or where the checkpoint was. */
@@ -412,7 +420,8 @@ int main(int argc, char **argv) {
       h.images = 0;
       h.loss_sum = h.seconds = 0;
     }
-    double start = tc_now();
+    double start = tc_now(), cpu_start = tc_cpu_now(), cpu_s = 0;
+    int64_t cpu_steps = 0;
     for (int64_t i = i0; i < steps; i++) {
       tc_tape_check_begin(&tc);
       tensor *xb, *yb;
@@ -444,11 +453,14 @@ int main(int argc, char **argv) {
       tc_tape_check_end(&tc);
       h.loss_sum += l;
       done_here++;
+      cpu_steps++;
       int64_t global = (int64_t)(e - 1) * steps + i + 1;
       stopped = o.c.stop_after && done_here == o.c.stop_after && !(e == o.epochs && i + 1 == steps);
       if (o.c.checkpoint && ((o.c.checkpoint_every && global % o.c.checkpoint_every == 0) || stopped)) {
         h.seconds += tc_now() - start;
+        cpu_s += tc_cpu_now() - cpu_start;
         start = tc_now();
+        cpu_start = tc_cpu_now();
         h.nstats = e - 1;
         save(&o, net, opt, e, i + 1, rng, &h, stats, order);
       }
@@ -468,6 +480,8 @@ int main(int argc, char **argv) {
       break;
     }
     h.seconds += tc_now() - start;
+    cpu_s += tc_cpu_now() - cpu_start;
+    if (cpu_steps) cpu_ms[e - 1] = 1e3 * cpu_s / (double)cpu_steps;
     double acc = evaluate(net, &test, dev);
     char devline[200] = "";
     if (dev) tc_device_line(dev, devline, sizeof devline);
@@ -481,7 +495,7 @@ int main(int argc, char **argv) {
            tty ? "\r" : "", e, s->train_loss, 100 * acc, s->images_per_s, h.seconds, (double)s->rss / 1048576.0,
            (double)s->ledger_live / 1048576.0, (unsigned long long)tc.leaks, dev ? ", " : "", devline);
     fflush(stdout);
-    if (o.c.json) write_json(o.c.json, stats, e, &o);
+    if (o.c.json) write_json(o.c.json, stats, cpu_ms, e, &o);
     if (o.c.checkpoint && e == o.epochs) {   /* the end of the run */
       h.nstats = e;
       save(&o, net, opt, e, steps, rng, &h, stats, order);
@@ -509,6 +523,7 @@ int main(int argc, char **argv) {
   tensor_free(test.x);
   tensor_free(test.y);
   free(stats);
+  free(cpu_ms);
   free(order);
   ta_scan();
   size_t findings = ta_findings_count(NULL);

@@ -5,9 +5,9 @@ then the ledger's own cost (TAGALLOC_RECORD=off, counting only, against the
 default, recording every stack), in alternating pairs.  Prints markdown.
 
   /usr/bin/python3 bench/autograd/run.py [--build build] [--threads 1,2] [--lenet-epochs 3]
-                                         [--lenet-steps 300] [--charlm-iters 2000] [--reps 3]
+                                         [--lenet-steps 300] [--charlm-iters 2000] [--reps 5]
                                          [--only charlm|lenet] [--pairs N] [--blas-too] [--unfused-too]
-                                         [--cpu-time]
+                                         [--cpu-time] [--ledger-only]
 
 --only runs one of the two models (and its ledger cost); --pairs N runs
 each model N times alternating with PyTorch (ours, PyTorch, ours, ...) and
@@ -19,6 +19,13 @@ tensor_embedding_linear).  --cpu-time adds, per round, a run of
 N/10 charlm iterations of each side and reports CPU milliseconds per
 iteration from the difference (startup and one validation cancel): on a
 loaded machine this is less moved by time slicing than iterations/s.
+
+The ledger's cost: --reps N (5) alternating pairs of each program
+with TAGALLOC_RECORD=off and the default, 1 thread; each is compared by its
+rate (images or iterations per second) and by the CPU milliseconds per step
+the program measures itself (its training steps only: no start-up, no
+test or validation); the cost is the ratio of the medians.  --ledger-only
+runs only that part.
 
 Throughputs are the medians over a run's epochs (LeNet) or its points
 (charlm, one every 1000 iterations); peak RSS is the child's ru_maxrss.
@@ -36,7 +43,8 @@ p.add_argument("--threads", default="1,2")
 p.add_argument("--lenet-epochs", type=int, default=3)
 p.add_argument("--lenet-steps", type=int, default=300)
 p.add_argument("--charlm-iters", type=int, default=2000)
-p.add_argument("--reps", type=int, default=3)
+p.add_argument("--reps", type=int, default=5,
+               help="alternating pairs (TAGALLOC_RECORD=off, default) for the ledger's cost")
 p.add_argument("--only", choices=["charlm", "lenet"])
 p.add_argument("--pairs", type=int, default=1)
 p.add_argument("--cpu-time", action="store_true",
@@ -45,6 +53,7 @@ p.add_argument("--blas-too", action="store_true",
                help="charlm also with TENSOR_GEMM=blas (OpenBLAS for every product), in the same rotation")
 p.add_argument("--unfused-too", action="store_true",
                help="charlm also with AG_FUSE=off (embedding, flatten, linear as three ops), in the same rotation")
+p.add_argument("--ledger-only", action="store_true", help="only the ledger's cost")
 a = p.parse_args()
 tmp = tempfile.mkdtemp(prefix="bench-autograd-")
 # Copies of the programs: a rebuild of the build folder during the run
@@ -99,7 +108,7 @@ def mib(b):
 
 start = time.time()
 rows = []
-for t in [int(x) for x in a.threads.split(",")]:
+for t in ([] if a.ledger_only else [int(x) for x in a.threads.split(",")]):
     if a.only != "charlm":
         print("bench-autograd: %d thread(s): LeNet-5 ..." % t, file=sys.stderr, flush=True)
         los, lts = [], []
@@ -170,32 +179,43 @@ for t in [int(x) for x in a.threads.split(",")]:
             ("charlm peak RSS", t, mib(co_rss), mib(ct_rss), "%.2fx" % (co_rss / ct_rss), "< 1x"),
         ]
 
-impl = (lts if a.only != "charlm" else cts)[-1]["impl"]
-print("| workload | threads | train-* (ours) | PyTorch %s | ours / PyTorch | target |" % impl.split()[-1])
-print("| --- | ---: | ---: | ---: | ---: | --- |")
-for r in rows:
-    print("| %s | %d | %s | %s | %s | %s |" % r)
-print(flush=True)
-print("bench-autograd: the ledger's cost (%d alternating pairs, 1 thread) ..." % a.reps, file=sys.stderr, flush=True)
+if rows:
+    impl = (lts if a.only != "charlm" else cts)[-1]["impl"]
+    print("| workload | threads | train-* (ours) | PyTorch %s | ours / PyTorch | target |" % impl.split()[-1])
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for r in rows:
+        print("| %s | %d | %s | %s | %s | %s |" % r)
+    print(flush=True)
+print("bench-autograd: the ledger's cost (%d alternating pairs, 1 thread) ..." % a.reps, file=sys.stderr,
+      flush=True)
+# per program: [off, on], each a list of (rate, CPU ms per step)
 cost = {n: ([], []) for n in ("lenet", "charlm") if a.only in (None, n)}
 for r in range(a.reps):
     for name in cost:
-        for k, env in enumerate([{"TAGALLOC_RECORD": "off"}, {}]):
+        order = [0, 1] if r % 2 == 0 else [1, 0]   # off first, then on first: neither always runs second
+        for k in order:
+            env = {"TAGALLOC_RECORD": "off"} if k == 0 else {}
             if name == "lenet":
                 d, _ = lenet(True, 1, 1, a.lenet_steps, env)
-                cost[name][k].append(d["epochs"][0]["images_per_s"])
+                e = d["epochs"][0]
+                cost[name][k].append((e["images_per_s"], e["cpu_ms_per_step"]))
             else:
                 d, _ = charlm(True, 1, 1000, env)
-                cost[name][k].append(d["points"][0]["iters_per_s"])
+                q = d["points"][0]
+                cost[name][k].append((q["iters_per_s"], q["cpu_ms_per_iter"]))
 
 print("| ledger cost (1 thread) | counting only (`TAGALLOC_RECORD=off`) | recording (default) | cost | target |")
 print("| --- | ---: | ---: | ---: | --- |")
-for name, unit in (("lenet", "LeNet-5 images/s, 1 epoch of %d steps" % a.lenet_steps),
-                   ("charlm", "charlm iterations/s, 1000 iterations")):
+for name, unit in (("lenet", ("LeNet-5 images/s, 1 epoch of %d steps" % a.lenet_steps, "LeNet-5 CPU ms per step")),
+                   ("charlm", ("charlm iterations/s, 1000 iterations", "charlm CPU ms per iteration"))):
     if name not in cost:
         continue
-    off, on = med(cost[name][0]), med(cost[name][1])
-    print("| %s (median of %d) | %.0f | %.0f | %+.1f%% | < 3%% |" % (unit, a.reps, off, on, 100 * (off / on - 1)))
+    off = med([x[0] for x in cost[name][0]])
+    on = med([x[0] for x in cost[name][1]])
+    print("| %s (median of %d) | %.0f | %.0f | %+.1f%% | < 3%% |" % (unit[0], a.reps, off, on, 100 * (off / on - 1)))
+    off = med([x[1] for x in cost[name][0]])
+    on = med([x[1] for x in cost[name][1]])
+    print("| %s (median of %d) | %.3f | %.3f | %+.1f%% | < 3%% |" % (unit[1], a.reps, off, on, 100 * (on / off - 1)))
 print()
 print("(%.0f s; LeNet-5: %d epochs of %d steps of batch 64, the whole test set after each; charlm: %d iterations)"
       % (time.time() - start, a.lenet_epochs, a.lenet_steps, a.charlm_iters))

@@ -62,6 +62,73 @@ static void test_pool_double_release(void **state) {
   assert_int_equal(ta_findings_count(NULL), 1);
 }
 
+/* ---- a pooled tensor's events: one stack walk for several, each the caller's ------- */
+
+/* The pool's steady traffic records every event, but the events of one call
+ * at one stack walk (ta_ref_acquire_at, ta_hold_at ...): the storage's
+ * history still names, for each transition, the user's function that made
+ * or freed the tensor, and each step makes exactly one header and no
+ * storage. */
+NOIPA static tensor *take_one(tensor_pool *p) {
+  tensor *t = tensor_pool_acquire(p, TENSOR_F32, TS(4, 4));
+  KEEP();
+  return t;
+}
+
+NOIPA static void give_back(tensor *t) {
+  tensor_free(t);
+  KEEP();
+}
+
+NOIPA static long release_extra(tensor *t) {
+  long n = ta_ref_release((void *)tensor_storage_block(t));
+  KEEP();
+  return n;
+}
+
+static void test_pool_events_at_callers_stacks(void **state) {
+  (void)state;
+  tensor_pool *p = tensor_pool_new();
+  give_back(take_one(p));                   /* the storage is made: a miss */
+  ta_mark m = ta_mark_now();
+  for (int i = 0; i < 3; i++) give_back(take_one(p));
+  TA_ASSERT_ALLOCS_SINCE(m, T_HEADER, 3);
+  TA_ASSERT_ALLOCS_SINCE(m, T_POOL, 0);
+  TA_ASSERT_NO_LEAKS_SINCE(m);
+  assert_int_equal(ta_since(m, T_HEADER).frees, 3);
+  assert_int_equal(tensor_pool_stats_get(p).hits, 3);
+  ta_mark_free(m);
+  assert_int_equal(ta_findings_count(NULL), 0);
+
+  tensor *t = take_one(p);
+  const void *s = tensor_storage_block(t);
+  assert_int_equal(release_extra(t), 0);
+  assert_int_equal(release_extra(t), -1);   /* ref.underflow, with the history */
+  assert_int_equal(ta_findings_count("ref.underflow"), 1);
+  find_arg a = { .kind = "ref.underflow" };
+  ta_findings_visit(find_kind, &a);
+  assert_true(a.found);
+  assert_int_equal(a.f.addr, (uintptr_t)s);
+  /* init, 4 x (-1 give_back), 4 x (+1 take_one) interleaved, 2 x release_extra */
+  assert_int_equal(a.f.history_len, 11);
+  assert_int_equal(a.history[0].delta, 0);
+  for (size_t i = 1; i < 9; i++) {
+    int acquire = i % 2 == 0;
+    assert_int_equal(a.history[i].delta, acquire ? +1 : -1);
+    assert_int_not_equal(a.history[i].stack, 0);
+    assert_true(stack_has(a.history[i].stack, acquire ? "take_one" : "give_back", 4));
+    assert_false(stack_has(a.history[i].stack, acquire ? "give_back" : "take_one", TA_MAX_DEPTH));
+  }
+  assert_true(stack_has(a.history[9].stack, "release_extra", 2));
+  assert_true(stack_has(a.history[10].stack, "release_extra", 2));
+  ta_ref_acquire((void *)s);                /* back to the header's one reference */
+  give_back(t);
+  assert_int_equal(tensor_pool_stats_get(p).storages, 1);
+  tensor_pool_free(p);
+  assert_int_equal(ta_findings_count(NULL), 1);
+  ta_findings_clear();
+}
+
 /* ---- batches from a storage a view's destructor released once too often ---------- */
 
 /* A view's destructor that gives back one reference too many. */
@@ -179,6 +246,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_batch_after_view_underflow, misuse_setup, misuse_teardown),
     cmocka_unit_test_setup_teardown(test_use_and_free_after_free, misuse_setup, misuse_teardown),
     cmocka_unit_test_setup_teardown(test_good_tensors_no_findings, misuse_setup, misuse_teardown),
+    cmocka_unit_test_setup_teardown(test_pool_events_at_callers_stacks, misuse_setup, misuse_teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   report_ctx_free(ctx);

@@ -308,6 +308,60 @@ static void test_check_block_kinds(void **state) {
   ta_free(q);
 }
 
+/* ta_arena_alloc_at: a block counted like ta_arena_alloc's, made at the
+ * stack it is given (ta_live_since reports it), and dropped by the reset. */
+NOIPA static uint32_t stack_of_op(void) {
+  uint32_t s = ta_stack_here();
+  KEEP();
+  return s;
+}
+
+typedef struct { size_t n; uint32_t stack; const void *p; } live_arg;
+
+static void live_one(const void *p, size_t size, ta_tag tag, uint32_t stack, void *arg) {
+  (void)size;
+  (void)tag;
+  live_arg *a = arg;
+  a->n++;
+  a->stack = stack;
+  a->p = p;
+}
+
+static void test_alloc_at_given_stack(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("tape.at");
+  uint32_t s = stack_of_op();
+  assert_int_not_equal(s, 0);
+  ta_arena *a = ta_arena_new(T, 4096);
+  ta_mark m = ta_mark_now();
+  void *p = ta_arena_alloc_at(a, 80, s);
+  assert_non_null(p);
+  assert_int_equal((uintptr_t)p % 16, 0);
+  assert_int_equal(ta_block_size(p), 80);
+  assert_int_equal(ta_block_tag(p), T);
+  TA_ASSERT_ALLOCS_SINCE(m, T, 1);
+  TA_ASSERT_LIVE_SINCE(m, T, 1);
+  live_arg l = { 0 };
+  ta_live_since(m, T, live_one, &l);
+  assert_int_equal(l.n, 1);
+  assert_ptr_equal(l.p, p);
+  assert_int_equal(l.stack, s);
+  void *q = ta_arena_alloc(a, 16);               /* the plain call: its own stack */
+  l = (live_arg){ 0 };
+  ta_live_since(m, T, live_one, &l);
+  assert_int_equal(l.n, 2);
+  ta_arena_reset(a);
+  assert_int_equal(ta_block_size(p), 0);
+  assert_int_equal(ta_block_size(q), 0);
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.allocs, 2);
+  assert_int_equal(c.frees, 2);
+  assert_int_equal(c.live_blocks, 0);
+  ta_mark_free(m);
+  ta_arena_free(a);
+  assert_int_equal(ta_findings_count(NULL), 0);
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -319,6 +373,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_free_arena_block, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_alternate_generations, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_check_block_kinds, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_alloc_at_given_stack, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -274,6 +274,73 @@ static void test_orphan(void **state) {
   assert_int_equal(ta_summary_get().reachable_blocks, 0);
 }
 
+/* ta_hold_at and ta_unhold_at record the stack they are given (taken once
+ * by a caller that records several events of one call), not their own:
+ * the orphan names the unhold's stack, a dangling declaration its hold's. */
+NOIPA static uint32_t stack_of_declaring(void) {
+  uint32_t s = ta_stack_here();
+  KEEP();
+  return s;
+}
+
+NOIPA static uint32_t stack_of_dropping(void) {
+  uint32_t s = ta_stack_here();
+  KEEP();
+  return s;
+}
+
+static void test_hold_at_given_stack(void **state) {
+  (void)state;
+  ta_tag T = ta_tag_get("hold.obj");
+  uint32_t s1 = stack_of_declaring(), s2 = stack_of_dropping();
+  assert_int_not_equal(s1, 0);
+  assert_int_not_equal(s2, 0);
+  assert_int_not_equal(s1, s2);
+  static void *volatile holder;
+  static uintptr_t target_hidden;              /* ~address: invisible to the scan */
+  holder = ta_alloc(T, 32);
+  void *target = ta_alloc(T, 24);
+  target_hidden = ~(uintptr_t)target;
+  ((void **)holder)[0] = target;                 /* holder->x = target */
+  ta_hold_at(holder, "x", target, s1);
+  target = NULL;
+  scribble_stack();
+  ta_scan();
+  assert_int_equal(ta_findings_count(NULL), 0);   /* held: no orphan, no leak */
+  ((void **)holder)[0] = NULL;                   /* holder->x = NULL, and the hold ends */
+  ta_unhold_at(holder, "x", s2);
+  scribble_stack();
+  ta_scan();
+  assert_int_equal(ta_findings_count("leak.orphan"), 1);
+  assert_int_equal(ta_findings_count(NULL), 1);
+  find_arg a = { .kind = "leak.orphan" };
+  ta_findings_visit(find_kind, &a);
+  assert_true(a.found);
+  assert_int_equal(a.f.addr, ~target_hidden);
+  assert_int_equal(a.f.holder, (uintptr_t)holder);
+  assert_string_equal(a.slot, "x");
+  assert_int_equal(a.f.aux_stack, s2);          /* orphaned at the given stack */
+
+  /* a declaration on a freed block: hold.dangling at once, at s1 */
+  void *freed = ta_alloc(T, 16);
+  ta_free(freed);
+  ta_hold_at(holder, "y", freed, s1);
+  assert_int_equal(ta_findings_count("hold.dangling"), 1);
+  find_arg d = { .kind = "hold.dangling" };
+  ta_findings_visit(find_kind, &d);
+  assert_true(d.found);
+  assert_int_equal(d.f.stack, s1);
+  assert_int_equal(d.f.aux_stack, s1);
+  ta_unhold_at(holder, "y", s2);
+  ta_free((void *)~target_hidden);
+  target_hidden = 0;
+  ta_free(holder);
+  holder = NULL;
+  scribble_stack();
+  ta_scan();
+  assert_int_equal(ta_findings_count("leak.orphan"), 0);
+}
+
 /* Holds end with their holder: freeing the holder orphans nothing that
  * is still held elsewhere. */
 static void test_holder_freed(void **state) {
@@ -306,6 +373,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_held_target_freed, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_orphan, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_holder_freed, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_hold_at_given_stack, messages_setup, messages_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -312,6 +312,50 @@ static void test_balance_tie_nearest_inner(void **state) {
 }
 
 /* Values read from freed memory are explained as the poison (0xDF). */
+/* ta_ref_acquire_at and ta_ref_release_at count like the plain calls and
+ * record the stack they are given in the history, not their own. */
+NOIPA static uint32_t stack_of_acquiring(void) {
+  uint32_t s = ta_stack_here();
+  KEEP();
+  return s;
+}
+
+NOIPA static uint32_t stack_of_releasing(void) {
+  uint32_t s = ta_stack_here();
+  KEEP();
+  return s;
+}
+
+static void test_at_given_stack(void **state) {
+  (void)state;
+  uint32_t sa = stack_of_acquiring(), sr = stack_of_releasing();
+  assert_int_not_equal(sa, 0);
+  assert_int_not_equal(sr, 0);
+  assert_int_not_equal(sa, sr);
+  void *obj = ta_alloc(ta_tag_get("ref.obj"), 16);
+  ta_ref_init(obj, 1);
+  assert_int_equal(ta_ref_acquire_at(obj, sa), 2);
+  assert_int_equal(ta_ref_release_at(obj, sr), 1);
+  assert_int_equal(ta_ref_release_at(obj, sr), 0);
+  assert_int_equal(ta_findings_count(NULL), 0);
+  assert_int_equal(ta_ref_release_at(obj, sr), -1);   /* one too many: ref.underflow at sr */
+  assert_int_equal(ta_findings_count("ref.underflow"), 1);
+  find_arg a = { .kind = "ref.underflow" };
+  ta_findings_visit(find_kind, &a);
+  assert_true(a.found);
+  assert_int_equal(a.f.history_len, 5);
+  assert_int_equal(a.history[1].delta, +1);
+  assert_int_equal(a.history[1].count, 2);
+  assert_int_equal(a.history[1].stack, sa);
+  for (int i = 2; i < 5; i++) {
+    assert_int_equal(a.history[i].delta, -1);
+    assert_int_equal(a.history[i].stack, sr);
+  }
+  assert_int_not_equal(a.history[0].stack, sa);   /* the init took its own */
+  assert_int_not_equal(a.history[0].stack, 0);
+  ta_free(obj);
+}
+
 static void test_poison_explain(void **state) {
   (void)state;
   const char *poison = " (the freed-memory poison: read from a freed block)";
@@ -459,6 +503,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test_setup_teardown(test_underflow_extra_release, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_underflow_extra_release_flat, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_balance_tie_nearest_inner, messages_setup, messages_teardown),
+    cmocka_unit_test_setup_teardown(test_at_given_stack, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_poison_explain, messages_setup, messages_teardown),
     cmocka_unit_test_setup_teardown(test_poisoned_pointer_in_report, messages_setup, messages_teardown),
   };
