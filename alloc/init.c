@@ -127,4 +127,7 @@ void _ta_exit_now(bool again) {
   t->guard--;
 }
 
-static void ledger_exit(void) { _ta_exit_now(false); }
+bool _ta_exit_late;
+static void ledger_exit(void) {
+  if (!_ta_exit_late) _ta_exit_now(false);
+}

@@ -45,6 +45,9 @@ size_t _ta_unwind_memo_hits(void);
 size_t _ta_unwind_taken(size_t *frames);
 /* Mark records held now (marks.c; freed marks leave). */
 size_t _ta_marks_kept(void);
+/* Tests: the quarantine checks spans with SSE2 even where the CPU has AVX2
+ * (before the first quarantined free of the process). */
+void _ta_quarantine_no_avx2(void);
 /* Exact mode: rules this process computed with libdw (cache misses filled). */
 size_t _ta_unwind_rules_computed(void);
 

@@ -8,9 +8,12 @@
  * The live table is 256 shards chosen by a hash of the address; each shard
  * is an open-addressing table (linear probing, backward-shift deletion) under
  * its own spin lock, so threads freeing and allocating different blocks
- * rarely meet.  A block's record:
+ * rarely meet.  A block's record (ta_block, thread.h):
  *
  *   addr | size, tag | seq (birth), state, flags | stack | free_stack   (32 bytes)
+ *
+ * and in the table, where every block is live and has no free stack, the
+ * same packed into 24 bytes (ta_slot, live.h).
  *
  * A freed block leaves the table for its thread's quarantine (a FIFO
  * ring, its share of TAGALLOC_QUARANTINE bytes), its first
@@ -225,15 +228,20 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
     _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
     return NULL;
   }
-  if (_ta_opt.fill >= 0) memset(p, (int)_ta_opt.fill, size);
   uintptr_t a = (uintptr_t)p;
+  if (TA_UNLIKELY(!slot_key_ok(a))) {          /* never from jemalloc, guard mode or an arena */
+    raw_free(t, a);
+    _ta_error(TA_EINVAL, "block at %p: not 8-byte aligned or above 2^48, the live table cannot record it", p);
+    return NULL;
+  }
+  if (_ta_opt.fill >= 0) memset(p, (int)_ta_opt.fill, size);
   if (TA_LIKELY(pad_owned(a))) pad_fill(a, size);
   bool solo = _ta_solo_enter(t);
   uint64_t seq = _ta_next_seq(t, solo);
   shard *s = shard_of(a);
   shard_lock_if(s, solo);
-  ta_block *b = slot_claim(s, a);
-  if (b) *b = (ta_block){ .addr = a, .size = size, .tag = tag, .seq = seq, .state = TA_LIVE, .stack = stack };
+  ta_slot *b = slot_claim(s, a);
+  if (b) slot_set(b, a, size, tag, seq, 0, stack);
   shard_unlock_if(s, solo);
   if (TA_UNLIKELY(b == NULL)) {
     _ta_solo_leave(t, solo);
@@ -356,8 +364,8 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   shard *s = shard_of(a);
   bool solo = _ta_solo_enter(t);
   shard_lock_if(s, solo);
-  ta_block *b = slot_find(s, a);
-  if (TA_UNLIKELY(b == NULL || (b->flags & TA_F_ARENA))) {
+  ta_slot *b = slot_find(s, a);
+  if (TA_UNLIKELY(b == NULL || (slot_flags(b) & TA_F_ARENA))) {
     shard_unlock_if(s, solo);
     _ta_solo_leave(t, solo);
     if (quiet) return false;
@@ -365,9 +373,9 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     report_bad_free(a, stack, b == NULL && _ta_quarantine_find(a, false, &old) ? &old : NULL);
     return false;
   }
-  uint8_t flags = b->flags;
-  uint64_t size = b->size;
-  ta_tag tag = b->tag;
+  uint8_t flags = slot_flags(b);
+  uint64_t size = slot_size(b);
+  ta_tag tag = slot_tag(b);
   /* only the blocks block_new padded: no flag but REF and HOLD */
   bool padded = !(flags & ~(TA_F_REF | TA_F_HOLD)) && pad_owned(a);
   if (padded) __builtin_prefetch((const void *)(a + size));
@@ -404,7 +412,8 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     quiet_check = false;                      /* checked, and they have changed now */
   }
   uint64_t seq = _ta_tracing ? _ta_seq_take(t, solo) : 0;
-  ta_block freed = *b;
+  ta_block freed;
+  slot_load(b, &freed);
   slot_remove(s, b);
   bool damaged = padded && pad_changed(a, size, &d);
   if (TA_UNLIKELY(damaged && quiet_check)) {
@@ -486,14 +495,12 @@ static bool realloc_in_place(ta_thread *t, uintptr_t a, const ta_block *old, siz
   uint64_t seq = _ta_next_seq(t, solo);
   shard *s = shard_of(a);
   shard_lock_if(s, solo);
-  ta_block *b = slot_find(s, a);
-  bool ok = b != NULL && b->seq == old->seq && b->flags == 0;   /* not freed or changed meanwhile */
+  ta_slot *b = slot_find(s, a);
+  bool ok = b != NULL && slot_seq(b) == old->seq && slot_flags(b) == 0;   /* not freed or changed meanwhile */
   if (ok) {
     if (_ta_opt.fill >= 0 && size > old->size) memset((void *)(a + old->size), (int)_ta_opt.fill, size - old->size);
     pad_fill(a, size);
-    b->size = size;
-    b->seq = seq;
-    b->stack = stack;
+    slot_rebirth(b, size, seq, stack);
   }
   shard_unlock_if(s, solo);
   if (ok) {
@@ -609,18 +616,13 @@ void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uin
   uint64_t seq = _ta_next_seq(t, false);
   shard *s = shard_of(a);
   shard_lock(s);
-  ta_block *b = slot_find(s, a);
-  if (b && b->state == TA_FREED) {               /* arena memory never is; be safe */
-    slot_remove(s, b);
-    b = NULL;
-  }
-  if (b == NULL) b = slot_insert(s, a);
-  if (b) {
-    *b = (ta_block){ .addr = a, .size = size, .tag = tag, .seq = seq, .state = TA_LIVE, .flags = TA_F_ARENA,
-                     .stack = stack };
-  }
+  ta_slot *b = slot_claim(s, a);
+  if (b) slot_set(b, a, size, tag, seq, TA_F_ARENA, stack);
   shard_unlock(s);
-  if (b == NULL) return;
+  if (b == NULL) {
+    _ta_error(TA_ENOMEM, "out of memory for the ledger's own table: the arena block at %p is not recorded", (void *)a);
+    return;
+  }
   count_alloc(t, tag, size, a, seq, false);
   if (_ta_tracing) _ta_trace_alloc(t, a, size, tag, stack, seq, 1);
 }
@@ -628,10 +630,10 @@ void _ta_block_add_arena(ta_thread *t, uintptr_t a, size_t size, ta_tag tag, uin
 void _ta_block_drop_arena(ta_thread *t, uintptr_t a, uint32_t stack) {
   shard *s = shard_of(a);
   shard_lock(s);
-  ta_block *b = slot_find(s, a);
-  if (b == NULL || !(b->flags & TA_F_ARENA)) { shard_unlock(s); return; }
-  ta_tag tag = b->tag;
-  uint64_t size = b->size;
+  ta_slot *b = slot_find(s, a);
+  if (b == NULL || !(slot_flags(b) & TA_F_ARENA)) { shard_unlock(s); return; }
+  ta_tag tag = slot_tag(b);
+  uint64_t size = slot_size(b);
   uint64_t seq = _ta_tracing ? _ta_seq_take(t, false) : 0;
   slot_remove(s, b);
   shard_unlock(s);

@@ -14,29 +14,37 @@ shard _ta_shards[NSHARDS] __attribute__((aligned(64)));
 void _ta_block_prefetch(const void *p) {
   uintptr_t a = (uintptr_t)p;
   const shard *s = shard_of(a);
-  const ta_block *slots = s->slots;
+  const ta_slot *slots = s->slots;
   if (slots) __builtin_prefetch(&slots[slot_home(s, a)]);
 }
 
-/* A shard starts with 8 slots (it doubles at three quarters load): 256
- * shards of 64 were 655 KB zeroed in every process, however few blocks it
- * had. */
+/* A shard starts with 8 slots and grows at three quarters load, by 3/2
+ * from a power of two and by 4/3 from three times one (8, 12, 16, 24, 32,
+ * ...): 256 shards of 64 were 655 KB zeroed in every process, however few
+ * blocks it had. */
+static uint32_t cap_next(uint32_t cap) {
+  if (cap == 0) return 8;
+  uint64_t n = (cap & (cap - 1)) == 0 ? (uint64_t)cap / 2 * 3 : (uint64_t)cap / 3 * 4;
+  return n <= UINT32_MAX ? (uint32_t)n : 0;             /* 0: no bigger */
+}
+
 bool _ta_live_grow(shard *s) {
-  uint32_t cap = s->slots ? (s->mask + 1) * 2 : 8;
-  ta_block *n = _ta_meta_calloc(cap, sizeof *n);
+  uint32_t cap = cap_next(s->slots ? s->cap : 0);
+  ta_slot *n = cap ? _ta_meta_calloc(cap, sizeof *n) : NULL;
   if (n == NULL) return false;
   if (s->slots) {
-    for (uint32_t i = 0; i <= s->mask; i++) {
-      ta_block *b = &s->slots[i];
-      if (b->addr == 0) continue;
-      uint32_t j = slot_hash(b->addr) & (cap - 1);
-      while (n[j].addr) j = (j + 1) & (cap - 1);
-      n[j] = *b;
+    for (uint32_t i = 0; i < s->cap; i++) {
+      const ta_slot *r = &s->slots[i];
+      if (slot_empty(r)) continue;
+      uint32_t j = slot_index(slot_hash(r->w[0] & SLOT_KEY_MASK), cap);
+      while (!slot_empty(&n[j]))
+        if (++j == cap) j = 0;
+      n[j] = *r;
     }
     _ta_meta_free(s->slots);
   }
   s->slots = n;
-  s->mask = cap - 1;
+  s->cap = cap;
   return true;
 }
 
@@ -49,11 +57,11 @@ bool _ta_block_live(uintptr_t a, ta_block *out) {
   shard *s = shard_of(a);
   bool solo = t != NULL && _ta_solo_enter(t);
   shard_lock_if(s, solo);
-  ta_block *b = slot_find(s, a);
-  if (b) *out = *b;
+  const ta_slot *r = slot_find(s, a);
+  if (r) slot_load(r, out);
   shard_unlock_if(s, solo);
   if (t != NULL) _ta_solo_leave(t, solo);
-  return b != NULL;
+  return r != NULL;
 }
 
 bool _ta_block_get(uintptr_t a, ta_block *out) {
@@ -65,10 +73,13 @@ bool _ta_block_find(uintptr_t p, ta_block *out) {
     shard *s = &_ta_shards[i];
     bool found = false;
     shard_lock(s);
-    for (uint32_t j = 0; s->slots && j <= s->mask && !found; j++) {
-      ta_block *b = &s->slots[j];
-      if (b->addr == 0 || p < b->addr || p >= b->addr + (b->size ? b->size : 1)) continue;
-      *out = *b;
+    for (uint32_t j = 0; s->slots && j < s->cap && !found; j++) {
+      const ta_slot *r = &s->slots[j];
+      if (slot_empty(r)) continue;
+      uintptr_t a = slot_addr(r);
+      uint64_t size = slot_size(r);
+      if (p < a || p >= a + (size ? size : 1)) continue;
+      slot_load(r, out);
       found = true;
     }
     shard_unlock(s);
@@ -80,8 +91,8 @@ bool _ta_block_find(uintptr_t p, ta_block *out) {
 void _ta_block_flag(uintptr_t a, uint8_t flags) {
   shard *s = shard_of(a);
   shard_lock(s);
-  ta_block *b = slot_find(s, a);
-  if (b && b->state == TA_LIVE) b->flags |= flags;
+  ta_slot *r = slot_find(s, a);
+  if (r) slot_set_flags(r, slot_flags(r) | flags);
   shard_unlock(s);
 }
 
@@ -91,9 +102,8 @@ bool _ta_block_check(uintptr_t a, ta_tag tag, ta_tag alt) {
   shard *s = shard_of(a);
   bool solo = t != NULL && _ta_solo_enter(t);
   shard_lock_if(s, solo);
-  const ta_block *b = slot_find(s, a);
-  bool ok = b != NULL && b->state == TA_LIVE &&
-            (tag == TA_ANY || b->tag == tag || b->tag == alt);
+  const ta_slot *r = slot_find(s, a);
+  bool ok = r != NULL && (tag == TA_ANY || slot_tag(r) == tag || slot_tag(r) == alt);
   shard_unlock_if(s, solo);
   if (t != NULL) _ta_solo_leave(t, solo);
   return ok;
@@ -104,12 +114,13 @@ void _ta_table_shape(uint64_t *records, uint64_t *slots, uint64_t *displaced) {
   for (int i = 0; i < NSHARDS; i++) {
     shard *s = &_ta_shards[i];
     shard_lock(s);
-    for (uint32_t j = 0; s->slots && j <= s->mask; j++) {
-      if (s->slots[j].addr == 0) continue;
+    for (uint32_t j = 0; s->slots && j < s->cap; j++) {
+      if (slot_empty(&s->slots[j])) continue;
+      uint32_t home = slot_home(s, slot_addr(&s->slots[j]));
       r++;
-      d += (j - slot_home(s, s->slots[j].addr)) & s->mask;
+      d += j >= home ? j - home : j + s->cap - home;
     }
-    if (s->slots) n += (uint64_t)s->mask + 1;
+    if (s->slots) n += s->cap;
     shard_unlock(s);
   }
   *records = r;
@@ -125,12 +136,18 @@ void _ta_block_unlock_all(void) {
   for (int i = NSHARDS - 1; i >= 0; i--) shard_unlock(&_ta_shards[i]);
 }
 
+/* fn sees each live block's record as a ta_block (a copy: the table's
+ * records are packed). */
 void _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void *arg) {
   for (int i = 0; i < NSHARDS; i++) {
     shard *s = &_ta_shards[i];
     if (!locked) shard_lock(s);
-    for (uint32_t j = 0; s->slots && j <= s->mask; j++)
-      if (s->slots[j].addr && s->slots[j].state == TA_LIVE) fn(&s->slots[j], arg);
+    for (uint32_t j = 0; s->slots && j < s->cap; j++) {
+      if (slot_empty(&s->slots[j])) continue;
+      ta_block b;
+      slot_load(&s->slots[j], &b);
+      fn(&b, arg);
+    }
     if (!locked) shard_unlock(s);
   }
 }

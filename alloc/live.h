@@ -17,47 +17,123 @@
 
 #define NSHARDS 256                 /* the live table's shards */
 
+/* A live block's record in the table: 24 bytes, where ta_block (the
+ * quarantine's record, the copy the rest of the ledger is handed) is 32.
+ * The table holds live blocks only, so it needs no state and no free
+ * stack (a freed block's record leaves the table for the quarantine, which
+ * adds them); what is left is packed into three words:
+ *
+ *   w[0]: addr >> 3 (45 bits) | flags (3) | tag (8) | seq bits 48..55 (8)
+ *   w[1]: size (48 bits)                    | seq bits 32..47 (16)
+ *   w[2]: seq bits 0..31                    | stack (32)
+ *
+ * Every block the table records is at least 8-byte aligned (jemalloc's
+ * smallest class, guard mode's and arenas' 16) and below 2^48; an address
+ * that is not has no record (slot_key_ok), and an interior pointer can
+ * never match its block's key.  A tag is below TA_MAX_TAGS (256).  The
+ * whole w[0] is 0 in an empty slot.  The tree of 2^20 nodes of 24 bytes:
+ * 64 MB of table in 32-byte records, 37.7 MB in these (with the
+ * capacities below). */
+typedef struct { uint64_t w[3]; } ta_slot;
+_Static_assert(sizeof(ta_slot) == 24, "a table record is 24 bytes");
+_Static_assert(TA_MAX_TAGS <= 256, "a tag fits a table record's 8 bits");
+
+#define SLOT_KEY_BITS 45
+#define SLOT_KEY_MASK ((UINT64_C(1) << SLOT_KEY_BITS) - 1)
+#define SLOT_LOW32    UINT64_C(0xFFFFFFFF)
+#define SLOT_SIZE_MASK ((UINT64_C(1) << 48) - 1)
+
+/* Can a block at a be recorded (8-byte aligned, below 2^48)? */
+static inline bool slot_key_ok(uintptr_t a) { return a != 0 && ((uint64_t)a & UINT64_C(0xFFFF000000000007)) == 0; }
+static inline uint64_t slot_key(uintptr_t a) { return (uint64_t)a >> 3; }
+
+static inline uintptr_t slot_addr(const ta_slot *r) { return (uintptr_t)((r->w[0] & SLOT_KEY_MASK) << 3); }
+static inline bool slot_empty(const ta_slot *r) { return r->w[0] == 0; }
+static inline uint8_t slot_flags(const ta_slot *r) { return (uint8_t)((r->w[0] >> SLOT_KEY_BITS) & 7); }
+static inline ta_tag slot_tag(const ta_slot *r) { return (ta_tag)((r->w[0] >> 48) & 0xFF); }
+static inline uint64_t slot_size(const ta_slot *r) { return r->w[1] & SLOT_SIZE_MASK; }
+static inline uint32_t slot_stack(const ta_slot *r) { return (uint32_t)(r->w[2] >> 32); }
+static inline uint64_t slot_seq(const ta_slot *r) {
+  return (r->w[0] >> 56) << 48 | (r->w[1] >> 48) << 32 | (r->w[2] & SLOT_LOW32);
+}
+
+static inline void slot_set_flags(ta_slot *r, uint8_t flags) {
+  r->w[0] = (r->w[0] & ~((uint64_t)7 << SLOT_KEY_BITS)) | (uint64_t)(flags & 7) << SLOT_KEY_BITS;
+}
+
+/* A whole record (a must be slot_key_ok; size < 2^48, seq < 2^56). */
+static inline void slot_set(ta_slot *r, uintptr_t a, uint64_t size, ta_tag tag, uint64_t seq, uint8_t flags,
+                            uint32_t stack) {
+  r->w[0] = slot_key(a) | (uint64_t)(flags & 7) << SLOT_KEY_BITS | (uint64_t)(tag & 0xFF) << 48 |
+            (seq >> 48 & 0xFF) << 56;
+  r->w[1] = (size & SLOT_SIZE_MASK) | (seq >> 32 & 0xFFFF) << 48;
+  r->w[2] = (seq & SLOT_LOW32) | (uint64_t)stack << 32;
+}
+
+/* A new birth in place (realloc in place): size, seq and stack. */
+static inline void slot_rebirth(ta_slot *r, uint64_t size, uint64_t seq, uint32_t stack) {
+  r->w[0] = (r->w[0] & ~(UINT64_C(0xFF) << 56)) | (seq >> 48 & 0xFF) << 56;
+  r->w[1] = (size & SLOT_SIZE_MASK) | (seq >> 32 & 0xFFFF) << 48;
+  r->w[2] = (seq & SLOT_LOW32) | (uint64_t)stack << 32;
+}
+
+/* The record as the rest of the ledger sees it: live, no free stack. */
+static inline void slot_load(const ta_slot *r, ta_block *out) {
+  *out = (ta_block){ .addr = slot_addr(r), .size = slot_size(r), .tag = slot_tag(r), .seq = slot_seq(r),
+                     .state = TA_LIVE, .flags = slot_flags(r), .stack = slot_stack(r) };
+}
+
+static inline void slot_store(ta_slot *r, const ta_block *b) {
+  slot_set(r, b->addr, b->size, (ta_tag)b->tag, b->seq, (uint8_t)b->flags, b->stack);
+}
+
 /* One cache line each (a hand-counted pad once made them 72 bytes: every
  * other shard straddled two lines). */
 typedef struct {
   _Atomic int lock;
-  uint32_t mask;              /* capacity - 1; capacity 0 before first use */
+  uint32_t cap;               /* slots; 0 before first use */
   uint32_t used;
-  ta_block *slots;
+  ta_slot *slots;
 } __attribute__((aligned(64))) shard;
 _Static_assert(sizeof(shard) == 64, "a shard is one cache line");
 
 extern TA_HIDDEN shard _ta_shards[NSHARDS];
-/* Doubles s (a first use: 8 slots); false when out of memory (live.c). */
+/* Grows s (a first use: 8 slots); false when out of memory (live.c). */
 bool _ta_live_grow(shard *s);
 
-static inline uint64_t addr_hash(uintptr_t a) {
-  uint64_t h = (uint64_t)a >> 4;
-  h *= 0x9E3779B97F4A7C15ull;
-  return h ^ (h >> 31);
+/* The shard of a block: by its 64 KiB region, so that the blocks of a few
+ * neighbouring jemalloc slab pages (one thread's, mostly) share a shard,
+ * and a small heap touches few shards' lines.  (Until the table's records
+ * were packed, a comment here said 4 KiB pages, but the hash shifted the
+ * page number by 4 more: it has always been 64 KiB, and what was measured
+ * as "64 KiB regions" against it, 3% faster on churn with 4 threads and
+ * the tree's peak RSS 226 -> 257 MB, was 1 MiB.)  By the page, churn's
+ * 150 pages of blocks spread over all 256 shards, whose lines missed the
+ * L1 cache 0.9 times a free and an allocation (cachegrind) where 64 KiB
+ * regions missed 0.1; the tree's peak RSS was the same within 2%.  By 2
+ * MiB regions, the 4 threads shared a few shards' locks, 1.33 s. */
+static inline shard *shard_of(uintptr_t a) {
+  uint64_t h = ((uint64_t)a >> 16) * 0x9E3779B97F4A7C15ull;
+  return &_ta_shards[(h ^ (h >> 31)) >> 56];
 }
 
-/* The shard of a block: by its 4 KiB page, so that the blocks of one
- * jemalloc slab page (one thread's, mostly) share a shard.  Coarser regions
- * keep more of a thread's blocks in its own shards but spread a heap over
- * fewer of them, and the shards' tables grow unevenly: by 64 KiB regions,
- * churn on 4 threads 0.573 -> 0.556 s, but the tree's peak RSS 226 -> 257
- * MB; by 2 MiB regions, the 4 threads shared a few shards' locks, 1.33 s. */
-static inline shard *shard_of(uintptr_t a) { return &_ta_shards[addr_hash(a >> 12) >> 56]; }
+/* The home slot of a record: the high half of the product of its address
+ * over 16, scaled to the shard's capacity (any capacity, not only powers
+ * of two: _ta_live_grow grows by 3/2 and 4/3 in turn).  A product's high
+ * half depends on every bit of the address (its low bits only on the
+ * address's own low bits, which a slab's blocks share in patterns): a find
+ * probed 1.4 slots on average, where the low bits made it 4.7 (python3
+ * with PYTHONMALLOC=malloc; the tree 1.5 for 4.9, the churn 1.5 for 2.2).
+ * Over 16, not 8 (the key): the blocks of a slab, 16-byte aligned, then
+ * take consecutive multiples of the golden ratio, which spread evenly;
+ * test_table_shape's records sat 0.47 slots past home on average, 0.92
+ * hashed by the key.  Two 8-byte blocks of one 16 bytes share a home. */
+static inline uint32_t slot_hash(uint64_t key) { return (uint32_t)(((key >> 1) * 0x9E3779B97F4A7C15ull) >> 32); }
+static inline uint32_t slot_index(uint32_t hash, uint32_t cap) { return (uint32_t)(((uint64_t)hash * cap) >> 32); }
 
-/* The home slot of a block in its shard: the high half of the product.
- * Its low bits depend on every bit of the address (a product's low bits
- * only on the address's own low bits, which a slab's blocks share in
- * patterns): a find probed 1.4 slots on average, where addr_hash's low
- * bits made it 4.7 (python3 with PYTHONMALLOC=malloc; the tree 1.5 for
- * 4.9, the churn 1.5 for 2.2). */
-static inline uint32_t slot_hash(uintptr_t a) {
-  return (uint32_t)((((uint64_t)a >> 4) * 0x9E3779B97F4A7C15ull) >> 32);
-}
-
-/* Its home slot in s as s is now (_ta_live_grow places records by the new
- * size's mask). */
-static inline uint32_t slot_home(const shard *s, uintptr_t a) { return slot_hash(a) & s->mask; }
+/* The home slot of a in s as s is now (_ta_live_grow places records by
+ * the new capacity). */
+static inline uint32_t slot_home(const shard *s, uintptr_t a) { return slot_index(slot_hash(slot_key(a)), s->cap); }
 
 static inline void shard_lock(shard *s) {
   _ta_solo_check();
@@ -83,72 +159,84 @@ static inline void shard_unlock_if(shard *s, bool solo) {
   if (!solo) shard_unlock(s);
 }
 
-static inline ta_block *slot_find(shard *s, uintptr_t a) {
-  if (s->slots == NULL) return NULL;
-  uint32_t i = slot_home(s, a);
+static inline ta_slot *slot_find(shard *s, uintptr_t a) {
+  if (s->slots == NULL || !slot_key_ok(a)) return NULL;
+  uint64_t k = slot_key(a);
+  uint32_t i = slot_index(slot_hash(k), s->cap);
   for (;;) {
-    ta_block *b = &s->slots[i];
-    if (b->addr == a) return b;
-    if (b->addr == 0) return NULL;
-    i = (i + 1) & s->mask;
+    ta_slot *r = &s->slots[i];
+    uint64_t w = r->w[0];
+    if ((w & SLOT_KEY_MASK) == k) return r;
+    if (w == 0) return NULL;
+    if (++i == s->cap) i = 0;
   }
 }
 
-/* Inserts a record; the address must not be in the table. */
-static inline ta_block *slot_insert(shard *s, uintptr_t a) {
-  /* Load <= 3/4: even at 3/4 a hit probes 2.5 slots on average (two
-   * records a line), a miss 8.5; the tables of test_table_shape and of
-   * python3, between 3/8 and 3/4, probe 1.2 to 1.4.  At 1/2 a record cost
-   * 64 to 128 bytes of table: python3 with PYTHONMALLOC=malloc 110 MB peak
-   * RSS, 86 MB at 3/4, in the same time. */
-  if (s->slots == NULL || (uint64_t)(s->used + 1) * 4 > (uint64_t)(s->mask + 1) * 3)
-    if (!_ta_live_grow(s)) return NULL;
+/* Load <= 3/4: even at 3/4 a hit probes 2.5 slots on average, a miss 8.5;
+ * the tables of test_table_shape and of python3, between 3/8 and 3/4,
+ * probed 1.2 to 1.4.  At 1/2 a record cost 64 to 128 bytes of table:
+ * python3 with PYTHONMALLOC=malloc 110 MB peak RSS, 86 MB at 3/4, in the
+ * same time.  Growing by 3/2 and 4/3 in turn (8, 12, 16, 24, ...), a
+ * table is between 1/2 and 3/4 full, where doubling left it between 3/8
+ * and 3/4. */
+static inline bool slot_room(const shard *s) {
+  return s->slots != NULL && (uint64_t)(s->used + 1) * 4 <= (uint64_t)s->cap * 3;
+}
+
+/* Inserts a record's slot for a (slot_key_ok); a must not be in the
+ * table.  The caller fills the record. */
+static inline ta_slot *slot_insert(shard *s, uintptr_t a) {
+  if (!slot_key_ok(a) || (!slot_room(s) && !_ta_live_grow(s))) return NULL;
   uint32_t i = slot_home(s, a);
-  while (s->slots[i].addr) i = (i + 1) & s->mask;
+  while (!slot_empty(&s->slots[i]))
+    if (++i == s->cap) i = 0;
   s->used++;
-  s->slots[i].addr = a;
   return &s->slots[i];
 }
 
 /* The record of a, made if missing (one probe where a find and then an
  * insert were two): a new block's.  An address can be in the table
  * already only where the ledger missed a free (a deferred free the shim
- * had to drop); the new block takes the record over. */
-static inline ta_block *slot_claim(shard *s, uintptr_t a) {
-  if (s->slots == NULL || (uint64_t)(s->used + 1) * 4 > (uint64_t)(s->mask + 1) * 3)
-    if (!_ta_live_grow(s)) return s->slots ? slot_find(s, a) : NULL;
-  uint32_t i = slot_home(s, a);
+ * had to drop); the new block takes the record over.  NULL: out of
+ * memory, or an address no record can hold (slot_key_ok). */
+static inline ta_slot *slot_claim(shard *s, uintptr_t a) {
+  if (!slot_key_ok(a)) return NULL;
+  if (!slot_room(s) && !_ta_live_grow(s)) return slot_find(s, a);
+  uint64_t k = slot_key(a);
+  uint32_t i = slot_index(slot_hash(k), s->cap);
   for (;;) {
-    ta_block *b = &s->slots[i];
-    if (b->addr == a) return b;
-    if (b->addr == 0) {
+    ta_slot *r = &s->slots[i];
+    uint64_t w = r->w[0];
+    if ((w & SLOT_KEY_MASK) == k) return r;
+    if (w == 0) {
       s->used++;
-      b->addr = a;
-      return b;
+      return r;
     }
-    i = (i + 1) & s->mask;
+    if (++i == s->cap) i = 0;
   }
 }
 
 /* Puts back a record slot_remove just took out, under the same lock (or
  * solo section): the table has room (one record fewer than it held), so it
  * neither grows nor fails. */
-static inline void slot_put_back(shard *s, const ta_block *r) {
-  uint32_t i = slot_home(s, r->addr);
-  while (s->slots[i].addr) i = (i + 1) & s->mask;
+static inline void slot_put_back(shard *s, const ta_block *b) {
+  uint32_t i = slot_home(s, b->addr);
+  while (!slot_empty(&s->slots[i]))
+    if (++i == s->cap) i = 0;
   s->used++;
-  s->slots[i] = *r;
+  slot_store(&s->slots[i], b);
 }
 
-static inline void slot_remove(shard *s, ta_block *b) {
-  uint32_t i = (uint32_t)(b - s->slots), j = i;
+static inline void slot_remove(shard *s, ta_slot *r) {
+  uint32_t i = (uint32_t)(r - s->slots), j = i, cap = s->cap;
   s->used--;
   for (;;) {
-    s->slots[i].addr = 0;
+    s->slots[i].w[0] = 0;
     for (;;) {
-      j = (j + 1) & s->mask;
-      if (s->slots[j].addr == 0) return;
-      uint32_t home = slot_home(s, s->slots[j].addr);
+      if (++j == cap) j = 0;
+      uint64_t w = s->slots[j].w[0];
+      if (w == 0) return;
+      uint32_t home = slot_index(slot_hash(w & SLOT_KEY_MASK), cap);
       /* Can the entry at j move to the hole at i?  Only if its home is not
        * in the cyclic range (i, j]. */
       if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;

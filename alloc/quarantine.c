@@ -6,6 +6,7 @@
 #include "block.h"
 
 #include <emmintrin.h>
+#include <immintrin.h>
 #include <string.h>
 
 /* Reports a write into a quarantined block: byte `at` holds `value`. */
@@ -23,8 +24,34 @@ static void report_write_after_free(const ta_block *b, int64_t at, unsigned char
 
 typedef struct { ta_block b; int64_t at; unsigned char value; } evicted_block;
 
+/* Whether all n bytes at p (n >= 32) are poison, 32 at a time with AVX2:
+ * an XOR with the poison OR-ed into one register, one test at the end (a
+ * byte that differs is rare; the caller then looks for it).  On churn in
+ * full mode the SSE2 loop below, which tests every 64 bytes, took 117
+ * instructions a freed block, a twentieth of a malloc-free pair's. */
+__attribute__((target("avx2"))) static bool all_poison_avx2(const unsigned char *p, uint64_t n, unsigned char poison) {
+  const __m256i pv = _mm256_set1_epi8((char)poison);
+  __m256i d = _mm256_setzero_si256();
+  uint64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    d = _mm256_or_si256(d, _mm256_or_si256(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + i)), pv),
+                                           _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + i + 32)), pv)));
+  if (i + 32 <= n) {
+    d = _mm256_or_si256(d, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + i)), pv));
+    i += 32;
+  }
+  if (i < n) d = _mm256_or_si256(d, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + n - 32)), pv));
+  return _mm256_testz_si256(d, d);
+}
+
+/* Whether the CPU has AVX2: set with the first ring (_ta_quarantine_ring),
+ * before any block is checked; never where a test asked for SSE2. */
+static bool q_avx2, q_avx2_off;
+
+void _ta_quarantine_no_avx2(void) { q_avx2_off = true; }
+
 /* Offset of the first byte of b's poisoned span that is not poison, or
- * -1.  Every block that leaves the quarantine is checked, so this goes 64
+ * -1.  With AVX2, spans of 32 bytes or more go through all_poison_avx2.  Every block that leaves the quarantine is checked, so this goes 64
  * bytes at a time with SSE2 (four loads, one branch), then 16 at a time
  * with one overlapping load for the last bytes (blocks are 16-byte
  * aligned), or under 16 bytes two overlapping words; the exact byte is
@@ -36,7 +63,9 @@ static int64_t poison_changed(const ta_block *b, unsigned char *value) {
   const unsigned char *p = (const unsigned char *)b->addr;
   unsigned char poison = (unsigned char)_ta_opt.poison;
   uint64_t size = poison_span(b->size), i = 0;
-  if (size >= 16) {
+  if (size >= 32 && TA_LIKELY(q_avx2)) {
+    if (TA_LIKELY(all_poison_avx2(p, size, poison))) return -1;
+  } else if (size >= 16) {
     const __m128i pv = _mm_set1_epi8((char)poison);
     for (; i + 64 <= size; i += 64) {
       const __m128i *v = (const __m128i *)(p + i);
@@ -184,6 +213,8 @@ void _ta_quarantine_evict(ta_thread *t) {
 #define Q_FIRST 4096u
 
 bool _ta_quarantine_ring(ta_thread *t) {
+  __builtin_cpu_init();
+  q_avx2 = !q_avx2_off && __builtin_cpu_supports("avx2");
   uint64_t cap = 1u << 16;
   while (cap < (uint64_t)_ta_opt.quarantine / 16 && cap < (1u << 22)) cap <<= 1;
   if (_ta_opt.quarantine_blocks > 0) {

@@ -8,9 +8,11 @@
  *
  * Roots: the writable segments of loaded modules (not the ledger's own, nor
  * jemalloc's), the resident writable pages of the mappings the program made
- * with mmap (recorded by the preload), the public part of ld.so's link maps
+ * with mmap (recorded by the preload; of a shared or file mapping, the
+ * pages in the page cache too: touched_run), the public part of ld.so's link maps
  * (scan_link_maps), every thread's stack from its stack
- * pointer up, its registers,
+ * pointer up (the main thread's to the end of its mapping, argv, environ
+ * and the auxiliary vector included: thread.c's stack_bounds), its registers,
  * and its static TLS (less the ledger's and jemalloc's blocks) and thread
  * descriptor.  At the end of a process image the scanning thread's stack
  * and registers are the program's where it stopped (see "where the program
@@ -334,8 +336,16 @@ static int on_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 typedef struct {
-  mvec *maps, *wmaps;
+  mvec *maps, *wmaps, *cmaps;
 } maps_out;
+
+/* A writable mapping whose pages live in the page cache: shared (an
+ * anonymous shared mapping is shmem), or of a file.  A page of one that
+ * this process never touched can still hold what another process (a fork's
+ * parent) or a write(2) to the file put there. */
+static bool page_cached(const ta_maps_entry *e) {
+  return e->perms[3] == 's' || (e->path[0] != '\0' && e->path[0] != '[');
+}
 
 static int add_map(const ta_maps_entry *e, void *arg) {
   maps_out *o = arg;
@@ -344,13 +354,15 @@ static int add_map(const ta_maps_entry *e, void *arg) {
   range *r = mvec_push(o->maps);
   if (r) { r->lo = e->lo; r->hi = e->hi; }
   if (e->perms[1] == 'w' && (r = mvec_push(o->wmaps)) != NULL) { r->lo = e->lo; r->hi = e->hi; }
+  if (e->perms[1] == 'w' && page_cached(e) && (r = mvec_push(o->cmaps)) != NULL) { r->lo = e->lo; r->hi = e->hi; }
   return 0;
 }
 
-/* Readable mappings, and of those the writable ones, sorted (the kernel
- * lists them in order). */
-static void read_maps(mvec *maps, mvec *wmaps) {
-  maps_out o = { maps, wmaps };
+/* Readable mappings, of those the writable ones, and of those the ones
+ * whose pages are the page cache's, sorted (the kernel lists them in
+ * order). */
+static void read_maps(mvec *maps, mvec *wmaps, mvec *cmaps) {
+  maps_out o = { maps, wmaps, cmaps };
   _ta_maps_each(add_map, &o);
 }
 
@@ -482,8 +494,9 @@ static void scan_tls(marker *m, uintptr_t tp) {
  * block is a root, and each one that is a block is pointed to, but for the
  * objects libc opened for itself (libgcc_s for unwinding, NSS and gconv
  * modules): its freeres closes them, and memcheck runs it after ld.so's
- * finalization, where the close takes effect; the exit scan runs inside
- * it, where ld.so defers every close. */
+ * finalization, where the close takes effect.  The preload's exit scan of
+ * exit() runs there too (after its freeres, so those link maps are gone);
+ * one of _exit, an exec or a fatal signal runs where no freeres did. */
 static bool opened_by_libc(const char *path) {
   const char *base = path ? strrchr(path, '/') : NULL;
   base = base ? base + 1 : path ? path : "";
@@ -508,12 +521,20 @@ static void scan_link_maps(marker *m) {
  * or the gigabytes V8 reserves, need not be read (reading them would also
  * make the kernel map them).  /proc/self/pagemap tells, per page, present
  * (bit 63) or swapped (bit 62); neither means never touched.  Open during
- * a scan; -1 when it cannot be read, and then every page is read. */
+ * a scan; -1 when it cannot be read, and then every page is read.
+ *
+ * That holds for private anonymous memory only.  A page of a shared or
+ * file mapping is in the page cache, and the page table of this process
+ * maps it only once this process touched it: a fork child's page tables
+ * start without its parent's shared pages, and a page written to the file
+ * with write(2) was never mapped.  For those (cached) the page counts as
+ * touched when mincore says it is resident too; reading it maps what is
+ * there, and allocates nothing. */
 static int pagemap_fd = -1;
 
 /* The next run of touched pages in [*lo, hi): *lo and *end set to it;
  * false when there is none.  A range under 64 KiB is one run. */
-static bool touched_run(uintptr_t *lo, uintptr_t hi, uintptr_t *end) {
+static bool touched_run(uintptr_t *lo, uintptr_t hi, uintptr_t *end, bool cached) {
   if (*lo >= hi) return false;
   if (hi - *lo < ((uintptr_t)64 << 10) || pagemap_fd < 0) { *end = hi; return true; }
   uint64_t ent[512];
@@ -528,8 +549,10 @@ static bool touched_run(uintptr_t *lo, uintptr_t hi, uintptr_t *end) {
       *end = hi;
       return true;
     }
+    unsigned char core[512];
+    if (cached && mincore((void *)page, n * 4096, core) != 0) memset(core, 1, n);   /* unknown: read it */
     for (size_t i = 0; i < n; i++) {
-      bool touched = (ent[i] >> 62) != 0;
+      bool touched = (ent[i] >> 62) != 0 || (cached && (core[i] & 1));
       uintptr_t a = page + i * 4096;
       if (touched && !in) { in = true; run = a > *lo ? a : *lo; }
       else if (!touched && in) { *lo = run; *end = a; return true; }
@@ -542,21 +565,23 @@ static bool touched_run(uintptr_t *lo, uintptr_t hi, uintptr_t *end) {
 }
 
 /* scan_range over the touched pages only. */
-static void scan_touched(marker *m, uintptr_t lo, uintptr_t hi, bool definite) {
+static void scan_touched(marker *m, uintptr_t lo, uintptr_t hi, bool definite, bool cached) {
   uintptr_t end;
-  while (touched_run(&lo, hi, &end)) {
+  while (touched_run(&lo, hi, &end, cached)) {
     scan_range(m, lo, end, definite);
     lo = end;
   }
 }
 
 /* The touched pages of [lo, hi) that lie in maps: a mapping the program
- * made (in its writable mappings), or a module's writable segment (in the
- * readable ones): a page of .data or .bss never written holds what the
- * file or the zero-fill gave it, never a block's address, and reading it
- * would only map it. */
-static void scan_resident(marker *m, const mvec *maps, uintptr_t lo, uintptr_t hi) {
-  for (uintptr_t end; next_piece(maps, &lo, hi, &end); lo = end) scan_touched(m, lo, end, true);
+ * made (in its writable mappings; cmaps: those of them whose pages are the
+ * page cache's), or a module's writable segment (in the readable ones; no
+ * cmaps): a page of .data or .bss never written holds what the file or the
+ * zero-fill gave it, never a block's address, and reading it would only
+ * map it. */
+static void scan_resident(marker *m, const mvec *maps, const mvec *cmaps, uintptr_t lo, uintptr_t hi) {
+  for (uintptr_t end; next_piece(maps, &lo, hi, &end); lo = end)
+    scan_touched(m, lo, end, true, cmaps && map_of(cmaps, lo).hi != 0);
 }
 
 static void drain(marker *m) {
@@ -567,7 +592,7 @@ static void drain(marker *m) {
       __builtin_prefetch((const void *)n->addr);
       if (n->size > 64) __builtin_prefetch((const void *)(n->addr + 64));
     }
-    scan_touched(m, b->addr, b->addr + b->size, b->state == S_REACHABLE);
+    scan_touched(m, b->addr, b->addr + b->size, b->state == S_REACHABLE, false);
   }
 }
 
@@ -581,7 +606,7 @@ static void clique(marker *m, uint32_t leader) {
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
     uintptr_t lo = (b->addr + 7) & ~(uintptr_t)7, hi = b->addr + b->size, end;
-    for (; touched_run(&lo, hi, &end); lo = end)
+    for (; touched_run(&lo, hi, &end, false); lo = end)
     for (uintptr_t p = lo; p + 8 <= end; p += 8) {
       uintptr_t v = *(const uintptr_t *)p;
       bool start;
@@ -798,7 +823,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   self->guard++;
 
   mvec roots = { .elem = sizeof(range) }, maps = { .elem = sizeof(range) };
-  mvec wmaps = { .elem = sizeof(range) };
+  mvec wmaps = { .elem = sizeof(range) }, cmaps = { .elem = sizeof(range) };
   mvec blocks = { .elem = sizeof(sblock) };
   ntls_holes = 0;
   tls_lowest = 0;
@@ -853,9 +878,10 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   own_add(roots.v, roots.cap * roots.elem);
   own_add(stops, MAX_STOPPED * sizeof *stops);
   int nstopped = stops ? stop_others() : 0;
-  read_maps(&maps, &wmaps);
+  read_maps(&maps, &wmaps, &cmaps);
   own_add(maps.v, maps.cap * maps.elem);
   own_add(wmaps.v, wmaps.cap * wmaps.elem);
+  own_add(cmaps.v, cmaps.cap * cmaps.elem);
   pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 
   if (m.x.addr) {
@@ -870,8 +896,8 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     for (size_t i = 0; i < m.n; i++)
       if (m.b[i].arena) { m.b[i].state = S_REACHABLE; m.stack[m.top++] = (uint32_t)i; }
     const range *r = roots.v;
-    for (size_t i = 0; i < roots.n; i++) scan_resident(&m, m.maps, r[i].lo, r[i].hi);
-    for (size_t i = 0; i < np; i++) scan_resident(&m, &wmaps, plo[i], phi[i]);
+    for (size_t i = 0; i < roots.n; i++) scan_resident(&m, m.maps, NULL, r[i].lo, r[i].hi);
+    for (size_t i = 0; i < np; i++) scan_resident(&m, &wmaps, &cmaps, plo[i], phi[i]);
     scan_link_maps(&m);
     /* our own thread: from the caller's frame up, registers, TLS */
     uintptr_t lo, hi;
@@ -961,6 +987,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   if (pagemap_fd >= 0) close(pagemap_fd);
   pagemap_fd = -1;
   mvec_free(&wmaps);
+  mvec_free(&cmaps);
   if (plo) _ta_sys_munmap(plo, pcap * 2 * sizeof *plo);
   mvec_free(&blocks);
   self->guard--;

@@ -27,6 +27,10 @@ void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);
 /* The exit work (scan, report, trace), callable early: _exit, a fatal
  * signal, exec.  Runs once per process image unless `again`. */
 void  _ta_exit_now(bool again);
+/* Set by the preload, which runs the exit work of exit() and a return from
+ * main itself, later (after ld.so's _dl_fini): the ledger's atexit handler
+ * then does nothing. */
+extern bool _ta_exit_late;
 /* Called by the exit work first, guard not raised (the shim frees the
  * runtime's own blocks there, as memcheck's freeres does); NULL: nothing. */
 extern void (*_ta_exit_before)(void);
@@ -87,6 +91,7 @@ extern void (*_ta_scan_more)(void (*add)(uintptr_t addr, uint64_t size, ta_tag t
 /* ---- trace.c ----------------------------------------------------------------- */
 
 void _ta_trace_close(void);              /* flushes everything (exit) */
+int  _ta_trace_fd(void);                 /* its descriptor, or -1 */
 void _ta_trace_modules(void);            /* MODULE records for mappings new since (dlclose) */
 /* How the image ends (the preload: exit status, or -1 and the fatal
  * signal), written as an EXIT record at close. */

@@ -104,6 +104,17 @@ static void make_key(void) {
   pthread_key_create(&exit_key, thread_exit);
 }
 
+static bool mapping_of(uintptr_t a, uintptr_t *lo, uintptr_t *hi);
+
+/* The initial stack pointer of the process (ld.so's). */
+extern void *__libc_stack_end;
+
+/* [lo, hi): the thread's stack.  The initial thread's runs to the end of
+ * its mapping: above the stack pointer main starts with lie argv, environ
+ * and the auxiliary vector, and a program may keep blocks there (ld
+ * rewrites its "-l" arguments in place).  pthread_getattr_np ends that
+ * stack at the page after __libc_stack_end, so a long argv spans the cut
+ * or not as the stack's random start falls. */
 static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
   pthread_attr_t attr;
   void *addr;
@@ -115,6 +126,8 @@ static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
     *hi = (uintptr_t)addr + size;
   }
   pthread_attr_destroy(&attr);
+  uintptr_t initial = (uintptr_t)__libc_stack_end, mlo, mhi;
+  if (initial >= *lo && initial < *hi && mapping_of(initial, &mlo, &mhi) && mhi > *hi) *hi = mhi;
 }
 
 ta_thread *_ta_thread_slow(void) {

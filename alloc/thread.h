@@ -25,11 +25,15 @@ enum {                                            /* ta_block.flags */
   TA_F_ARENA = 4,   /* lives in an arena chunk: not freeable, dies at reset */
 };
 
-/* 32 bytes: two records a cache line, none across two lines (the table's
- * slots are 32-byte aligned).  A size fits 48 bits (no allocation is
- * larger than the 47-bit address space) and the sequence 56 bits (2^56
- * events, or of the TSC's 16-tick units that number several threads'
- * events: 14 years at 2.6 GHz). */
+/* A block's whole record: the quarantine's ring and the recent frees
+ * (quarantine.c) hold these, and the live table hands out copies of them
+ * (_ta_block_live, _ta_block_each).  The table itself keeps each live
+ * block in 24 bytes (ta_slot, live.h): no state (all live) and no free
+ * stack (a block gets one when it leaves the table).  32 bytes: two
+ * records a cache line.  A size fits 48 bits (no allocation is larger
+ * than the 47-bit address space) and the sequence 56 bits (2^56 events,
+ * or of the TSC's 16-tick units that number several threads' events: 14
+ * years at 2.6 GHz). */
 typedef struct {
   uintptr_t addr;          /* 0: an empty slot */
   uint64_t  size : 48;     /* bytes asked for */

@@ -587,6 +587,8 @@ static void write_tags(void) {
   }
 }
 
+int _ta_trace_fd(void) { return trace_fd; }
+
 void _ta_trace_open(void) {
   if (_ta_opt.trace == NULL) return;
   exit_only = !_ta_opt.trace_events;
@@ -655,6 +657,11 @@ static void open_file(void) {
   if (trace_fd < 0) {
     _ta_error(TA_EINVAL, "cannot write the trace %s: %s", full, strerror(errno));
     return;
+  }
+  int high = fcntl(trace_fd, F_DUPFD_CLOEXEC, 1000);   /* out of a dup2's way (the preload spares it a closefrom) */
+  if (high >= 0) {
+    close(trace_fd);
+    trace_fd = high;
   }
   tr_file_header fh = { .magic = TR_MAGIC, .version = TR_VERSION, .header_size = sizeof fh,
                         .pid = (uint32_t)getpid(), .ppid = (uint32_t)getppid(),

@@ -1121,16 +1121,16 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * stack pointer, and rbp where the walk uses it), of the rules of the
  * return addresses it meets (fixed while no module is unloaded: rules_gen),
  * and of the words it reads from the stack.  So each thread keeps its
- * recent walks, two for each of 16 sets of stack pointers they started at
- * (the one used last stays): the start, every address read and the word
- * found there, and the stack's id in the depot.  A walk that starts where
+ * recent walks, eight for each of 16 sets of stack pointers they started
+ * at (the one used longest ago goes): the start, every address read and
+ * the word found there, and the stack's id in the depot.  A walk that starts where
  * a kept one did and finds every one of its words unchanged would repeat
  * it step by step, so the kept id is the answer: one comparison per word,
  * independent loads where the walk is a chain of dependent ones (pc ->
  * rule -> cfa -> next pc), and no hash and no depot lookup.  A loop that allocates from one call path (the same
  * frames at the same depth) finds its walk here every time.  Any other
  * walk differs in a word, most often one of the first ones read (its
- * caller), and is made and kept in place of its set's other walk.
+ * caller), and is made and kept in place of its set's oldest walk.
  *
  * A walk the memo does not answer takes over the outer frames of the
  * thread's last walk where it can (walk_exact), and leaves its own steps
@@ -1140,11 +1140,13 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * and copying the kept frames cost more instructions and cache misses than
  * the rule lookups they saved.  The last walk is the one that shares the
  * most: cc1's walks take over 16 of their 20 frames from it.) */
-#define MEMO_SLOTS 32
+#define MEMO_SETS 16
+#define MEMO_WAYS 8
 
+/* A kept walk: what it started from, and every word it read after the
+ * first (which is in its head). */
 typedef struct {
-  uintptr_t sp0, pc0, bp0;
-  uint32_t  id;                   /* 0: an empty entry */
+  uintptr_t bp0;
   uint32_t  gen;
   uint16_t  max, skip, nreads;
   uint8_t   mode, needbp;
@@ -1152,37 +1154,48 @@ typedef struct {
   walk_read rd[LOG_READS];
 } walk_entry;
 
+/* Its head, in a compact array per set: the start (sp0, pc0) and the first
+ * word read, which is where walks from one start mostly part (the caller's
+ * return address): a lookup reads the set's eight heads, five cache
+ * lines, and the entry only of a way whose head matches. */
+typedef struct {
+  uintptr_t sp0, pc0;
+  uintptr_t a0, v0;               /* the first read (a0 0: the walk read none) */
+  uint32_t  id;                   /* 0: an empty way */
+  uint32_t  used;                 /* the memo's clock when it was last used (LRU) */
+} walk_head;
+
 #define MEMO_CREDIT_MAX 32
 #define MEMO_KEEP_COST  4
 #define MEMO_KEEP_EVERY 8
 
 struct ta_walk_memo {
-  uint32_t   credit, tick;
+  uint32_t   credit, tick, clock;
   size_t     hits;
   size_t     taken, taken_frames;       /* take-overs of the last walk's frames */
-  uint8_t    mru[MEMO_SLOTS / 2];       /* the way of each set used last */
-  walk_entry e[MEMO_SLOTS];            /* sets of two ways */
+  walk_head  head[MEMO_SETS * MEMO_WAYS];
+  walk_entry e[MEMO_SETS * MEMO_WAYS];  /* sets of MEMO_WAYS ways */
   walk_steps last;                      /* the last walk, outermost first */
   walk_steps own;                       /* the walk being made: its own steps */
 };
 
-/* Two ways per stack pointer: a program that calls malloc from two call
- * paths at one depth in turn keeps both. */
+/* The set of the walks that start at stack pointer sp0.  Its ways keep
+ * walks from one start by different routes: git's log allocates from ~20
+ * routes that reach malloc through the same function at the same depth,
+ * and with two ways a set kept the walk it needed next for half of its
+ * allocations, with eight for 95%. */
 static inline size_t memo_set(uintptr_t sp0)
 {
   return (size_t)(((sp0 >> 3) * 0x9E3779B97F4A7C15ull) >> 60);
 }
 
-/* Are all the words e's walk read still there?  From the innermost word
- * out: two walks that start at one stack pointer mostly differ in their
- * first frames. */
+/* Are all the words e's walk read after its first (checked with its head)
+ * still there? */
 static inline TA_NO_ASAN bool memo_same(const walk_entry *e)
 {
-  size_t n = e->nreads, i = 0;
-  if (n > 0 && peek(e->rd[0].addr) != e->rd[0].val)   /* most misses: the caller */
-    return false;
-  /* the rest four at a time, one branch for four independent loads */
-  for (i = 1; i + 4 <= n; i += 4) {
+  size_t n = e->nreads, i = 1;
+  /* four at a time, one branch for four independent loads */
+  for (; i + 4 <= n; i += 4) {
     uintptr_t d = (peek(e->rd[i].addr) ^ e->rd[i].val) |
                   (peek(e->rd[i + 1].addr) ^ e->rd[i + 1].val) |
                   (peek(e->rd[i + 2].addr) ^ e->rd[i + 2].val) |
@@ -1231,19 +1244,24 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
     uintptr_t sp0 = fp + 2 * sizeof(uintptr_t), bp0 = peek(fp);
     uint32_t gen = atomic_load_explicit(&rules_gen, memory_order_acquire);
     struct ta_walk_memo *m = t->walk_memo;
-    size_t set = memo_set(sp0), way = 0;
+    size_t base = MEMO_WAYS * memo_set(sp0), way;
     walk_entry *e = NULL;
-    for (; way < 2; way++) {
-      walk_entry *w = &m->e[2 * set + way];
-      if (w->id && w->sp0 == sp0 && w->pc0 == ra0 && w->gen == gen && w->max == max &&
-          w->skip == skip && w->mode == mode && (!w->needbp || w->bp0 == bp0) && memo_same(w)) {
-        e = w;
-        break;
+    walk_head *h = NULL;
+    for (way = 0; way < MEMO_WAYS; way++) {
+      walk_head *hw = &m->head[base + way];
+      if (hw->id && hw->sp0 == sp0 && hw->pc0 == ra0 && (hw->a0 == 0 || peek(hw->a0) == hw->v0)) {
+        walk_entry *w = &m->e[base + way];
+        if (w->gen == gen && w->max == max && w->skip == skip && w->mode == mode &&
+            (!w->needbp || w->bp0 == bp0) && memo_same(w)) {
+          e = w;
+          h = hw;
+          break;
+        }
       }
     }
     if (e) {
-      id = e->id;
-      m->mru[set] = (uint8_t)way;
+      id = h->id;
+      h->used = ++m->clock;
       m->hits++;
       if (m->credit < MEMO_CREDIT_MAX)
         m->credit++;
@@ -1251,9 +1269,14 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       /* Keeping a walk costs two stores per word read: worth it where
        * walks repeat, not where nine in ten are new (cc1).  Every miss is
        * kept while hits earn credit; else one in MEMO_KEEP_EVERY.  It
-       * goes in place of the way not used last. */
-      way = m->mru[set] ^ 1u;
-      e = &m->e[2 * set + way];
+       * goes in place of the set's way used longest ago (an empty one
+       * first). */
+      way = 0;
+      for (size_t w = 1; w < MEMO_WAYS; w++)
+        if (m->head[base + w].used < m->head[base + way].used)
+          way = w;
+      h = &m->head[base + way];
+      e = &m->e[base + way];
       bool keep = m->credit > 0 || (++m->tick & (MEMO_KEEP_EVERY - 1)) == 0;
       if (m->credit > 0)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
@@ -1268,7 +1291,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         last->gen = gen;
       }
       if (keep) {
-        e->id = 0;                /* the new walk goes straight into the slot */
+        h->id = 0;                /* the new walk goes straight into the slot */
         n = unwind_from(pcs, max, skip, mode, ra0, fp, &log, rec, last);
       } else {
         n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL, rec, last);
@@ -1279,8 +1302,6 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       }
       id = _ta_depot_put(pcs, n);
       if (keep && id != 0 && log.n <= LOG_READS) {
-        e->sp0 = sp0;
-        e->pc0 = ra0;
         e->bp0 = bp0;
         e->gen = gen;
         e->max = (uint16_t)max;
@@ -1289,8 +1310,12 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         e->needbp = log.needbp;
         e->nreads = (uint16_t)log.n;
         e->stop = log.stop;
-        e->id = id;
-        m->mru[set] = (uint8_t)way;
+        h->sp0 = sp0;
+        h->pc0 = ra0;
+        h->a0 = log.n ? e->rd[0].addr : 0;
+        h->v0 = log.n ? e->rd[0].val : 0;
+        h->used = ++m->clock;
+        h->id = id;
       }
     }
   }

@@ -521,7 +521,13 @@ report_offline *report_offline_open_for(const char *path, unsigned needs, char *
   report_trace *t = report_trace_open(path, err, errlen);
   if (!t) return NULL;
   report_offline *o = calloc(1, sizeof *o);
-  if (o && (o->path = strdup(path)) && (o->m = report_trace_model_read(t)) &&
+  bool records_first = (needs & REPORT_OFFLINE_RECORDS_FIRST) && !(needs & REPORT_OFFLINE_EVENTS);
+  if (o && (o->path = strdup(path)) && records_first && (o->m = report_trace_model_read_records(t)) &&
+      (o->m->damaged || needs_replay(o->m, false))) {
+    report_trace_model_free(o->m);             /* the events are needed after all: read it whole */
+    o->m = NULL;
+  }
+  if (o && o->path && !o->m && (o->m = report_trace_model_read(t)) &&
       needs_replay(o->m, needs & REPORT_OFFLINE_EVENTS) && report_trace_model_replay(o->m, t) != 0) {
     report_trace_model_free(o->m);
     o->m = NULL;

@@ -412,6 +412,11 @@ bool report_trace_next(report_trace_iter *it, report_trace_rec *r) {
     }
 #undef tn
     it->off += h.size;
+    if (h.type == TR_PACKED && it->skip_packed) {   /* stepped over: its events are not read */
+      it->records++;
+      it->packed_skipped++;
+      continue;
+    }
     if (h.type == TR_PACKED) {          /* its events come next; it counts when they are read */
       tr_packed pk;
       memcpy(&pk, p, sizeof pk);
@@ -1703,7 +1708,7 @@ static void packed_rest(report_trace_iter *it, builder *b) {
 
 /* Reads every record of t into a new model; replays the events too unless
  * lean (then report_trace_model_replay may, later). */
-static report_trace_model *model_read(const report_trace *t, bool lean) {
+static report_trace_model *model_read(const report_trace *t, bool lean, bool records_only) {
   report_trace_model *m = calloc(1, sizeof *m);
   if (m == NULL) return NULL;
   m->index = calloc(1, sizeof *m->index);
@@ -1726,6 +1731,7 @@ static report_trace_model *model_read(const report_trace *t, bool lean) {
   report_trace_iter it;
   report_trace_rec rec;
   report_trace_iter_init(&it, t);
+  it.skip_packed = records_only;
   while (report_trace_next(&it, &rec)) {
     if (on_record(&rec, &b)) break;
     if (it.pk && (b.lean || b.unsorted)) packed_rest(&it, &b);
@@ -1765,19 +1771,26 @@ static report_trace_model *model_read(const report_trace *t, bool lean) {
     report_trace_model_free(m);
     return NULL;
   }
+  m->events_unread = it.packed_skipped > 0;
   m->has_events = m->allocs || m->frees || m->refs || m->holds || m->arena_resets || m->nmarks ||
-                  m->thread_starts || m->device_allocs || m->nfinding_events;
+                  m->thread_starts || m->device_allocs || m->nfinding_events || m->events_unread;
   return m;
 }
 
-report_trace_model *report_trace_model_build(const report_trace *t) { return model_read(t, false); }
-report_trace_model *report_trace_model_read(const report_trace *t) { return model_read(t, true); }
+report_trace_model *report_trace_model_build(const report_trace *t) { return model_read(t, false, false); }
+report_trace_model *report_trace_model_read(const report_trace *t) { return model_read(t, true, false); }
+report_trace_model *report_trace_model_read_records(const report_trace *t) { return model_read(t, true, true); }
 
 int report_trace_model_replay(report_trace_model *m, const report_trace *t) {
   if (m->replayed) return 0;
+  if (m->events_unread) return -1;               /* its events were never read: read it whole */
   report_trace_index *ix = m->index;
   replayer r;
-  builder b = { .m = m, .r = &r, .spans = ix->spans, .nspans = ix->nspans, .nevents = ix->nevents };
+  /* the anchors read with the records are grown from here: their array is
+   * full as far as this builder knows (a capacity of 0 with anchors in it
+   * wrote past their end) */
+  builder b = { .m = m, .r = &r, .spans = ix->spans, .nspans = ix->nspans, .nevents = ix->nevents,
+                .cap_anchors = m->nanchors };
   bool ok = replay_init(&r, &b);
   if (ok) {
     int merged = replay_merged(&b, t);

@@ -91,6 +91,9 @@ typedef struct {
   bool     damaged;          /* stopped at damage (or a truncated tail) */
   uint64_t damage_offset;    /* offset of the damaged record; also = bytes of whole records read */
   char     message[512];     /* one line naming the file: where and why; "" if not damaged */
+  bool     skip_packed;      /* set before reading: PACKED records are stepped over whole, their
+                                events neither yielded nor checked (counted in packed_skipped) */
+  uint64_t packed_skipped;
   /* inside a PACKED record, whose events are yielded one by one as ALLOC
    * and FREE records (payload: pk_ev, valid until the next call) */
   const unsigned char *pk, *pk_end;
@@ -249,6 +252,9 @@ typedef struct {
   bool     has_summary;                /* a SUMMARY record was read: the ledger's numbers at exit */
   tr_summary summary;
   bool     has_events;                 /* any event record (an exit-only trace has none) */
+  bool     events_unread;              /* report_trace_model_read_records stepped over PACKED
+                                          records: allocs, frees and late_stacks leave out their
+                                          events, which were not checked for damage */
   bool     has_exit;                   /* an EXIT record: how the image ended, as the preload saw it */
   int      exit_code, exit_signal;     /* exit_code -1: no exit (exec, fatal signal); signal 0: none */
   /* the end */
@@ -292,6 +298,13 @@ report_trace_model *report_trace_model_build(const report_trace *t);
  * have); 0, or -1 when out of memory (m is then to be freed). */
 report_trace_model *report_trace_model_read(const report_trace *t);
 int                 report_trace_model_replay(report_trace_model *m, const report_trace *t);
+/* Less again: the records but not the ALLOC and FREE events packed in
+ * PACKED records, which are stepped over unread (events_unread).  For a
+ * caller that needs the events only when the records say so (no clean
+ * exit, no SUMMARY, marks): it reads the trace again with
+ * report_trace_model_read then.  Not to be replayed: report_trace_model_replay
+ * of such a model returns -1. */
+report_trace_model *report_trace_model_read_records(const report_trace *t);
 void                report_trace_model_free(report_trace_model *m);
 
 const char               *report_trace_model_tag(const report_trace_model *m, uint32_t tag);   /* NULL: unnamed */

@@ -2,9 +2,15 @@
  * what it leaves for `tagalloc run` (signals: preload_signal.c; exec and
  * posix_spawn: preload_exec.c).
  *
- * Exit status.  exit() and a return from main reach the ledger's atexit
- * handler, which runs when _dl_fini finalizes this library (atexit in a
- * shared library is tied to it).  An on_exit handler records the status
+ * Exit status.  exit() and a return from main run the exit work in
+ * late_exit, after ld.so's _dl_fini has run every library's finalizers:
+ * this library is initialized after the program's libraries (it depends
+ * on none of them) and so finalized before them, and their destructors
+ * still free memory (libcurl's, GnuTLS's, p11-kit's: 694 blocks in curl)
+ * and drop pointers; memcheck reads the heap after all of them.  The
+ * ledger's own atexit handler, which runs when _dl_fini finalizes this
+ * library (atexit in a shared library is tied to it), leaves the work to
+ * late_exit (_ta_exit_late).  An on_exit handler records the status
  * first: it is registered when main starts (__libc_start_main is
  * interposed to start main through a hook that tail-calls it, so no frame
  * of ours stays under main), after _dl_fini's registration, so it runs
@@ -28,6 +34,10 @@
  * unwinder forgets its rules.  dlopen is not interposed: glibc's dlopen
  * searches the caller's DT_RUNPATH, which a wrapper would hide; libraries
  * still loaded are written to the trace at exit, unloaded ones at dlclose.
+ *
+ * Descriptors.  close_range and closefrom are interposed so that a
+ * program closing every descriptor it did not open (ssh does) leaves the
+ * trace and stderr's copy open (see own_fds).
  *
  * Output.  The text report goes to the stderr the process had when the
  * preload loaded (a descriptor of its own, close-on-exec: coreutils and
@@ -146,6 +156,61 @@ static int report_fd(void) {
   return 2;
 }
 
+/* ---- the preload's descriptors ----------------------------------------------------- */
+
+/* A program that closes every descriptor but the standard ones (OpenSSH's
+ * ssh at start: close_range(3, ~0U)) would close the trace, whose records
+ * are the process's report for `tagalloc run`, and stderr's copy.  Both
+ * sit at 1000 or above; close_range and closefrom leave them open, as if
+ * they were not there. */
+static void own_fds(unsigned out[2]) {
+  int a = err_fd, b = _ta_trace_fd();
+  if (a > b) { int t = a; a = b; b = t; }
+  out[0] = (unsigned)a;                  /* -1 (none) becomes ~0U: never inside a range but the last */
+  out[1] = (unsigned)b;
+}
+
+static int sys_close_range(unsigned first, unsigned last, int flags) {
+  return (int)syscall(SYS_close_range, first, last, flags);
+}
+
+PL_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+  if (first > last) return sys_close_range(first, last, flags);    /* the kernel's error */
+  unsigned own[2];
+  own_fds(own);
+  for (int i = 0; i < 2 && first <= last; i++) {
+    if (own[i] < first || own[i] > last || own[i] == ~0U) continue;
+    if (own[i] > first && sys_close_range(first, own[i] - 1, flags) != 0) return -1;
+    if (own[i] == last) return 0;
+    first = own[i] + 1;
+  }
+  return first <= last ? sys_close_range(first, last, flags) : 0;
+}
+
+PL_EXPORT void closefrom(int lowfd) {
+  if (lowfd < 0) lowfd = 0;
+  if (close_range((unsigned)lowfd, ~0U, 0) == 0) return;
+  /* no close_range in the kernel: each open descriptor, from /proc */
+  int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  unsigned own[2];
+  own_fds(own);
+  char buf[4096];
+  for (;;) {
+    long len = syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (len <= 0) break;
+    for (long off = 0; off < len;) {
+      struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d =
+          (void *)(buf + off);
+      off += d->reclen;
+      if (d->name[0] < '0' || d->name[0] > '9') continue;
+      int fd = atoi(d->name);
+      if (fd >= lowfd && fd != dir && (unsigned)fd != own[0] && (unsigned)fd != own[1]) close(fd);
+    }
+  }
+  close(dir);
+}
+
 /* The reporter under the preload: the label line, then the text report, on
  * the stderr the process started with (the ledger passes fd 2). */
 static void preload_reporter(int fd) {
@@ -228,8 +293,18 @@ void _pl_exit_work(void) {
   _ta_exit_now(false);
 }
 
-/* on_exit: exit() and a return from main; runs just before the ledger's
- * atexit handler, which does the exit work. */
+/* exit() and a return from main: registered at load, with no library's
+ * handle (so _dl_fini's finalization of this library does not run it),
+ * before __libc_start_main registers _dl_fini: it runs after _dl_fini,
+ * when every library's destructors have run, and before stdio's flush. */
+extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
+static void late_exit(void *arg) {
+  (void)arg;
+  _ta_exit_now(false);
+}
+
+/* on_exit: exit() and a return from main; runs before _dl_fini and
+ * late_exit, which does the exit work. */
 static void on_exit_status(int status, void *arg) {
   (void)arg;
   if (getpid() != _pl_pid) return;
@@ -404,6 +479,7 @@ __attribute__((constructor(102))) static void preload_init(void) {
   _ta_stop_init();                          /* before any signal: it calls dlsym */
   _pl_signals_init();
   _ta_exit_before = exit_before;
+  if (__cxa_atexit(late_exit, NULL, NULL) == 0) _ta_exit_late = true;
   ta_reporter_set(preload_reporter);
   _pl_ctor_done();
 }

@@ -614,7 +614,8 @@ static report_model *build_model(const run_opts *o, cli_proc *procs, size_t npro
   for (size_t i = 0; i < nprocs; i++) {
     cli_proc *p = &procs[i];
     char err[600];
-    report_offline *off = report_offline_open_for(p->trace, o->json || o->html || o->folded_peak ? REPORT_OFFLINE_EVENTS : 0,
+    report_offline *off = report_offline_open_for(p->trace, o->json || o->html || o->folded_peak ? REPORT_OFFLINE_EVENTS
+                                                                                       : REPORT_OFFLINE_RECORDS_FIRST,
                                                   err, sizeof err);
     if (!off) {
       cli_warn("process %" PRIu32 ": its trace cannot be read, it is left out: %s", p->pid, err);

@@ -286,6 +286,18 @@ else
   bad "cannot build killed.c"
 fi
 
+# ---- a process killed before its report, in full mode -----------------------------------------
+# tagalloc run reads each trace's records first and its events only when the
+# records ask for them: a killed process has no END record, so its events are
+# read and replayed, and the blocks it kept are in the text.
+printf '#include <signal.h>\n#include <stdlib.h>\nstatic void *volatile keep[50];\nint main(void) {\n  for (int i = 0; i < 50; i++) keep[i] = malloc(100);\n  for (int i = 0; i < 100000; i++) free(malloc(64));\n  raise(SIGKILL);\n  return 0;\n}\n' > killed_full.c
+if cc -O0 -o killed_full killed_full.c; then
+  "$ta" run --check=full -- ./killed_full > out 2> err
+  has "killed in full mode: the text from its events" err "Unclassified: 5,000 byte(s) in 50 object(s) live at the end"
+else
+  bad "cannot build killed_full.c"
+fi
+
 # ---- a report holds a window of its trace, not the whole file -------------------------------------
 # progs/grow.c: 120 iterations of 40,000 blocks made and freed (a trace of
 # about 55 MB) and a site that grows.  tagalloc report of it finds the growth

@@ -1,7 +1,8 @@
 /* fuzz_trace.c - libFuzzer target of the trace reader (reports/trace_read.c):
  * any bytes as a trace: open, every record and its strings, the replayed
  * model (sites, timeline, growth, time anchors, the stacks of live blocks), and the records read
- * alone then replayed, which must give the same replay.  `make fuzz` runs it for
+ * alone then replayed, which must give the same replay, and the records read
+ * with the events stepped over, which must give the same records.  `make fuzz` runs it for
  * FUZZ_SECONDS (600) with the corpus of tests/reports/fuzz-corpus/. */
 #include "trace_read.h"
 
@@ -52,6 +53,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           __builtin_trap();
     }
     report_trace_model_free(l);
+    /* the records with the PACKED records stepped over: the same records
+     * up to any damage (damage inside the events is not seen), and never
+     * replayed */
+    report_trace_model *rec = report_trace_model_read_records(t);
+    if (rec && !m->damaged) {
+      if (rec->nfindings != m->nfindings || rec->nmarks != m->nmarks || rec->clean_exit != m->clean_exit ||
+          rec->has_summary != m->has_summary || rec->reallocs != m->reallocs || rec->damaged ||
+          rec->has_events != m->has_events || (rec->events_unread && (rec->allocs || rec->frees)) ||
+          report_trace_model_replay(rec, t) != (rec->events_unread ? -1 : 0))
+        __builtin_trap();
+    }
+    report_trace_model_free(rec);
     report_trace_model_free(m);
   }
   report_trace_close(t);

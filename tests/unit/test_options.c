@@ -5,9 +5,11 @@
  * (TAGALLOC_DEPTH=banana, out of range, an unknown unwinder) warns with the
  * variable's name and value on stderr and keeps the default;
  * TAGALLOC_QUARANTINE=0 still allocates, frees and counts exactly;
- * TAGALLOC_POISON_SPAN bounds the bytes checked after free. */
+ * TAGALLOC_POISON_SPAN bounds the bytes checked after free, and every
+ * byte inside it is checked. */
 #include "harness.h"
 #include "child.h"
+#include "internal.h"
 #include "report.h"
 #include "support.h"
 
@@ -120,6 +122,29 @@ static int child_poison_span(void) {
   }
   for (int i = 0; i < 32; i++) ta_free(ta_alloc(T, 64));
   printf("poison_span=%ld found=%zu\n", ta_option("poison_span"), ta_findings_count("use.after-free"));
+  return 0;
+}
+
+/* Every byte of the span is checked: blocks of 17, 40, 100, 255, 300 and
+ * 1000 bytes, each freed and then written at one offset of its span, every
+ * offset in turn (the AVX2 check's 64-byte steps, its 32-byte and
+ * overlapping last loads, and the short blocks' paths all see a change
+ * anywhere; again with the SSE2 check); 32 frees push the last ones out
+ * of a quarantine capped at 16 blocks.  17 + 40 + 100 + 255 + 256 + 256 =
+ * 924 writes, each found once. */
+static int child_poison_every_byte(void) {
+  ta_tag T = ta_tag_get("every");
+  static const size_t sizes[6] = { 17, 40, 100, 255, 300, 1000 };
+  for (int s = 0; s < 6; s++) {
+    size_t span = sizes[s] < 256 ? sizes[s] : 256;
+    for (size_t at = 0; at < span; at++) {
+      volatile unsigned char *p = ta_alloc(T, sizes[s]);
+      ta_free((void *)p);
+      p[at] = 0x41;
+    }
+  }
+  for (int i = 0; i < 32; i++) ta_free(ta_alloc(T, 64));
+  printf("found=%zu\n", ta_findings_count("use.after-free"));
   return 0;
 }
 
@@ -277,6 +302,18 @@ static void test_poison_span(void **state) {
   child_result_free(&r);
 }
 
+static void test_poison_every_byte(void **state) {
+  (void)state;
+  child_result r;
+  const char *env[] = { "TAGALLOC_QUARANTINE_BLOCKS=16", NULL };
+  run("poison-every-byte", env, &r);
+  expect(&r, "found=924\n", r.out);
+  child_result_free(&r);
+  run("poison-every-byte-sse2", env, &r);        /* the check without AVX2 */
+  expect(&r, "found=924\n", r.out);
+  child_result_free(&r);
+}
+
 static void test_option_names(void **state) {
   (void)state;
   assert_int_equal(ta_option("no-such-option"), -1);
@@ -293,6 +330,11 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "no-quarantine") == 0) return child_no_quarantine();
     if (strcmp(argv[2], "quarantine-blocks") == 0) return child_quarantine_blocks();
     if (strcmp(argv[2], "poison-span") == 0) return child_poison_span();
+    if (strcmp(argv[2], "poison-every-byte") == 0) return child_poison_every_byte();
+    if (strcmp(argv[2], "poison-every-byte-sse2") == 0) {
+      _ta_quarantine_no_avx2();
+      return child_poison_every_byte();
+    }
     return 2;
   }
   setenv("TAGALLOC_REPORT", "0", 1);             /* the children inherit it */
@@ -311,6 +353,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_quarantine_0),
     cmocka_unit_test(test_quarantine_blocks),
     cmocka_unit_test(test_poison_span),
+    cmocka_unit_test(test_poison_every_byte),
     cmocka_unit_test(test_option_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
