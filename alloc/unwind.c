@@ -1121,16 +1121,16 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * stack pointer, and rbp where the walk uses it), of the rules of the
  * return addresses it meets (fixed while no module is unloaded: rules_gen),
  * and of the words it reads from the stack.  So each thread keeps its
- * recent walks, eight for each of 16 sets of stack pointers they started
- * at (the one used longest ago goes): the start, every address read and
- * the word found there, and the stack's id in the depot.  A walk that starts where
+ * recent walks, two for each of 16 sets of stack pointers they started at
+ * (the one used last stays): the start, every address read and the word
+ * found there, and the stack's id in the depot.  A walk that starts where
  * a kept one did and finds every one of its words unchanged would repeat
  * it step by step, so the kept id is the answer: one comparison per word,
  * independent loads where the walk is a chain of dependent ones (pc ->
  * rule -> cfa -> next pc), and no hash and no depot lookup.  A loop that allocates from one call path (the same
  * frames at the same depth) finds its walk here every time.  Any other
  * walk differs in a word, most often one of the first ones read (its
- * caller), and is made and kept in place of its set's oldest walk.
+ * caller), and is made and kept in place of its set's other walk.
  *
  * A walk the memo does not answer takes over the outer frames of the
  * thread's last walk where it can (walk_exact), and leaves its own steps
@@ -1140,75 +1140,49 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * and copying the kept frames cost more instructions and cache misses than
  * the rule lookups they saved.  The last walk is the one that shares the
  * most: cc1's walks take over 16 of their 20 frames from it.) */
-#define MEMO_SETS 16
-#define MEMO_WAYS 8
+#define MEMO_SLOTS 32
 
-/* A kept walk's head: what it started from (sp0, pc0, and bp0 where the
- * walk used it), the first word it read, which is where walks from one
- * start mostly part (the caller's return address), and its stack's id:
- * one cache line, all a lookup reads before the walk's other words. */
 typedef struct {
   uintptr_t sp0, pc0, bp0;
-  uintptr_t a0, v0;               /* the first read (a0 0: the walk read none) */
-  uint32_t  id, gen;
+  uint32_t  id;                   /* 0: an empty entry */
+  uint32_t  gen;
   uint16_t  max, skip, nreads;
   uint8_t   mode, needbp;
-} __attribute__((aligned(64))) walk_head;
-
-/* The words it read after the first, and where a fast walk stopped. */
-typedef struct {
-  walk_stop stop;                 /* STOP_NONE: elsewhere */
+  walk_stop stop;                 /* where a fast walk stopped (STOP_NONE: elsewhere) */
   walk_read rd[LOG_READS];
 } walk_entry;
-
-/* A set's tags (a hash of each way's start; 0: an empty way) and the
- * memo's clock when each way was last used (LRU), in one cache line: a
- * lookup reads it, then the head and entry of a way whose tag matches
- * only.  (The eight heads side by side, without tags, were five lines a
- * lookup: on cc1, where nearly half the lookups find nothing, that was a
- * fifth more of the capture's L1 misses than two ways had.) */
-typedef struct {
-  uint32_t tag[MEMO_WAYS];
-  uint32_t used[MEMO_WAYS];
-} __attribute__((aligned(64))) walk_set;
-
-static inline uint32_t memo_tag(uintptr_t sp0, uintptr_t pc0)
-{
-  return (uint32_t)(((sp0 ^ (pc0 * 0xC2B2AE3D27D4EB4Full)) * 0x9E3779B97F4A7C15ull) >> 32) | 1u;
-}
 
 #define MEMO_CREDIT_MAX 32
 #define MEMO_KEEP_COST  4
 #define MEMO_KEEP_EVERY 8
 
 struct ta_walk_memo {
-  uint32_t   credit, tick, clock;
+  uint32_t   credit, tick;
   size_t     hits;
   size_t     taken, taken_frames;       /* take-overs of the last walk's frames */
-  walk_set   set[MEMO_SETS];
-  walk_head  head[MEMO_SETS * MEMO_WAYS];
-  walk_entry e[MEMO_SETS * MEMO_WAYS];  /* sets of MEMO_WAYS ways */
+  uint8_t    mru[MEMO_SLOTS / 2];       /* the way of each set used last */
+  walk_entry e[MEMO_SLOTS];            /* sets of two ways */
   walk_steps last;                      /* the last walk, outermost first */
   walk_steps own;                       /* the walk being made: its own steps */
 };
 
-/* The set of the walks that start at stack pointer sp0.  Its ways keep
- * walks from one start by different routes: git's log allocates from ~20
- * routes that reach malloc through the same function at the same depth,
- * and with two ways a set kept the walk it needed next for half of its
- * allocations, with eight for 95%. */
+/* Two ways per stack pointer: a program that calls malloc from two call
+ * paths at one depth in turn keeps both. */
 static inline size_t memo_set(uintptr_t sp0)
 {
   return (size_t)(((sp0 >> 3) * 0x9E3779B97F4A7C15ull) >> 60);
 }
 
-/* Are all the n words e's walk read after its first (checked with its
- * head) still there? */
-static inline TA_NO_ASAN bool memo_same(const walk_entry *e, size_t n)
+/* Are all the words e's walk read still there?  From the innermost word
+ * out: two walks that start at one stack pointer mostly differ in their
+ * first frames. */
+static inline TA_NO_ASAN bool memo_same(const walk_entry *e)
 {
-  size_t i = 1;
-  /* four at a time, one branch for four independent loads */
-  for (; i + 4 <= n; i += 4) {
+  size_t n = e->nreads, i = 0;
+  if (n > 0 && peek(e->rd[0].addr) != e->rd[0].val)   /* most misses: the caller */
+    return false;
+  /* the rest four at a time, one branch for four independent loads */
+  for (i = 1; i + 4 <= n; i += 4) {
     uintptr_t d = (peek(e->rd[i].addr) ^ e->rd[i].val) |
                   (peek(e->rd[i + 1].addr) ^ e->rd[i + 1].val) |
                   (peek(e->rd[i + 2].addr) ^ e->rd[i + 2].val) |
@@ -1257,26 +1231,19 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
     uintptr_t sp0 = fp + 2 * sizeof(uintptr_t), bp0 = peek(fp);
     uint32_t gen = atomic_load_explicit(&rules_gen, memory_order_acquire);
     struct ta_walk_memo *m = t->walk_memo;
-    size_t si = memo_set(sp0), base = MEMO_WAYS * si, way;
-    walk_set *ws = &m->set[si];
-    uint32_t tag = memo_tag(sp0, ra0);
+    size_t set = memo_set(sp0), way = 0;
     walk_entry *e = NULL;
-    walk_head *h = NULL;
-    for (way = 0; way < MEMO_WAYS; way++) {
-      if (ws->tag[way] != tag)
-        continue;
-      walk_head *hw = &m->head[base + way];
-      if (hw->sp0 == sp0 && hw->pc0 == ra0 && hw->gen == gen && hw->max == max &&
-          hw->skip == skip && hw->mode == mode && (!hw->needbp || hw->bp0 == bp0) &&
-          (hw->a0 == 0 || peek(hw->a0) == hw->v0) && memo_same(&m->e[base + way], hw->nreads)) {
-        e = &m->e[base + way];
-        h = hw;
+    for (; way < 2; way++) {
+      walk_entry *w = &m->e[2 * set + way];
+      if (w->id && w->sp0 == sp0 && w->pc0 == ra0 && w->gen == gen && w->max == max &&
+          w->skip == skip && w->mode == mode && (!w->needbp || w->bp0 == bp0) && memo_same(w)) {
+        e = w;
         break;
       }
     }
     if (e) {
-      id = h->id;
-      ws->used[way] = ++m->clock;
+      id = e->id;
+      m->mru[set] = (uint8_t)way;
       m->hits++;
       if (m->credit < MEMO_CREDIT_MAX)
         m->credit++;
@@ -1284,14 +1251,9 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       /* Keeping a walk costs two stores per word read: worth it where
        * walks repeat, not where nine in ten are new (cc1).  Every miss is
        * kept while hits earn credit; else one in MEMO_KEEP_EVERY.  It
-       * goes in place of the set's way used longest ago (an empty one
-       * first). */
-      way = 0;
-      for (size_t w = 1; w < MEMO_WAYS; w++)
-        if (ws->used[w] < ws->used[way])
-          way = w;
-      h = &m->head[base + way];
-      e = &m->e[base + way];
+       * goes in place of the way not used last. */
+      way = m->mru[set] ^ 1u;
+      e = &m->e[2 * set + way];
       bool keep = m->credit > 0 || (++m->tick & (MEMO_KEEP_EVERY - 1)) == 0;
       if (m->credit > 0)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
@@ -1306,7 +1268,7 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         last->gen = gen;
       }
       if (keep) {
-        ws->tag[way] = 0;         /* the new walk goes straight into the slot */
+        e->id = 0;                /* the new walk goes straight into the slot */
         n = unwind_from(pcs, max, skip, mode, ra0, fp, &log, rec, last);
       } else {
         n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL, rec, last);
@@ -1317,21 +1279,18 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       }
       id = _ta_depot_put(pcs, n);
       if (keep && id != 0 && log.n <= LOG_READS) {
+        e->sp0 = sp0;
+        e->pc0 = ra0;
+        e->bp0 = bp0;
+        e->gen = gen;
+        e->max = (uint16_t)max;
+        e->skip = (uint16_t)skip;
+        e->mode = (uint8_t)mode;
+        e->needbp = log.needbp;
+        e->nreads = (uint16_t)log.n;
         e->stop = log.stop;
-        h->sp0 = sp0;
-        h->pc0 = ra0;
-        h->bp0 = bp0;
-        h->gen = gen;
-        h->max = (uint16_t)max;
-        h->skip = (uint16_t)skip;
-        h->mode = (uint8_t)mode;
-        h->needbp = log.needbp;
-        h->nreads = (uint16_t)log.n;
-        h->a0 = log.n ? e->rd[0].addr : 0;
-        h->v0 = log.n ? e->rd[0].val : 0;
-        h->id = id;
-        ws->used[way] = ++m->clock;
-        ws->tag[way] = tag;
+        e->id = id;
+        m->mru[set] = (uint8_t)way;
       }
     }
   }
