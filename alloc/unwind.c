@@ -1304,9 +1304,39 @@ static inline void memo_score(struct ta_walk_memo *m, walk_set *s, bool gain)
   if (s->ways == MEMO_NARROW && sc >= MEMO_WIDEN) {
     s->ways = MEMO_WAYS;
     m->widened++;
-  } else if (s->ways == MEMO_WAYS && sc == 0) {
-    s->ways = MEMO_NARROW;
   }
+}
+
+/* A wide set whose score fell to 0 uses two ways again: the two it used
+ * last, moved into ways 0 and 1, where a set of two ways keeps its walks
+ * (its lookup reads them there, without the order).  Rare: the entries
+ * are swapped a cache line at a time. */
+static TA_NOINLINE void memo_narrow(struct ta_walk_memo *m, size_t si)
+{
+  walk_set *s = &m->set[si];
+  for (unsigned t = 0; t < MEMO_NARROW; t++) {
+    unsigned x = (s->order >> (4 * t)) & 15u;   /* the way at place t */
+    if (x == t)
+      continue;
+    unsigned char *a = (unsigned char *)memo_way(m, si, x), *b = (unsigned char *)memo_way(m, si, t);
+    unsigned char line[64];
+    for (size_t off = 0; off < sizeof(walk_entry); off += sizeof line) {
+      size_t k = sizeof(walk_entry) - off < sizeof line ? sizeof(walk_entry) - off : sizeof line;
+      memcpy(line, a + off, k);
+      memcpy(a + off, b + off, k);
+      memcpy(b + off, line, k);
+    }
+    uint16_t tg = s->tag[x];
+    s->tag[x] = s->tag[t];
+    s->tag[t] = tg;
+    for (unsigned p = 0; p < MEMO_WAYS; p++)   /* way t's walk is in way x now */
+      if (((s->order >> (4 * p)) & 15u) == t) {
+        s->order = (s->order & ~(15u << (4 * p))) | (x << (4 * p));
+        break;
+      }
+    s->order = (s->order & ~(15u << (4 * t))) | (t << (4 * t));
+  }
+  s->ways = MEMO_NARROW;
 }
 
 /* Are all the words e's walk read still there?  From the innermost word
@@ -1383,14 +1413,16 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
     ((c)->sp0 == sp0 && (c)->pc0 == ra0 && (c)->gen == gen && (c)->max == max &&              \
      (c)->skip == skip && (c)->mode == mode && (!(c)->needbp || (c)->bp0 == bp0) && memo_same(c))
     if (TA_LIKELY(ways == MEMO_NARROW)) {
-      unsigned w0 = order & 15u, w1 = (order >> 4) & 15u;
-      walk_entry *c;
-      if (s->tag[w0] == tag && (c = memo_way(m, si, w0), MEMO_MATCH(c))) {
+      /* ways 0 and 1 (memo_narrow), the one used last first */
+      unsigned w0 = order & 1u;
+      walk_entry *c0 = &m->e[si], *c1 = &m->e[MEMO_SETS + si], *c;
+      if (s->tag[w0] == tag && (c = w0 ? c1 : c0, MEMO_MATCH(c))) {
         e = c;
         place = 0;
-      } else if (s->tag[w1] == tag && (c = memo_way(m, si, w1), MEMO_MATCH(c))) {
+      } else if (s->tag[w0 ^ 1u] == tag && (c = w0 ? c0 : c1, MEMO_MATCH(c))) {
         e = c;
-        place = 1;
+        place = 0;                   /* moved first here: the two swap */
+        s->order = order ^ 0x11u;
       }
     } else {
       for (place = 0; place < ways; place++) {
@@ -1479,6 +1511,8 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       }
       if (gone)
         ghost_add(s, gone);
+      if (TA_UNLIKELY(ways == MEMO_WAYS && s->score == 0))
+        memo_narrow(m, si);
     }
   }
   atomic_signal_fence(memory_order_seq_cst);
