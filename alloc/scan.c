@@ -13,11 +13,12 @@
  * (scan_link_maps), every thread's stack from its stack
  * pointer up (the main thread's to the end of its mapping, argv, environ
  * and the auxiliary vector included: thread.c's stack_bounds), its registers,
- * and its static TLS (less the ledger's and jemalloc's blocks) and thread
- * descriptor.  At the end of a process image the scanning thread's stack
- * and registers are the program's where it stopped (see "where the program
- * stopped" below), never the frames of the ending path under it.  Other threads are stopped with a
- * signal while the roots and blocks are read; every root range is clipped to
+ * its static TLS (less the ledger's and jemalloc's blocks), thread
+ * descriptor and DTV (scan_dtv: where dlopen()ed libraries' TLS blocks
+ * are).  At the end of a process image the scanning thread's stack and
+ * registers are the program's where it stopped (see "where the program
+ * stopped" below), never the frames of the ending path under it.  Other
+ * threads are stopped with a signal while the roots and blocks are read; every root range is clipped to
  * the readable mappings of /proc/self/maps, so the scan never faults.
  *
  * While threads are stopped the scanner takes no lock that a stopped thread
@@ -484,6 +485,36 @@ static void scan_tls(marker *m, uintptr_t tp) {
   }
 }
 
+/* A thread's DTV (glibc's dynamic thread vector; on x86-64 the second word
+ * of the descriptor at the thread pointer): its entries point at the TLS
+ * blocks of dlopen()ed libraries, blocks of the runtime's, where a
+ * __thread variable of such a library keeps its pointer.  A DTV that ld.so
+ * grew or made for a later thread is itself a runtime block, reached from
+ * the descriptor; the main thread's first one is in memory ld.so took
+ * before libc's malloc, no module's segment and no mapping of the
+ * program's, so it is a root of its own: its length word (entry -1), its
+ * generation and its entries of two words each.  memcheck finds it as it
+ * reads every writable mapping. */
+#define DTV_MAX 65536
+static void scan_dtv(marker *m, uintptr_t tp) {
+#if defined(__x86_64__) && defined(__GLIBC__)
+  uintptr_t at = tp + sizeof(void *), dtv, len;
+  range r = map_of(m->maps, at);
+  if (r.hi < at + sizeof dtv) return;
+  memcpy(&dtv, (const void *)at, sizeof dtv);
+  if (dtv < 2 * sizeof(void *) || dtv % sizeof(void *)) return;
+  uintptr_t lo = dtv - 2 * sizeof(void *);
+  r = map_of(m->maps, lo);
+  if (r.hi < lo + sizeof len) return;
+  memcpy(&len, (const void *)lo, sizeof len);
+  if (len > DTV_MAX) len = DTV_MAX;
+  scan_root_not_own(m, lo, dtv + (len + 1) * 2 * sizeof(void *));
+#else
+  (void)m;
+  (void)tp;
+#endif
+}
+
 /* ld.so's link maps: the program reaches each loaded object's through
  * _r_debug and dl_iterate_phdr.  Those of the objects loaded at start come
  * from ld.so's own early allocator (its pages are no root: anonymous, not
@@ -906,6 +937,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     scan_range(&m, (uintptr_t)regs, (uintptr_t)regs + regs_size, true);
     uintptr_t tp = (uintptr_t)pthread_self();
     scan_tls(&m, tp);
+    scan_dtv(&m, tp);
     /* the stopped threads */
     for (int i = 0; i < nstopped && i < MAX_STOPPED; i++) {
       stopped *s = &stops[i];
@@ -914,6 +946,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
       range st = map_of(&maps, s->sp);
       if (st.hi) scan_root_not_own(&m, s->sp - 128 > st.lo ? s->sp - 128 : st.lo, st.hi);
       scan_tls(&m, s->tp);
+      scan_dtv(&m, s->tp);
       s->valid = false;
     }
     for (int i = 0; i < nunstoppable; i++) {
