@@ -1,7 +1,9 @@
-/* live.c - the live table (live.h): its shards, their growth, and its
- * queries for the rest of the ledger (a block by address, containing an
- * address, flags, every live block, the table's shape).  Allocation and
- * free (ledger.c) use the inline probes of live.h. */
+/* live.c - the live table (live.h): its shards, their growth (a shard's
+ * new table from the meta arena, the old one's pages given back as its
+ * records are copied), and its queries for the rest of the ledger (a
+ * block by address, containing an address, flags, every live block, the
+ * table's shape).  Allocation and free (ledger.c) use the inline probes
+ * of live.h. */
 #include "block.h"
 #include "live.h"
 
@@ -24,7 +26,7 @@ void _ta_block_prefetch(const void *p) {
  * blocks it had.  (Steps taken in bytes instead, over the sizes the meta
  * arena allocates exactly (192, 256, 384, 512, ...: 8, 10, 16, 21, 32, 42
  * records), the 11% of every other table that the arena rounds up was
- * not lost, but the tree's table was 57 to 67 MB for 48 to 54 MB: its
+ * not lost, but the tree's table was 57 to 67 MB for 48 to 55 MB: its
  * shards' records come in lumps of a 64 KiB region's 2048 nodes, and
  * 5461 slots hold 4095 records, one short of two regions.) */
 static uint32_t cap_next(uint32_t cap) {
@@ -38,7 +40,7 @@ static uint32_t cap_next(uint32_t cap) {
  * time: at any moment the shard holds the new table and at most GIVE_STEP
  * of the old one.  Freed into the meta arena without this, an old table
  * stayed resident until the arena reused its extent for something else
- * (the tree: 6 to 8 MB of old tables at its end, next to 48 to 54 MB of
+ * (the tree: 6 to 8 MB of old tables at its end, next to 48 to 55 MB of
  * live ones: the meta range's huge pages keep all of it resident).
  * Nothing reads the old table meanwhile: the shard is locked (or the
  * thread is solo); _ta_block_prefetch may load from it, which is a hint
