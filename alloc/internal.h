@@ -372,6 +372,7 @@ void *_ta_meta_alloc(size_t size);
 void *_ta_meta_calloc(size_t n, size_t size);
 void *_ta_meta_realloc(void *p, size_t size);
 void  _ta_meta_free(void *p);
+void  _ta_meta_give_back(void *p, size_t len);   /* pages of a block the caller is done with */
 char *_ta_meta_strdup(const char *s);
 
 #endif
