@@ -40,6 +40,9 @@ size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode);
 uint32_t _ta_unwind_id(size_t max, size_t skip, int mode);
 /* Walks of the calling thread that the walk memo answered (tests). */
 size_t _ta_unwind_memo_hits(void);
+/* Sets of the calling thread's walk memo that use eight ways now, and
+ * (*widened) how many times one widened (tests). */
+size_t _ta_unwind_memo_wide(size_t *widened);
 /* Walks of the calling thread that took over the outer frames of its last
  * walk, and the frames they took over (tests). */
 size_t _ta_unwind_taken(size_t *frames);
