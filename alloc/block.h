@@ -14,28 +14,6 @@
 
 /* ---- raw memory ------------------------------------------------------------ */
 
-/* jemalloc, or in guard mode a block on a page of its own (guard.c);
- * flags are mallocx's, align and zero are read by guard mode. */
-static inline void *raw_alloc(ta_thread *t, size_t size, size_t align, int flags) {
-  if (TA_UNLIKELY(_ta_guard_on)) {
-    void *g = _ta_guard_alloc(size, align, (flags & MALLOCX_ZERO) != 0);
-    if (g) return g;
-  }
-  (void)t;
-  return mallocx(size ? size : 1, flags);
-}
-
-static inline void raw_free(ta_thread *t, uintptr_t a) {
-  (void)t;
-  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_release(a)) return;
-  dallocx((void *)a, 0);
-}
-
-/* ---- the pad past a block's end (the overflow check; ledger.c) ------------- */
-
-#define TA_PAD_MAX 16
-#define PAD_WORD (0x0101010101010101ull * TA_PAD_BYTE)
-
 /* jemalloc's size class of a request of n bytes (x86-64: 16-byte quantum,
  * four classes per doubling above 128 bytes), computed inline: nallocx
  * cost as much as the rest of the pad (a call and jemalloc's thread
@@ -49,6 +27,84 @@ static inline size_t class_of(size_t n) {
   size_t delta = (size_t)1 << (63 - __builtin_clzll((unsigned long long)(n - 1)) - 2);
   return (n + delta - 1) & ~(delta - 1);
 }
+
+/* jemalloc's first large class (4 KiB pages): a block whose size's class
+ * is below it is freed with its size (sdallocx), the others without
+ * (dallocx).  realloc_in_place resizes a block in place across classes
+ * only at or above it (xallocx), where the record's size may then no
+ * longer name the block's class. */
+#define TA_LARGE_FROM ((size_t)16 << 10)
+
+/* Freeing with the size: jemalloc's free without it (dallocx) looks the
+ * pointer up in its radix tree to learn the size class, about 90
+ * instructions a free on churn, and for a block leaving the quarantine a
+ * megabyte of frees after it was freed that lookup's lines are cold;
+ * sdallocx with the size takes the class from a table (its fast path,
+ * classes up to 4 KiB) or from the size (up to 14 KiB).  jemalloc's rule:
+ * the size passed must name the block's class.  The record's size does,
+ * for every block raw_alloc made without an alignment flag (calloc's
+ * zeroing does not change the class; a realloc in place keeps its class
+ * below TA_LARGE_FROM).  An aligned one may be in a bigger class than its
+ * size (memalign(64, 16) is a 64-byte block): raw_alloc notes the largest
+ * alignment of such a block in _ta_align_odd, and a free takes the size
+ * only where no such alignment can have placed the block: an aligned
+ * block's class is its size's unless the alignment exceeds the lowest set
+ * bit of that class (or a page), and the block's address is a multiple of
+ * its alignment.  So while no aligned block of another class was made
+ * (churn, most programs), every small block is freed with its size; after
+ * one, those at addresses aligned beyond their class's lowest bit are not. */
+extern TA_HIDDEN _Atomic size_t _ta_align_odd;
+
+/* An allocation with alignment flags (mallocx's) of n bytes: is its class
+ * bigger than its size's?  Then note its alignment. */
+static inline void align_note(size_t n, int flags) {
+  size_t align = (size_t)1 << (flags & 63);
+  size_t c = class_of(n);
+  if (c >= TA_LARGE_FROM) return;                    /* freed without its size */
+  if (!TA_UNLIKELY(_ta_pad_use_nallocx) && align <= (c & -c) && align <= 4096) return;
+  size_t odd = atomic_load_explicit(&_ta_align_odd, memory_order_relaxed);
+  while (odd < align && !atomic_compare_exchange_weak_explicit(&_ta_align_odd, &odd, align, memory_order_relaxed,
+                                                                 memory_order_relaxed)) {}
+}
+
+/* Can the block at a, of `size` bytes, be freed with its size?  (Sizes
+ * up to 14 KiB are those whose class is below TA_LARGE_FROM.) */
+static inline bool free_sized_ok(uintptr_t a, uint64_t size) {
+  if (size > TA_LARGE_FROM - TA_LARGE_FROM / 8) return false;
+  size_t odd = atomic_load_explicit(&_ta_align_odd, memory_order_relaxed);
+  if (TA_LIKELY(odd == 0)) return true;
+  if (TA_UNLIKELY(_ta_pad_use_nallocx)) return false;    /* class_of is not jemalloc's there */
+  size_t c = class_of(size ? (size_t)size : 1);
+  size_t low = a & -a;                                   /* the address's alignment */
+  size_t most = low < odd ? low : odd;                   /* the largest alignment that can have placed it */
+  return most <= (c & -c) && most <= 4096;
+}
+
+/* jemalloc, or in guard mode a block on a page of its own (guard.c);
+ * flags are mallocx's, align and zero are read by guard mode. */
+static inline void *raw_alloc(ta_thread *t, size_t size, size_t align, int flags) {
+  if (TA_UNLIKELY(flags & 63)) align_note(size ? size : 1, flags);   /* before the block can be freed */
+  if (TA_UNLIKELY(_ta_guard_on)) {
+    void *g = _ta_guard_alloc(size, align, (flags & MALLOCX_ZERO) != 0);
+    if (g) return g;
+  }
+  (void)t;
+  return mallocx(size ? size : 1, flags);
+}
+
+/* Gives back the block at a that raw_alloc made for `size` bytes (the
+ * record's size: the request, or after a realloc in place the new one). */
+static inline void raw_free(ta_thread *t, uintptr_t a, uint64_t size) {
+  (void)t;
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_release(a)) return;
+  if (TA_LIKELY(free_sized_ok(a, size))) sdallocx((void *)a, size ? (size_t)size : 1, 0);
+  else dallocx((void *)a, 0);
+}
+
+/* ---- the pad past a block's end (the overflow check; ledger.c) ------------- */
+
+#define TA_PAD_MAX 16
+#define PAD_WORD (0x0101010101010101ull * TA_PAD_BYTE)
 
 /* Bytes of pad past a block of `size` bytes: the slack of its size class,
  * at most TA_PAD_MAX.  The class of an unaligned request; an aligned one's

@@ -191,6 +191,7 @@ TA_NOINLINE uint32_t ta_stack_here(void) {
 /* ---- the pad (block.h): the size classes, the report ------------------------ */
 
 TA_HIDDEN bool _ta_pad_use_nallocx;   /* block.h: class_of */
+TA_HIDDEN _Atomic size_t _ta_align_odd;   /* block.h: raw_free */
 
 void _ta_pad_check_classes(void) {
   for (size_t n = 1; n <= 70000 && !_ta_pad_use_nallocx; n += n < 4096 ? 1 : 7)
@@ -230,7 +231,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   }
   uintptr_t a = (uintptr_t)p;
   if (TA_UNLIKELY(!slot_key_ok(a))) {          /* never from jemalloc, guard mode or an arena */
-    raw_free(t, a);
+    raw_free(t, a, size);
     _ta_error(TA_EINVAL, "block at %p: not 8-byte aligned or above 2^48, the live table cannot record it", p);
     return NULL;
   }
@@ -245,7 +246,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   shard_unlock_if(s, solo);
   if (TA_UNLIKELY(b == NULL)) {
     _ta_solo_leave(t, solo);
-    raw_free(t, a);
+    raw_free(t, a, size);
     _ta_error(TA_ENOMEM, "out of memory for the ledger's own table");
     return NULL;
   }
@@ -445,7 +446,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     quarantine_trim(t, budget);
   } else {
     if (_ta_opt.check != TA_CHECK_FULL) _ta_quarantine_recent(t, &freed);
-    raw_free(t, a);
+    raw_free(t, a, size);
   }
   solo = _ta_solo_enter(t);
   count_free(t, tag, size, solo);
@@ -478,14 +479,13 @@ TA_NOINLINE void ta_free(void *p) {
  * reports it with this stack.  Not while tracing (the trace's realloc
  * event names a new block), in guard mode, or for a block with a hold,
  * a refcount or an arena. */
-#define LARGE_FROM ((size_t)16 << 10)    /* above jemalloc's small classes (4 KiB pages) */
 
 static bool realloc_in_place(ta_thread *t, uintptr_t a, const ta_block *old, size_t size, uint32_t stack) {
   if (_ta_opt.check != TA_CHECK_LEAKS || TA_UNLIKELY(_ta_guard_on) || _ta_tracing || old->flags != 0 ||
       TA_UNLIKELY(_ta_pad_use_nallocx))
     return false;
   bool same = class_of(size) == class_of(old->size);
-  if (!same && (size < LARGE_FROM || old->size < LARGE_FROM)) return false;
+  if (!same && (size < TA_LARGE_FROM || old->size < TA_LARGE_FROM)) return false;
   pad_damage d;
   if (pad_changed(a, old->size, &d)) return false;
   /* the block's usable size must hold the new pad: a failed xallocx

@@ -176,7 +176,7 @@ uint32_t _ta_quarantine_evict_batch(ta_thread *t, int64_t keep) {
   }
   __asm__ volatile("" ::"r"(touch));
   for (uint32_t k = 0; k < n; k++) q_check_one(&b[k], &v[k]);
-  for (uint32_t k = 0; k < n; k++) raw_free(t, b[k].addr);
+  for (uint32_t k = 0; k < n; k++) raw_free(t, b[k].addr, b[k].size);
   q_prefetch(t);
   for (uint32_t k = 0; k < n; k++) {
     if (v[k].at >= 0) report_write_after_free(&b[k], v[k].at, v[k].value);
@@ -195,7 +195,7 @@ void _ta_quarantine_evict(ta_thread *t) {
   q_verdict v;
   q_check_one(&b, &v);
   t->qbytes -= q_charge(b.addr, b.size);
-  raw_free(t, b.addr);
+  raw_free(t, b.addr, b.size);
   if (v.at >= 0) report_write_after_free(&b, v.at, v.value);
   if (TA_UNLIKELY(v.over)) _ta_report_overflow(&b, &v.d, PAD_AT_QUARANTINE);
 }
