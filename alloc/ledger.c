@@ -413,8 +413,10 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     quiet_check = false;                      /* checked, and they have changed now */
   }
   uint64_t seq = _ta_tracing ? _ta_seq_take(t, solo) : 0;
+  /* the record as it leaves the table, in whole words (block.h:
+   * record_freed), for the copy into the recent frees or the quarantine */
   ta_block freed;
-  slot_load(b, &freed);
+  record_freed(&freed, a, slot_size(b), slot_tag(b), slot_seq(b), slot_flags(b), slot_stack(b), stack);
   slot_remove(s, b);
   bool damaged = padded && pad_changed(a, size, &d);
   if (TA_UNLIKELY(damaged && quiet_check)) {
@@ -433,8 +435,6 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
    * jemalloc's slabs (1 MiB held took the churn's reuse away: 0.55x of
    * its CPU time at 1 in 16; 64 KiB 0.1x) */
   if (_ta_opt.check == TA_CHECK_ERRORS && !_ta_guard_on) budget /= _ta_opt.quarantine_sample;
-  freed.state = TA_FREED;
-  freed.free_stack = stack;
   if (TA_UNLIKELY(damaged)) {
     _ta_report_overflow(&freed, &d, PAD_AT_FREE);
     pad_fill(a, size);                           /* reported once: later checks see new writes only */
@@ -445,7 +445,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     t->qbytes += q_charge(a, size);
     quarantine_trim(t, budget);
   } else {
-    if (_ta_opt.check != TA_CHECK_FULL) _ta_quarantine_recent(t, &freed);
+    if (_ta_opt.check != TA_CHECK_FULL) quarantine_recent(t, &freed);
     raw_free(t, a, size);
   }
   solo = _ta_solo_enter(t);

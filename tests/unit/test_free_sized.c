@@ -7,7 +7,8 @@
  * place, large, and aligned beyond their size's class (memalign(64, 16) is
  * a 64-byte block: freed with its size it would go to the 16-byte class).
  * And the decision itself, exactly, before and after an aligned block of
- * another class was made. */
+ * another class was made; and the freed record's words (record_freed,
+ * record_copy), every field read back. */
 #include "harness.h"
 #include "block.h"
 
@@ -158,6 +159,43 @@ static void test_quarantine_reused(void **state) {
   _ta_opt.check = was;
 }
 
+/* record_freed writes the record as whole words: every field reads back,
+ * at its extremes, and the copy (record_copy) keeps them all. */
+static void test_record_words(void **state) {
+  (void)state;
+  ta_block r, c;
+  memset(&r, 0x5A, sizeof r);
+  record_freed(&r, (uintptr_t)0x7ffffffffff0, (UINT64_C(1) << 48) - 1, 255, (UINT64_C(1) << 56) - 1,
+               TA_F_REF | TA_F_HOLD | TA_F_ARENA, 0xFFFFFFFFu, 0x12345678u);
+  assert_int_equal(r.addr, 0x7ffffffffff0);
+  assert_int_equal(r.size, (UINT64_C(1) << 48) - 1);
+  assert_int_equal(r.tag, 255);
+  assert_int_equal(r.seq, (UINT64_C(1) << 56) - 1);
+  assert_int_equal(r.state, TA_FREED);
+  assert_int_equal(r.flags, TA_F_REF | TA_F_HOLD | TA_F_ARENA);
+  assert_int_equal(r.stack, 0xFFFFFFFFu);
+  assert_int_equal(r.free_stack, 0x12345678u);
+  record_freed(&r, 16, 1, 0, 0, 0, 0, 0);
+  assert_int_equal(r.addr, 16);
+  assert_int_equal(r.size, 1);
+  assert_int_equal(r.tag, 0);
+  assert_int_equal(r.seq, 0);
+  assert_int_equal(r.state, TA_FREED);
+  assert_int_equal(r.flags, 0);
+  assert_int_equal(r.stack, 0);
+  assert_int_equal(r.free_stack, 0);
+  record_freed(&r, 0x1000, 4242, 7, 99, TA_F_HOLD, 3, 4);
+  memset(&c, 0, sizeof c);
+  record_copy(&c, &r);
+  assert_memory_equal(&c, &r, sizeof r);
+  assert_int_equal(c.size, 4242);
+  assert_int_equal(c.tag, 7);
+  assert_int_equal(c.seq, 99);
+  assert_int_equal(c.flags, TA_F_HOLD);
+  assert_int_equal(c.stack, 3);
+  assert_int_equal(c.free_stack, 4);
+}
+
 /* The decision, exactly.  Run last: it sets the note by hand. */
 static void test_sized_decision(void **state) {
   (void)state;
@@ -203,6 +241,7 @@ int main(void) {
     cmocka_unit_test_setup(test_calloc_and_realloc_reused, setup),
     cmocka_unit_test_setup(test_aligned_reused, setup),
     cmocka_unit_test_setup(test_quarantine_reused, setup),
+    cmocka_unit_test_setup(test_record_words, setup),
     cmocka_unit_test_setup(test_sized_decision, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
