@@ -155,7 +155,7 @@ static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_
   atomic_store_explicit(&t->ring_head, h + 1, memory_order_release);
 }
 
-static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size, bool solo) {
+static inline __attribute__((always_inline)) void count_free(ta_thread *t, ta_tag tag, uint64_t size, bool solo) {
   ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
   bump(&c->frees, 1);
   bump(&c->free_bytes, size);
@@ -351,8 +351,9 @@ static inline int64_t quarantine_budget(void) {
 /* Frees the block at a; `stack` is where.  Returns false for a bad free,
  * which it reports, unless `quiet`: then it changes nothing and the caller,
  * which took no stack (leaks mode), takes one and calls again.
- * Two solo sections (the table, the counts): the quarantine between them
- * may report, and reporting takes locks.
+ * One solo section, the table's and the counts': the quarantine after it
+ * may report, and reporting takes locks.  (The counts had a section of
+ * their own after the quarantine: a second enter and leave each free.)
  *
  * The pad is read once, after the record is out of the table: its line,
  * known from the record's size, starts loading first, and the removal's
@@ -426,6 +427,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     return false;
   }
   shard_unlock_if(s, solo);
+  count_free(t, tag, size, solo);             /* in the same solo section: the block is out of the table */
   _ta_solo_leave(t, solo);
   int64_t budget = quarantine_this(t) ? quarantine_budget() : 0;   /* 0: no quarantine */
   if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
@@ -448,9 +450,6 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     if (_ta_opt.check != TA_CHECK_FULL) quarantine_recent(t, &freed);
     raw_free(t, a, size);
   }
-  solo = _ta_solo_enter(t);
-  count_free(t, tag, size, solo);
-  _ta_solo_leave(t, solo);
   if (seq) _ta_trace_free(t, a, stack, seq);   /* seq taken before the memory could be reused */
   return true;
 }
