@@ -1140,6 +1140,104 @@ static void test_model_frames(void **state) {
   free(b.p);
 }
 
+/* Runs of FRAME records (the writer puts each flush's new nodes in one),
+ * which the model reads without the round through report_trace_next: an
+ * id said twice inside a run keeps the first, a padded FRAME (32 bytes)
+ * and a record of another type end a run and the next one starts after
+ * them, and a FRAME whose parent is not below it is damage at its own
+ * offset, with the records before it counted as the iterator counts them. */
+static void test_model_frame_runs(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_frame(&b, 1, 0, 0x401000);
+  rec_frame(&b, 2, 1, 0x402000);
+  uint64_t off3 = rec_frame(&b, 3, 2, 0x403000);
+  rec_frame(&b, 4, 3, 0x404000);
+  rec_frame(&b, 3, 1, 0x409000);                    /* said again inside the run: the first stays */
+  unsigned char padded[24] = { 0 };
+  tr_frame f5 = { .id = 5, .parent = 4, .pc = 0x405000 };
+  memcpy(padded, &f5, sizeof f5);
+  rec(&b, TR_FRAME, padded, sizeof padded, 0);      /* 32 bytes: read by the iterator */
+  rec_frame(&b, 6, 5, 0x406000);
+  rec_alloc(&b, 1, 0x1000, 10, 6, 1);
+  rec_alloc(&b, 2, 0x2000, 10, 8, 1);               /* 8 is said after it: late */
+  rec_frame(&b, 7, 6, 0x407000);
+  rec_frame(&b, 8, 7, 0x408000);
+  uint64_t bad = rec_frame(&b, 9, 9, 0x40a000);     /* its parent is not below it */
+  rec_frame(&b, 10, 8, 0x40b000);
+
+  report_trace_iter it;
+  size_t yielded = read_bytes(&b, &it);
+  assert_int_equal(yielded, 11);
+  assert_true(it.damaged);
+  assert_int_equal(it.damage_offset, bad);
+
+  char err[512];
+  report_trace *t = report_trace_open_mem(b.p, b.len, "made.trace", err, sizeof err);
+  assert_non_null(t);
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  assert_true(m->damaged);
+  assert_int_equal(m->damage_offset, bad);
+  assert_int_equal(m->records, it.records);
+  assert_string_equal(strstr(m->damage, "a FRAME record"), strstr(it.message, "a FRAME record"));
+  assert_int_equal(m->allocs, 2);
+  assert_int_equal(m->late_stacks, 1);
+  const report_trace_stack *s3 = report_trace_model_stack(m, 3);
+  assert_non_null(s3);
+  assert_int_equal(s3->n, 3);
+  assert_int_equal(s3->frames[0], 0x403000);
+  assert_int_equal(s3->offset, off3);
+  const report_trace_stack *s8 = report_trace_model_stack(m, 8);
+  assert_non_null(s8);
+  assert_int_equal(s8->n, 8);
+  static const uint64_t want8[] = { 0x408000, 0x407000, 0x406000, 0x405000, 0x404000, 0x403000, 0x402000, 0x401000 };
+  for (size_t i = 0; i < 8; i++) assert_int_equal(s8->frames[i], want8[i]);
+  assert_null(report_trace_model_stack(m, 9));
+  assert_null(report_trace_model_stack(m, 10));     /* after the damage */
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+}
+
+/* A run of FRAME records longer than the reader's 4 MiB window over a
+ * mapped file (the pages behind it are given back as it goes): every node
+ * is read, and a stack from the far end has all its frames. */
+static void test_model_frame_run_long(void **state) {
+  (void)state;
+  enum { NODES = 200000 };                          /* 4.8 MB of FRAME records */
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  for (uint32_t id = 1; id <= NODES; id++) rec_frame(&b, id, id / 2, 0x400000 + 16 * (uint64_t)id);
+  rec_alloc(&b, 1, 0x1000, 10, NODES, 1);
+  char path[64];
+  temp_path(path, sizeof path, "frames");
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b.p, 1, b.len, f), b.len);
+  assert_int_equal(fclose(f), 0);
+  char err[512];
+  report_trace *t = report_trace_open(path, err, sizeof err);
+  assert_non_null(t);
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  assert_false(m->damaged);
+  assert_int_equal(m->records, NODES + 1);
+  assert_int_equal(m->late_stacks, 0);
+  const report_trace_stack *s = report_trace_model_stack(m, NODES);
+  assert_non_null(s);
+  size_t n = 0;
+  for (uint32_t id = NODES; id != 0; id /= 2) {
+    assert_true(n < s->n);
+    assert_int_equal(s->frames[n], 0x400000 + 16 * (uint64_t)id);
+    n++;
+  }
+  assert_int_equal(s->n, n);
+  report_trace_model_free(m);
+  report_trace_close(t);
+  unlink(path);
+  free(b.p);
+}
+
 /* ---- the replay of several threads: merged, checked against a plain sort ------------ */
 
 /* The replay done the plain way, apart from the reader's: every ALLOC,
@@ -1640,6 +1738,8 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_unknown_types_skipped),
     cmocka_unit_test(test_model_replay),
     cmocka_unit_test(test_model_frames),
+    cmocka_unit_test(test_model_frame_runs),
+    cmocka_unit_test(test_model_frame_run_long),
     cmocka_unit_test(test_threads_order),
     cmocka_unit_test(test_merge_made),
     cmocka_unit_test(test_merge_window),
