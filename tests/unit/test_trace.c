@@ -1238,6 +1238,87 @@ static void test_model_frame_run_long(void **state) {
   free(b.p);
 }
 
+/* report_trace_model_read_records of a file: its FRAME records are only
+ * marked said, and read when a stack is first asked for, after the trace
+ * was closed too.  Every stack is the one a whole read gives: an id said
+ * twice (by FRAME or STACK records, either first) keeps the first, a
+ * large id's chain runs through small ones, late stacks count the same;
+ * and a damaged file's nodes stop at the damage. */
+static void test_model_frames_lazy(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_frame(&b, 1, 0, 0x401000);
+  rec_frame(&b, 2, 1, 0x402000);
+  rec_frame(&b, 3, 2, 0x403000);
+  rec_stack(&b, 3, 2, 2);                           /* a STACK after a FRAME of its id: the FRAME stays */
+  rec_stack(&b, 5, 3, 3);                           /* a STACK first: it stays */
+  rec_frame(&b, 5, 1, 0x405000);
+  rec_alloc(&b, 1, 0x1000, 10, 7, 1);               /* late */
+  rec_alloc(&b, 2, 0x2000, 10, 0x40000001, 1);      /* late, a large id */
+  rec_frame(&b, 7, 3, 0x407000);
+  rec_frame(&b, 3, 1, 0x409000);                    /* said again: the first stays */
+  rec_frame(&b, 0x40000000, 7, 0x40a000);           /* a large id from small ones */
+  rec_frame(&b, 0x40000001, 0x40000000, 0x40b000);
+  rec_alloc(&b, 3, 0x3000, 10, 0x40000001, 1);
+  rec_frame(&b, 8, 7, 0x408000);
+  rec_frame(&b, 14, 12, 0x40e000);                  /* its parent is said after it: a depth of 1 */
+  rec_frame(&b, 12, 8, 0x40f000);
+  uint64_t bad = rec_frame(&b, 9, 9, 0x40c000);
+  rec_frame(&b, 10, 8, 0x40d000);
+  char path[64];
+  temp_path(path, sizeof path, "lazy");
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b.p, 1, b.len, f), b.len);
+  assert_int_equal(fclose(f), 0);
+  char err[512];
+  report_trace *tw = report_trace_open(path, err, sizeof err);
+  report_trace *tl = report_trace_open(path, err, sizeof err);
+  assert_non_null(tw);
+  assert_non_null(tl);
+  report_trace_model *w = report_trace_model_build(tw);
+  report_trace_model *l = report_trace_model_read_records(tl);
+  assert_non_null(w);
+  assert_non_null(l);
+  report_trace_close(tl);                           /* the lazy model keeps what it needs */
+  unlink(path);
+  assert_true(l->damaged);
+  assert_int_equal(l->damage_offset, bad);
+  assert_int_equal(l->records, w->records);
+  assert_int_equal(l->late_stacks, 2);
+  assert_int_equal(l->late_stacks, w->late_stacks);
+  static const uint32_t ids[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 0x40000000, 0x40000001, 0x40000002 };
+  for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+    const report_trace_stack *x = report_trace_model_stack(w, ids[i]);
+    const report_trace_stack *y = report_trace_model_stack(l, ids[i]);
+    if (x == NULL) {
+      assert_null(y);
+      continue;
+    }
+    assert_non_null(y);
+    assert_int_equal(y->id, x->id);
+    assert_int_equal(y->n, x->n);
+    assert_int_equal(y->offset, x->offset);
+    for (size_t k = 0; k < x->n; k++) assert_int_equal(y->frames[k], x->frames[k]);
+  }
+  const report_trace_stack *s3 = report_trace_model_stack(l, 3);
+  assert_int_equal(s3->n, 3);
+  assert_int_equal(s3->frames[0], 0x403000);
+  assert_int_equal(report_trace_model_stack(l, 5)->n, 3);           /* the STACK record's 3 frames */
+  const report_trace_stack *far = report_trace_model_stack(l, 0x40000001);
+  assert_int_equal(far->n, 6);
+  assert_int_equal(far->frames[2], 0x407000);
+  assert_int_equal(far->frames[5], 0x401000);
+  assert_int_equal(report_trace_model_stack(l, 8)->n, 5);
+  assert_int_equal(report_trace_model_stack(l, 14)->n, 1);
+  assert_int_equal(report_trace_model_stack(l, 12)->n, 6);
+  assert_null(report_trace_model_stack(l, 10));     /* after the damage */
+  report_trace_model_free(l);
+  report_trace_model_free(w);
+  report_trace_close(tw);
+  free(b.p);
+}
+
 /* ---- the replay of several threads: merged, checked against a plain sort ------------ */
 
 /* The replay done the plain way, apart from the reader's: every ALLOC,
@@ -1740,6 +1821,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_model_frames),
     cmocka_unit_test(test_model_frame_runs),
     cmocka_unit_test(test_model_frame_run_long),
+    cmocka_unit_test(test_model_frames_lazy),
     cmocka_unit_test(test_threads_order),
     cmocka_unit_test(test_merge_made),
     cmocka_unit_test(test_merge_window),
