@@ -68,6 +68,30 @@ static int child_trace(void) {
   exit(0);
 }
 
+/* The writer's packed events with values of every varint length, written
+ * straight with _ta_trace_alloc and _ta_trace_free (the ledger would not
+ * allocate most of these sizes): 1 to 10 bytes, the lengths where the
+ * writer's PDEP encoding and its loop meet (2^56), addresses whose deltas
+ * go both ways and wrap.  test_encoding reads them back. */
+static const uint64_t g_enc_vals[] = {
+  0, 1, 127, 128, 16383, 16384, (1ull << 21) - 1, 1ull << 21, 1ull << 28, (1ull << 35) + 5, (1ull << 42) - 1,
+  1ull << 49, (1ull << 56) - 1, 1ull << 56, (1ull << 63) + 12345, UINT64_MAX,
+};
+#define ENC_N (sizeof g_enc_vals / sizeof *g_enc_vals)
+#define ENC_SEQ (1ull << 50)
+static uint64_t enc_addr(size_t i) { return g_enc_vals[(i * 7 + 3) % ENC_N] ^ (0x10 * i); }
+static uint32_t enc_stack(size_t i) { return (uint32_t)(g_enc_vals[i] >> (i % 3 == 2 ? 32 : 0)); }
+
+static int child_encode(void) {
+  ta_tag tag = ta_tag_get("t.enc");
+  ta_thread *t = _ta_thread();
+  for (size_t i = 0; i < ENC_N; i++) {
+    _ta_trace_alloc(t, (uintptr_t)enc_addr(i), g_enc_vals[i], tag, enc_stack(i), ENC_SEQ + 3 * i, (int)(i & 1));
+    _ta_trace_free(t, (uintptr_t)enc_addr(ENC_N - 1 - i), enc_stack(ENC_N - 1 - i), ENC_SEQ + 3 * i + 1);
+  }
+  exit(0);
+}
+
 /* n blocks of "t.k" of sizes 1..n, all kept; then killed (no exit, no
  * signal flush) or aborted (the fatal-signal flush). */
 static int child_die(int n, int sig) {
@@ -249,6 +273,52 @@ static int remove_clean_trace(void **state) {
 }
 
 /* ---- the traced program, read back ---------------------------------------------- */
+
+/* child_encode's events, read back value for value. */
+static void test_encoding(void **state) {
+  (void)state;
+  char path[64];
+  temp_path(path, sizeof path, "encode");
+  int st = spawn("child-encode", path, NULL, NULL);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char err[512];
+  report_trace *t = report_trace_open(path, err, sizeof err);
+  assert_non_null(t);
+  report_trace_iter it;
+  report_trace_rec r;
+  report_trace_iter_init(&it, t);
+  size_t allocs = 0, frees = 0;
+  while (report_trace_next(&it, &r)) {
+    if (r.type == TR_ALLOC) {
+      tr_alloc a;
+      memcpy(&a, r.payload, sizeof a);
+      if (a.seq < ENC_SEQ) continue;
+      size_t i = (size_t)(a.seq - ENC_SEQ) / 3;
+      assert_int_equal(a.seq, ENC_SEQ + 3 * i);
+      assert_int_equal(a.size, g_enc_vals[i]);
+      assert_int_equal(a.addr, enc_addr(i));
+      assert_int_equal(a.stack, enc_stack(i));
+      assert_int_equal(a.arena, i & 1);
+      assert_int_equal(i, allocs);
+      allocs++;
+    } else if (r.type == TR_FREE) {
+      tr_free f;
+      memcpy(&f, r.payload, sizeof f);
+      if (f.seq < ENC_SEQ) continue;
+      size_t i = (size_t)(f.seq - ENC_SEQ) / 3;
+      assert_int_equal(f.seq, ENC_SEQ + 3 * i + 1);
+      assert_int_equal(f.addr, enc_addr(ENC_N - 1 - i));
+      assert_int_equal(f.stack, enc_stack(ENC_N - 1 - i));
+      assert_int_equal(i, frees);
+      frees++;
+    }
+  }
+  assert_false(it.damaged);
+  assert_int_equal(allocs, ENC_N);
+  assert_int_equal(frees, ENC_N);
+  report_trace_close(t);
+  unlink(path);
+}
 
 static void test_exact_counts(void **state) {
   (void)state;
@@ -1804,6 +1874,7 @@ int main(int argc, char **argv) {
   if (argc >= 4 && strcmp(argv[1], "child-kill") == 0) return child_die(atoi(argv[3]), SIGKILL);
   if (argc >= 4 && strcmp(argv[1], "child-abort") == 0) return child_die(atoi(argv[3]), SIGABRT);
   if (argc >= 3 && strcmp(argv[1], "child-handoff") == 0) return child_handoff();
+  if (argc >= 3 && strcmp(argv[1], "child-encode") == 0) return child_encode();
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_exact_counts),
     cmocka_unit_test(test_record_order),
@@ -1816,6 +1887,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_header_errors),
     cmocka_unit_test(test_damage_kinds),
     cmocka_unit_test(test_packed_events),
+    cmocka_unit_test(test_encoding),
     cmocka_unit_test(test_unknown_types_skipped),
     cmocka_unit_test(test_model_replay),
     cmocka_unit_test(test_model_frames),
