@@ -5,7 +5,10 @@
  * makes the reader touch a byte outside the file.  The model replays the
  * allocation events in sequence order (the file holds per-thread buffers in
  * flush order, not in event order: the threads' streams are merged) with
- * open-addressing hash maps. */
+ * open-addressing hash maps.  FRAME records, which come in runs, are read
+ * in a loop of their own (frames_rest); a records-only model keeps only
+ * where each one is and reads the chain of a stack when it is asked for
+ * (lazy_stack). */
 #include "trace_read.h"
 
 #include <errno.h>
