@@ -1836,9 +1836,10 @@ static report_trace_model *model_read(const report_trace *t, bool lean, bool rec
   replayer r;
   /* records only, from bytes the trace owns (a mapped or read file, not a
    * caller's buffer it borrows): the FRAME records wait for a stack to be
-   * asked for.  A clean exit's text report reads no stack when the run
-   * had no finding (mixchurn's 309,613 nodes: 59M instructions of the
-   * tool's 63M). */
+   * asked for, and then only its chain.  A clean exit's report asks for
+   * the stacks of its findings, if any (mixchurn at 1M operations: one
+   * leak, 309,613 FRAME records; the tool's process 63.1M -> 41.6M
+   * instructions). */
   bool lazy = records_only && (t->map || t->owned);
   builder b = { .m = m, .r = &r, .lean = lean, .lazy = lazy };
   if (!lean && !replay_init(&r, &b)) {
