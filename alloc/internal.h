@@ -64,9 +64,10 @@ size_t   _ta_depot_count(void);               /* distinct stacks put */
 size_t   _ta_depot_nodes(void);               /* nodes: stacks and their outer parts */
 uint64_t _ta_depot_lookups(void);             /* this thread's lookups in the index (tests) */
 uint64_t _ta_depot_memo_skipped(void);        /* this thread's puts past its memo (tests) */
-/* Bytes the depot's nodes use (12 a node), and in *index_bytes its index's
- * slots (8 a slot); (tests). */
+/* Bytes the depot's nodes use (8 a node), and in *index_bytes its index's
+ * slots (4 a slot); (tests). */
 size_t   _ta_depot_bytes(size_t *index_bytes);
+size_t   _ta_depot_addrs(void);               /* distinct return addresses in its nodes (tests) */
 uint32_t _ta_depot_path_hash(uint32_t up, uintptr_t pc);   /* a node's home (tests) */
 void     _ta_depot_fork(int phase);
 /* Calls fn for each node made since *cursor (in order: a node's parent
@@ -372,6 +373,7 @@ void *_ta_meta_alloc(size_t size);
 void *_ta_meta_calloc(size_t n, size_t size);
 void *_ta_meta_realloc(void *p, size_t size);
 void  _ta_meta_free(void *p);
+void  _ta_meta_give_back(void *p, size_t len);   /* pages of a block the caller is done with */
 char *_ta_meta_strdup(const char *s);
 
 #endif
