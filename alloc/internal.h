@@ -40,6 +40,9 @@ size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode);
 uint32_t _ta_unwind_id(size_t max, size_t skip, int mode);
 /* Walks of the calling thread that the walk memo answered (tests). */
 size_t _ta_unwind_memo_hits(void);
+/* Sets of the calling thread's walk memo that use eight ways now, and
+ * (*widened) how many times one widened (tests). */
+size_t _ta_unwind_memo_wide(size_t *widened);
 /* Walks of the calling thread that took over the outer frames of its last
  * walk, and the frames they took over (tests). */
 size_t _ta_unwind_taken(size_t *frames);
@@ -373,6 +376,7 @@ void *_ta_meta_alloc(size_t size);
 void *_ta_meta_calloc(size_t n, size_t size);
 void *_ta_meta_realloc(void *p, size_t size);
 void  _ta_meta_free(void *p);
+void  _ta_meta_give_back(void *p, size_t len);   /* pages of a block the caller is done with */
 char *_ta_meta_strdup(const char *s);
 
 #endif

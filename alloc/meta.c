@@ -11,7 +11,9 @@
  * PYTHONMALLOC=malloc, ~40 MB of table: 12% of its samples on the
  * prefetch of a record alone).  Small processes keep small pages: a huge
  * page is 2 MiB to zero and to count in RSS.  Extents are never given back
- * (jemalloc retains and reuses them); when the range is used up, or could
+ * (jemalloc retains and reuses them), and the arena purges nothing; only a
+ * caller done with a big block gives its pages back (_ta_meta_give_back:
+ * the live table's outgrown tables).  When the range is used up, or could
  * not be reserved, extents come from mmap as jemalloc's own would. */
 #include "internal.h"
 #include "extent_hooks.h"
@@ -174,6 +176,15 @@ void *_ta_meta_realloc(void *p, size_t size) {
 
 void _ta_meta_free(void *p) {
   if (p) dallocx(p, meta_get());
+}
+
+/* The pages [p, p + len) (page-aligned, within a block of the ledger's
+ * own memory that the caller is done with) go back to the system: they
+ * read as zeros from then on, and count in RSS again only when touched.
+ * The arena still takes them for dirty: it zeroes what it hands out of
+ * them for _ta_meta_calloc, as it zeroes any reused memory. */
+void _ta_meta_give_back(void *p, size_t len) {
+  if (len) madvise(p, len, MADV_DONTNEED);
 }
 
 char *_ta_meta_strdup(const char *s) {

@@ -2,13 +2,14 @@
  * reserved range that the ledger counts as its own, on small pages until
  * META_HUGE_AFTER (16 MiB) of it is in use and on transparent huge pages
  * (madvise) from then on; calloc'd memory is zeros and realloc keeps the
- * contents. */
+ * contents; pages given back leave RSS and read as zeros. */
 #include "harness.h"
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* The VmFlags line of the mapping that holds p, in buf; false if none. */
 static bool vm_flags_of(const void *p, char *buf, size_t len) {
@@ -83,10 +84,39 @@ static void test_small_then_huge(void **state) {
   _ta_meta_free(small);
 }
 
+/* Pages given back (_ta_meta_give_back) leave RSS (mincore: none of the
+ * 64 resident), read as zeros, and the block they were part of, freed,
+ * comes back zeroed from _ta_meta_calloc: the arena zeroes the memory it
+ * reuses, whatever it held.  The pages around the given-back ones keep
+ * their contents. */
+static void test_give_back(void **state) {
+  (void)state;
+  enum { SIZE = 1 << 20, OFF = 16 * 4096, LEN = 64 * 4096 };
+  char *p = _ta_meta_alloc(SIZE);
+  assert_non_null(p);
+  memset(p, 0xAB, SIZE);
+  char *lo = (char *)(((uintptr_t)p + OFF + 4095) & ~(uintptr_t)4095);
+  unsigned char core[64];
+  assert_int_equal(mincore(lo, LEN, core), 0);
+  for (int i = 0; i < 64; i++) assert_int_equal(core[i] & 1, 1);
+  _ta_meta_give_back(lo, LEN);
+  assert_int_equal(mincore(lo, LEN, core), 0);
+  for (int i = 0; i < 64; i++) assert_int_equal(core[i] & 1, 0);
+  for (size_t i = 0; i < LEN; i += 512) assert_int_equal(lo[i], 0);
+  assert_int_equal((unsigned char)lo[-1], 0xAB);
+  assert_int_equal((unsigned char)lo[LEN], 0xAB);
+  _ta_meta_free(p);
+  char *z = _ta_meta_calloc(1, SIZE);
+  assert_non_null(z);
+  for (size_t i = 0; i < SIZE; i += 64) assert_int_equal(z[i], 0);
+  _ta_meta_free(z);
+}
+
 int main(void) {
   setenv("TAGALLOC_REPORT", "0", 1);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_small_then_huge),
+    cmocka_unit_test(test_give_back),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
