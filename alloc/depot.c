@@ -22,30 +22,31 @@
  * next to its nodes (the tree a handful under 2.1M nodes, cc1 7,600 under
  * 73,000), so a node is 8 bytes where the address itself made it 12.
  *
- * The index maps (parent, pc) to a node id.  A node's home slot is the top
+ * The index maps (parent, pc) to a node id.  A node's home slot is the low
  * bits of the hash of its path (ph: of every return address from the
- * outermost in; see hash_frame), and its slot, 4 bytes, holds the rest of
- * that hash above its id: an index of 2^b slots holds fewer than 2^b nodes,
- * so the id fits b bits and 32 - b are left for the hash (10 at the tree's
- * 2^22 slots).  A lookup compares those bits and reads the node only where
- * they are the same (a hit, or once in 2^(32 - b) another node).  Linear
- * probing, at most seven eighths full; it starts at 2^12 slots and doubles.
- * At 7/8 a hit probes 4.5 slots on average (sixteen to a line) and a miss,
- * once per new node, 32.  The slots do not hold the whole path hash, so a
- * bigger index is built from the nodes: in id order each node's path hash
- * is its parent's and its address hashed, kept meanwhile in a scratch array
- * of 4 bytes a node.  (Earlier layouts, the tree's 2.1M nodes: 16-byte
- * slots with the whole key and 16-byte nodes with the path hash, 96 MB;
- * 8-byte slots with the whole path hash and 12-byte nodes with the pc, 57
- * MB and a growth that held the old index and the new, 48 MB, at once;
- * these, 33 MB, and 31 MB while growing.)  Each node's `up` has a bit, w,
- * that says it has been named as a whole stack (what ta_stacks_count
- * counts: a stack's outer part is a node too, but not a stack of the
- * program's).  Node ids are given in order, so node i's parent is below i,
- * and the nodes array is a record of every node in the order it was made:
- * the trace writer walks it to write each node once
- * (_ta_depot_each_since), and reading a stack back follows the parents
- * (_ta_depot_get).
+ * outermost in; see hash_frame), and its slot, 4 bytes, is that hash with
+ * those bits replaced by its id: an index of 2^b slots holds fewer than
+ * 2^b nodes, so the id fits the b bits the home gives, and the other 32 - b
+ * are kept (10 at the tree's 2^22 slots).  A lookup compares those and
+ * reads the node only where they are the same (a hit, or once in
+ * 2^(32 - b) another node).  Linear probing, at most seven eighths full;
+ * it starts at 2^12 slots and doubles.  At 7/8 a hit probes 4.5 slots on
+ * average (sixteen to a line) and a miss, once per new node, 32.  The
+ * slots do not hold whole path hashes, so a bigger index is built from the
+ * nodes: in id order each node's path hash is its parent's and its address
+ * hashed, kept meanwhile in a scratch array of 4 bytes a node, and each is
+ * inserted with its home loaded a few inserts ahead.  (Earlier layouts,
+ * the tree's 2.1M nodes: 16-byte slots with the whole key and 16-byte
+ * nodes with the path hash, 96 MB; 8-byte slots with the whole path hash
+ * and 12-byte nodes with the pc, 57 MB, and a growth that held the old
+ * index and the new, 48 MB, at once; these, 33 MB, and 31 MB while
+ * growing.)  Each node's `up` has a bit, w, that says it has been named as
+ * a whole stack (what ta_stacks_count counts: a stack's outer part is a
+ * node too, but not a stack of the program's).  Node ids are given in
+ * order, so node i's parent is below i, and the nodes array is a record of
+ * every node in the order it was made: the trace writer walks it to write
+ * each node once (_ta_depot_each_since), and reading a stack back follows
+ * the parents (_ta_depot_get).
  *
  * Putting a stack looks up its frames from the outermost in, each with the
  * node found for its callers; a thread keeps the path of its last stack,
@@ -70,7 +71,7 @@
 #define CHUNK_SIZE  (sizeof(node) << CHUNK_NODES_SHIFT)   /* 32 MiB */
 #define MAX_CHUNKS  512                      /* 2^31 nodes: ids fit 31 bits */
 #define INDEX_FIRST_BITS 12
-#define INDEX_MAX_BITS 31                    /* a slot keeps 32 - bits of the path hash */
+#define INDEX_MAX_BITS 31                    /* a slot keeps 32 - b bits of the path hash */
 #define WHOLE 0x80000000u                    /* in a node's up: named as a whole stack */
 #define ID_MASK 0x7fffffffu
 
@@ -83,11 +84,12 @@ typedef struct {
 } node;
 _Static_assert(sizeof(node) == 8, "a node is 8 bytes");
 
-/* 2^bits slots, each (path hash << bits | id) as 32 bits; 0: empty. */
+/* 2^b slots, each a node's path hash with its low b bits (its home)
+ * replaced by its id; 0: empty. */
 typedef _Atomic uint32_t slot;
 
 typedef struct {
-  uint32_t bits;                             /* 0 where its pages were given back (a miss) */
+  uint32_t mask;                             /* slots - 1; 0 where its pages were given back (a miss) */
   uint32_t pad;
   uint64_t size;                             /* bytes mapped */
   slot slots[];
@@ -249,19 +251,17 @@ static inline node *slot_node(uint32_t id) {
 }
 
 /* Node (parent, pc), whose path hash is h, in ix: its id, with WHOLE
- * where it is a whole stack; 0 if none.  The slot's home is the top `bits`
- * of h and its other bits are the rest of h, so a slot whose bits match is
- * checked against its node (two nodes on one home agree there once in
- * 2^(32 - bits): 1,024 at the tree's 2^22 slots). */
+ * where it is a whole stack; 0 if none.  A slot whose high bits are h's
+ * is checked against its node (two nodes on one home agree there once in
+ * 2^(32 - b): 1,024 at the tree's 2^22 slots). */
 static uint32_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h) {
   if (ix == NULL) return 0;
-  uint32_t bits = ix->bits;
-  if (bits == 0) return 0;                   /* given back while we looked */
-  uint32_t mask = (uint32_t)(((uint64_t)1 << bits) - 1), tag = h << bits;
-  for (uint32_t i = h >> (32 - bits), probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+  uint32_t mask = ix->mask;
+  if (mask == 0) return 0;                   /* given back while we looked */
+  for (uint32_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
     uint32_t k = atomic_load_explicit(&ix->slots[i], memory_order_acquire);
     if (k == 0) return 0;
-    if (((k ^ tag) >> bits) == 0) {
+    if ((k ^ h) <= mask) {
       node *nd = slot_node(k & mask);
       uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
       if ((up & ID_MASK) == parent && addr_at(nd->addr) == pc) return (k & mask) | (up & WHOLE);
@@ -271,13 +271,13 @@ static uint32_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint3
 }
 
 /* Puts node id, whose path hash is h, into ix (not there yet); false when
- * ix is full.  id < 2^bits: an index of 2^bits slots holds fewer nodes. */
+ * ix is full.  id <= mask: an index of 2^b slots holds fewer nodes. */
 static bool index_add(stack_index *ix, uint32_t h, uint32_t id) {
-  uint32_t bits = ix->bits, mask = (uint32_t)(((uint64_t)1 << bits) - 1);
-  for (uint32_t i = h >> (32 - bits), probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+  uint32_t mask = ix->mask;
+  for (uint32_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
     slot *s = &ix->slots[i];
     if (atomic_load_explicit(s, memory_order_relaxed) == 0) {
-      atomic_store_explicit(s, h << bits | id, memory_order_release);
+      atomic_store_explicit(s, (h & ~mask) | id, memory_order_release);
       return true;
     }
   }
@@ -288,7 +288,7 @@ static stack_index *index_new(uint32_t bits) {
   uint64_t size = sizeof(stack_index) + (sizeof(slot) << bits);
   stack_index *ix = map(size);
   if (ix == NULL) return NULL;
-  ix->bits = bits;
+  ix->mask = (uint32_t)(((uint64_t)1 << bits) - 1);
   ix->size = size;
   return ix;
 }
@@ -311,9 +311,11 @@ static stack_index *index_room(stack_index *ix) {
     if (ix) atomic_store_explicit(&index_now, ix, memory_order_release);
     return ix;
   }
-  uint64_t slots = (uint64_t)1 << ix->bits;
+  uint64_t slots = (uint64_t)ix->mask + 1;
   if ((index_entries + 1) * 8 <= slots * 7) return ix;
-  stack_index *big = ix->bits < INDEX_MAX_BITS ? index_new(ix->bits + 1) : NULL;
+  uint32_t bits = 0;
+  while (((uint64_t)1 << bits) < slots) bits++;
+  stack_index *big = bits < INDEX_MAX_BITS ? index_new(bits + 1) : NULL;
   uint32_t end = atomic_load_explicit(&next_id, memory_order_relaxed);
   size_t scratch = (size_t)end * sizeof(uint32_t);
   uint32_t *ph = big ? map_small(scratch) : NULL;
@@ -328,9 +330,8 @@ static stack_index *index_room(stack_index *ix) {
   /* the homes are at random: each is loaded REBUILD_AHEAD inserts before
    * its own, so that their misses overlap (one after the other, they made
    * the tree's first build a fifth slower) */
-  uint32_t shift = 32 - big->bits;
   for (uint32_t id = 1; id < end; id++) {
-    if (id + REBUILD_AHEAD < end) __builtin_prefetch(&big->slots[ph[id + REBUILD_AHEAD] >> shift], 1);
+    if (id + REBUILD_AHEAD < end) __builtin_prefetch(&big->slots[ph[id + REBUILD_AHEAD] & big->mask], 1);
     index_add(big, ph[id], id);
   }
   _ta_sys_munmap(ph, scratch);
@@ -475,9 +476,8 @@ static inline uint32_t guess(path *p, uint32_t parent, uintptr_t pc, bool whole)
 static void index_prefetch(const uint32_t *h, size_t n) {
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
   if (ix == NULL) return;
-  uint32_t bits = ix->bits;
-  if (bits == 0) return;
-  for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[h[i] >> (32 - bits)]);
+  uint32_t mask = ix->mask;
+  for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[h[i] & mask]);
 }
 
 /* Puts pcs[0..n) (innermost first) starting from what it shares with *p
@@ -701,7 +701,7 @@ size_t _ta_depot_addrs(void) { return atomic_load_explicit(&addr_next, memory_or
 
 size_t _ta_depot_bytes(size_t *index_bytes) {
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
-  *index_bytes = ix ? sizeof(slot) << ix->bits : 0;
+  *index_bytes = ix ? sizeof(slot) * ((size_t)ix->mask + 1) : 0;
   return _ta_depot_nodes() * sizeof(node);
 }
 
