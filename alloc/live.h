@@ -122,7 +122,7 @@ bool _ta_live_grow(shard *s);
  * lumps of 2048 (a region of its 32-byte nodes), about two a shard, and
  * its table was 50.5 to 52.3 MB, 2.1M slots for 1.05M records; by 16
  * KiB, 42.7 to 45.2 MB (3 runs each, one build, the shift switched by
- * hand), its peak RSS 174 to 190 MB -> 169 to 174 MB.  What it cost
+ * hand), its peak RSS 173 to 186 MiB -> 165 to 170 MiB.  What it cost
  * (cachegrind, 300,000 allocations or operations): churn's L1 read
  * misses 1.48M -> 1.62M (0.23 more a free or an allocation) in 1.2%
  * fewer instructions, mixchurn's 1.44M -> 1.46M; last-level misses the
