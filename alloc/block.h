@@ -14,28 +14,6 @@
 
 /* ---- raw memory ------------------------------------------------------------ */
 
-/* jemalloc, or in guard mode a block on a page of its own (guard.c);
- * flags are mallocx's, align and zero are read by guard mode. */
-static inline void *raw_alloc(ta_thread *t, size_t size, size_t align, int flags) {
-  if (TA_UNLIKELY(_ta_guard_on)) {
-    void *g = _ta_guard_alloc(size, align, (flags & MALLOCX_ZERO) != 0);
-    if (g) return g;
-  }
-  (void)t;
-  return mallocx(size ? size : 1, flags);
-}
-
-static inline void raw_free(ta_thread *t, uintptr_t a) {
-  (void)t;
-  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_release(a)) return;
-  dallocx((void *)a, 0);
-}
-
-/* ---- the pad past a block's end (the overflow check; ledger.c) ------------- */
-
-#define TA_PAD_MAX 16
-#define PAD_WORD (0x0101010101010101ull * TA_PAD_BYTE)
-
 /* jemalloc's size class of a request of n bytes (x86-64: 16-byte quantum,
  * four classes per doubling above 128 bytes), computed inline: nallocx
  * cost as much as the rest of the pad (a call and jemalloc's thread
@@ -49,6 +27,85 @@ static inline size_t class_of(size_t n) {
   size_t delta = (size_t)1 << (63 - __builtin_clzll((unsigned long long)(n - 1)) - 2);
   return (n + delta - 1) & ~(delta - 1);
 }
+
+/* jemalloc's first large class (4 KiB pages): a block whose size's class
+ * is below it is freed with its size (sdallocx), the others without
+ * (dallocx).  realloc_in_place resizes a block in place across classes
+ * only at or above it (xallocx), where the record's size may then no
+ * longer name the block's class. */
+#define TA_LARGE_FROM ((size_t)16 << 10)
+
+/* Freeing with the size: jemalloc's free without it (dallocx) looks the
+ * pointer up in its radix tree to learn the size class (119 instructions
+ * a free on churn, the thread cache's flushes included), and for a block
+ * leaving the quarantine a megabyte of frees after it was freed that
+ * lookup's lines are cold; sdallocx with the size takes the class from a
+ * table (its fast path, classes up to 4 KiB) or from the size (up to 14
+ * KiB): 70 instructions.  jemalloc's rule:
+ * the size passed must name the block's class.  The record's size does,
+ * for every block raw_alloc made without an alignment flag (calloc's
+ * zeroing does not change the class; a realloc in place keeps its class
+ * below TA_LARGE_FROM).  An aligned one may be in a bigger class than its
+ * size (memalign(64, 16) is a 64-byte block): raw_alloc notes the largest
+ * alignment of such a block in _ta_align_odd, and a free takes the size
+ * only where no such alignment can have placed the block: an aligned
+ * block's class is its size's unless the alignment exceeds the lowest set
+ * bit of that class (or a page), and the block's address is a multiple of
+ * its alignment.  So while no aligned block of another class was made
+ * (churn, most programs), every small block is freed with its size; after
+ * one, those at addresses aligned beyond their class's lowest bit are not. */
+extern TA_HIDDEN _Atomic size_t _ta_align_odd;
+
+/* An allocation with alignment flags (mallocx's) of n bytes: is its class
+ * bigger than its size's?  Then note its alignment. */
+static inline void align_note(size_t n, int flags) {
+  size_t align = (size_t)1 << (flags & 63);
+  size_t c = class_of(n);
+  if (c >= TA_LARGE_FROM) return;                    /* freed without its size */
+  if (!TA_UNLIKELY(_ta_pad_use_nallocx) && align <= (c & -c) && align <= 4096) return;
+  size_t odd = atomic_load_explicit(&_ta_align_odd, memory_order_relaxed);
+  while (odd < align && !atomic_compare_exchange_weak_explicit(&_ta_align_odd, &odd, align, memory_order_relaxed,
+                                                                 memory_order_relaxed)) {}
+}
+
+/* Can the block at a, of `size` bytes, be freed with its size?  (Sizes
+ * up to 14 KiB are those whose class is below TA_LARGE_FROM.) */
+static inline bool free_sized_ok(uintptr_t a, uint64_t size) {
+  if (size > TA_LARGE_FROM - TA_LARGE_FROM / 8) return false;
+  size_t odd = atomic_load_explicit(&_ta_align_odd, memory_order_relaxed);
+  if (TA_LIKELY(odd == 0)) return true;
+  if (TA_UNLIKELY(_ta_pad_use_nallocx)) return false;    /* class_of is not jemalloc's there */
+  size_t c = class_of(size ? (size_t)size : 1);
+  size_t low = a & -a;                                   /* the address's alignment */
+  size_t most = low < odd ? low : odd;                   /* the largest alignment that can have placed it */
+  return most <= (c & -c) && most <= 4096;
+}
+
+/* jemalloc, or in guard mode a block on a page of its own (guard.c);
+ * flags are mallocx's, align and zero are read by guard mode. */
+static inline void *raw_alloc(ta_thread *t, size_t size, size_t align, int flags) {
+  if (TA_UNLIKELY(flags & 63)) align_note(size ? size : 1, flags);   /* before the block can be freed */
+  if (TA_UNLIKELY(_ta_guard_on)) {
+    void *g = _ta_guard_alloc(size, align, (flags & MALLOCX_ZERO) != 0);
+    if (g) return g;
+  }
+  (void)t;
+  return mallocx(size ? size : 1, flags);
+}
+
+/* Gives back the block at a that raw_alloc made for `size` bytes (the
+ * record's size: the request, or after a realloc in place the new one). */
+static inline void raw_free(ta_thread *t, uintptr_t a, uint64_t size) {
+  (void)t;
+  if (TA_UNLIKELY(_ta_guard_on) && _ta_guard_release(a)) return;
+  if (TA_LIKELY(free_sized_ok(a, size))) sdallocx((void *)a, size ? (size_t)size : 1, 0);
+  else dallocx((void *)a, 0);
+}
+
+/* ---- the pad past a block's end (the overflow check; ledger.c) ------------- */
+
+#define TA_PAD_MAX 16
+#define PAD_WORD (0x0101010101010101ull * TA_PAD_BYTE)
 
 /* Bytes of pad past a block of `size` bytes: the slack of its size class,
  * at most TA_PAD_MAX.  The class of an unaligned request; an aligned one's
@@ -160,13 +217,54 @@ static inline int64_t quarantine_share(int64_t budget) {
   return n > 1 ? budget / n : budget;        /* no division on every free of one thread */
 }
 
+/* A freed block's record, stored as four whole words: built field by
+ * field, the bit-fields are written with narrow stores (2 bytes for the
+ * tag, 1 for the state and flags), and any later load of a whole word
+ * waits for them (below).  The words are ta_block's bit-fields as GCC lays
+ * them out on a little-endian target (test_free_sized reads every field
+ * back). */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "record_freed: ta_block's words are laid out for a little-endian target"
+#endif
+static inline void record_freed(ta_block *dst, uintptr_t addr, uint64_t size, ta_tag tag, uint64_t seq,
+                                uint8_t flags, uint32_t stack, uint32_t free_stack) {
+  uint64_t w0 = addr;
+  uint64_t w1 = (size & ((UINT64_C(1) << 48) - 1)) | (uint64_t)(uint16_t)tag << 48;
+  uint64_t w2 = (seq & ((UINT64_C(1) << 56) - 1)) | (uint64_t)TA_FREED << 56 | (uint64_t)(flags & 15) << 60;
+  uint64_t w3 = stack | (uint64_t)free_stack << 32;
+  memcpy((char *)dst, &w0, 8);
+  memcpy((char *)dst + 8, &w1, 8);
+  memcpy((char *)dst + 16, &w2, 8);
+  memcpy((char *)dst + 24, &w3, 8);
+}
+
+/* Copies a record a word at a time.  block_free builds the record on its
+ * stack just before (record_freed): a load that spans two stores (a
+ * 16-byte load over two 8-byte stores, what a plain struct copy compiles
+ * to, or a word over a bit-field's narrow stores) cannot take its data from
+ * the store buffer and waits for the stores to reach the cache; on churn
+ * in leaks mode that wait had 55% of the samples of the copy into the
+ * recent frees. */
+static inline void record_copy(ta_block *dst, const ta_block *src) {
+  uint64_t w0, w1, w2, w3;
+  memcpy(&w0, (const char *)src, 8);
+  memcpy(&w1, (const char *)src + 8, 8);
+  memcpy(&w2, (const char *)src + 16, 8);
+  memcpy(&w3, (const char *)src + 24, 8);
+  __asm__("" : "+r"(w0), "+r"(w1), "+r"(w2), "+r"(w3));   /* in registers: no vector loads */
+  memcpy((char *)dst, &w0, 8);
+  memcpy((char *)dst + 8, &w1, 8);
+  memcpy((char *)dst + 16, &w2, 8);
+  memcpy((char *)dst + 24, &w3, 8);
+}
+
 static inline bool quarantine_push(ta_thread *t, const ta_block *b, int64_t budget) {
   if (t->q == NULL && !_ta_quarantine_ring(t)) return false;
   if (t->qlen == t->qcap) {                            /* full: grow, or the oldest leaves */
     if (t->qcap < t->qmax && t->qbytes < quarantine_share(budget)) _ta_quarantine_grow(t);
     else _ta_quarantine_evict(t);
   }
-  t->q[(t->qhead + t->qlen) & (t->qcap - 1)] = *b;
+  record_copy(&t->q[(t->qhead + t->qlen) & (t->qcap - 1)], b);
   t->qlen++;
   return true;
 }
@@ -181,8 +279,23 @@ static inline void quarantine_trim(ta_thread *t, int64_t budget) {
   _ta_quarantine_evict_batch(t, share - share / 32);
 }
 
-/* Remembers a block freed outside the quarantine (leaks and errors modes). */
-void _ta_quarantine_recent(ta_thread *t, const ta_block *b);
+/* The records of the last TA_RECENT blocks a thread freed outside the
+ * quarantine (the leaks and errors modes): their memory went back to
+ * jemalloc at once, but a second free of one of them, before the ledger
+ * hands its address out again, is still told as free.double with its
+ * allocation stack (and in errors mode its free stack).  One 32-byte store
+ * a free into 32 KiB that stays in cache; read only on a bad free.
+ * _ta_quarantine_recent_ring makes a thread's ring at its first free. */
+#define TA_RECENT 1024u
+
+bool _ta_quarantine_recent_ring(ta_thread *t);
+
+/* Remembers a block freed outside the quarantine. */
+static inline void quarantine_recent(ta_thread *t, const ta_block *b) {
+  if (TA_UNLIKELY(t->recent == NULL) && !_ta_quarantine_recent_ring(t)) return;
+  record_copy(&t->recent[t->rpos], b);
+  t->rpos = (t->rpos + 1) & (TA_RECENT - 1);
+}
 /* Is p a quarantined or recently freed block (or, interior, inside one)? */
 bool _ta_quarantine_find(uintptr_t p, bool interior, ta_block *out);
 

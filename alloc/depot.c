@@ -8,32 +8,44 @@
  * different stack for each of its 2^20 nodes, 20 frames deep, but each
  * differs from its parent's by one or two frames: as whole stacks they were
  * 430 MB of the depot and 400 MB of the trace; as nodes they are 2.1M
- * (3.1M with the free stacks) of 12 bytes (25 MB, 38 MB) and an index of
- * 32 MB.
+ * (3.1M with the free stacks) of 8 bytes (17 MB, 25 MB) and an index of
+ * 16 MB.
  *
- *   index (mmap, open addressing)         nodes (mmap'd 48 MiB chunks)
- *   +-------------------+                 +-----------------------+
- *   | ph | w | id ------+---------------->| pc | parent | w       |
- *   +-------------------+                 | ...                   |
+ *   index (mmap, open addressing)   nodes (mmap'd 32 MiB chunks)   addresses
+ *   +------------------+            +--------------------+         +------+
+ *   | ph' | id --------+----------->| parent | addr -----+-------->| pc   |
+ *   +------------------+            | ...                |         | ...  |
  *
- * The index maps (parent, pc) to a node id.  A node's home slot is the hash
- * of its path (ph: of every return address from the outermost in; see
- * hash_frame), and its slot holds that hash and its id, 8 bytes: a lookup
- * compares the path hash and reads the node only where it is the same (a
- * hit, or once in 2^32 another node), and the index grows from its own
- * slots.  (Slots of 16 bytes with the whole key, (parent, pc), and nodes of
- * 16 with the path hash, were 96 MB for the tree's 2.1M nodes where these
- * are 57 MB: peak RSS 257 -> 210 MB.)  Linear probing, at most seven
- * eighths full; it starts at 2^12 slots and doubles.  At 7/8 a hit probes
- * 4.5 slots on average (eight to a line) and a miss, once per new node, 32.
- * At 3/4 the tree's 3.2M nodes (bench/auditor/tree.c) doubled it: peak RSS
- * 378 MB and 4.8 s, at 7/8 256 MB and 4.2 s.  Slot bit w says the
- * node has been named as a whole stack (what ta_stacks_count counts: a
- * stack's outer part is a node too, but not a stack of the program's).
- * Node ids are given in order, so node i's parent is below i, and the
- * nodes array is a record of every node in the order it was made: the
- * trace writer walks it to write each node once (_ta_depot_each_since),
- * and reading a stack back follows the parents (_ta_depot_get).
+ * A node holds its return address as a number in a table of the distinct
+ * addresses (each once, numbered in the order first seen, with a map from
+ * address to number used when a node is made): a program has few of them
+ * next to its nodes (the tree a handful under 2.1M nodes, cc1 7,600 under
+ * 73,000), so a node is 8 bytes where the address itself made it 12.
+ *
+ * The index maps (parent, pc) to a node id.  A node's home slot is the top
+ * bits of the hash of its path (ph: of every return address from the
+ * outermost in; see hash_frame), and its slot, 4 bytes, holds the rest of
+ * that hash above its id: an index of 2^b slots holds fewer than 2^b nodes,
+ * so the id fits b bits and 32 - b are left for the hash (10 at the tree's
+ * 2^22 slots).  A lookup compares those bits and reads the node only where
+ * they are the same (a hit, or once in 2^(32 - b) another node).  Linear
+ * probing, at most seven eighths full; it starts at 2^12 slots and doubles.
+ * At 7/8 a hit probes 4.5 slots on average (sixteen to a line) and a miss,
+ * once per new node, 32.  The slots do not hold the whole path hash, so a
+ * bigger index is built from the nodes: in id order each node's path hash
+ * is its parent's and its address hashed, kept meanwhile in a scratch array
+ * of 4 bytes a node.  (Earlier layouts, the tree's 2.1M nodes: 16-byte
+ * slots with the whole key and 16-byte nodes with the path hash, 96 MB;
+ * 8-byte slots with the whole path hash and 12-byte nodes with the pc, 57
+ * MB and a growth that held the old index and the new, 48 MB, at once;
+ * these, 33 MB, and 31 MB while growing.)  Each node's `up` has a bit, w,
+ * that says it has been named as a whole stack (what ta_stacks_count
+ * counts: a stack's outer part is a node too, but not a stack of the
+ * program's).  Node ids are given in order, so node i's parent is below i,
+ * and the nodes array is a record of every node in the order it was made:
+ * the trace writer walks it to write each node once
+ * (_ta_depot_each_since), and reading a stack back follows the parents
+ * (_ta_depot_get).
  *
  * Putting a stack looks up its frames from the outermost in, each with the
  * node found for its callers; a thread keeps the path of its last stack,
@@ -43,11 +55,11 @@
  * it looks it up.  The innermost frame's node must also have its w bit.
  *
  * Lookups take no lock.  Inserts take one mutex (a new node is rare next to
- * lookups): look again, write the node, publish its slot with a release
- * store of the word holding the id; growing builds the bigger index,
- * publishes it, and gives the old one's pages back (MADV_DONTNEED): a
- * reader still on it then reads zeros, a miss, and goes to the locked path,
- * which sees the new one.  The depot never allocates from the audited heap. */
+ * lookups): look again, write the address, then the node, publish its slot
+ * with a release store; growing builds the bigger index, publishes it, and
+ * gives the old one's pages back (MADV_DONTNEED): a reader still on it then
+ * reads zeros, a miss, and goes to the locked path, which sees the new one.
+ * The depot never allocates from the audited heap. */
 #include "internal.h"
 
 #include <sched.h>
@@ -55,28 +67,28 @@
 #include <sys/mman.h>
 
 #define CHUNK_NODES_SHIFT 22                 /* 2^22 nodes a chunk */
-#define CHUNK_SIZE  (sizeof(node) << CHUNK_NODES_SHIFT)   /* 48 MiB */
+#define CHUNK_SIZE  (sizeof(node) << CHUNK_NODES_SHIFT)   /* 32 MiB */
 #define MAX_CHUNKS  512                      /* 2^31 nodes: ids fit 31 bits */
 #define INDEX_FIRST_BITS 12
-#define WHOLE 0x80000000u                    /* in a slot's key: named as a whole stack */
+#define INDEX_MAX_BITS 31                    /* a slot keeps 32 - bits of the path hash */
+#define WHOLE 0x80000000u                    /* in a node's up: named as a whole stack */
 #define ID_MASK 0x7fffffffu
 
-/* 12 bytes: the pc in two halves keeps the node 4-aligned (an array of
- * 16-byte nodes with a uintptr_t pc was a third more memory). */
+/* 8 bytes: the return address is a number in the table of addresses
+ * (below), not the address itself. */
 typedef struct {
-  uint32_t pc_lo, pc_hi;
   _Atomic uint32_t up;                       /* parent id (0: pc is the outermost frame), and
-                                                WHOLE as its slot's w bit, for the path's guess */
+                                                WHOLE: the node is a whole stack */
+  uint32_t addr;                             /* its return address's number */
 } node;
-_Static_assert(sizeof(node) == 12, "a node is 12 bytes");
+_Static_assert(sizeof(node) == 8, "a node is 8 bytes");
 
-static inline uintptr_t node_pc(const node *nd) { return (uintptr_t)((uint64_t)nd->pc_hi << 32 | nd->pc_lo); }
-
-/* ph << 32 | w | id; 0: empty.  ph is the node's path hash (its home). */
-typedef _Atomic uint64_t slot;
+/* 2^bits slots, each (path hash << bits | id) as 32 bits; 0: empty. */
+typedef _Atomic uint32_t slot;
 
 typedef struct {
-  uint64_t mask;                             /* slots - 1 */
+  uint32_t bits;                             /* 0 where its pages were given back (a miss) */
+  uint32_t pad;
   uint64_t size;                             /* bytes mapped */
   slot slots[];
 } stack_index;
@@ -98,11 +110,15 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 #define HUGE_AFTER (1u << 16)
 static _Atomic bool huge;
 
-static void *map(size_t size) {
+static void *map_small(size_t size) {
   void *p = _ta_sys_mmap(NULL, size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  if (atomic_load_explicit(&huge, memory_order_relaxed)) madvise(p, size, MADV_HUGEPAGE);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void *map(size_t size) {
+  void *p = map_small(size);
+  if (p && atomic_load_explicit(&huge, memory_order_relaxed)) madvise(p, size, MADV_HUGEPAGE);
   return p;
 }
 
@@ -133,6 +149,76 @@ static node *chunk_get(size_t i) {
   return c;
 }
 
+/* ---- the table of return addresses ----------------------------------------
+ * Every distinct return address once, numbered from 1 in the order first
+ * seen, in chunks that never move (read without a lock), and a map from
+ * address to number (open addressing, at most 3/4 full, doubling), used
+ * only under put_lock when a node is made.  A program has few distinct
+ * return addresses next to its nodes (the tree: a handful under 2.1M
+ * nodes), so a node's 4-byte number in place of its 8-byte address saves
+ * about 4 bytes a node. */
+#define ADDR_CHUNK_SHIFT 18                  /* 2^18 addresses a chunk, 2 MiB */
+#define ADDR_CHUNKS (1u << (31 - ADDR_CHUNK_SHIFT))   /* 2^31: no more than nodes */
+#define ADDR_MAP_FIRST_BITS 10
+
+static uintptr_t *_Atomic addr_chunks[ADDR_CHUNKS];
+static _Atomic uint32_t addr_next = 1;       /* written under put_lock */
+static uint32_t *addr_map;                   /* under put_lock: numbers; 0 empty */
+static uint32_t addr_map_bits;
+
+/* The address numbered a (a number a node holds: written before it). */
+static inline uintptr_t addr_at(uint32_t a) {
+  uintptr_t *c = atomic_load_explicit(&addr_chunks[a >> ADDR_CHUNK_SHIFT], memory_order_relaxed);
+  return c[a & ((1u << ADDR_CHUNK_SHIFT) - 1)];
+}
+
+static inline uint32_t addr_home(uintptr_t pc, uint32_t bits) {
+  return (uint32_t)(((uint64_t)pc * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
+static bool addr_map_grow(void) {
+  uint32_t bits = addr_map_bits ? addr_map_bits + 1 : ADDR_MAP_FIRST_BITS;
+  if (bits > 31) return false;
+  uint32_t *m = map_small(sizeof(uint32_t) << bits);
+  if (m == NULL) return false;
+  uint32_t mask = (1u << bits) - 1;
+  uint32_t end = atomic_load_explicit(&addr_next, memory_order_relaxed);
+  for (uint32_t a = 1; a < end; a++) {
+    uint32_t i = addr_home(addr_at(a), bits);
+    while (m[i] != 0) i = (i + 1) & mask;
+    m[i] = a;
+  }
+  if (addr_map) _ta_sys_munmap(addr_map, sizeof(uint32_t) << addr_map_bits);
+  addr_map = m;
+  addr_map_bits = bits;
+  return true;
+}
+
+/* The number of address pc, numbered now if new (under put_lock); 0 when
+ * no memory is left. */
+static uint32_t addr_number(uintptr_t pc) {
+  if (addr_map == NULL && !addr_map_grow()) return 0;
+  uint32_t mask = (1u << addr_map_bits) - 1;
+  uint32_t i = addr_home(pc, addr_map_bits);
+  for (uint32_t a; (a = addr_map[i]) != 0; i = (i + 1) & mask)
+    if (addr_at(a) == pc) return a;
+  uint32_t a = atomic_load_explicit(&addr_next, memory_order_relaxed);
+  if ((a >> ADDR_CHUNK_SHIFT) >= ADDR_CHUNKS) return 0;
+  if (((uint64_t)a + 1) * 4 > ((uint64_t)mask + 1) * 3) {
+    if (!addr_map_grow()) return 0;
+    return addr_number(pc);
+  }
+  uintptr_t *c = atomic_load_explicit(&addr_chunks[a >> ADDR_CHUNK_SHIFT], memory_order_relaxed);
+  if (c == NULL) {
+    if ((c = map_small(sizeof(uintptr_t) << ADDR_CHUNK_SHIFT)) == NULL) return 0;
+    atomic_store_explicit(&addr_chunks[a >> ADDR_CHUNK_SHIFT], c, memory_order_release);
+  }
+  c[a & ((1u << ADDR_CHUNK_SHIFT) - 1)] = pc;
+  addr_map[i] = a;
+  atomic_store_explicit(&addr_next, a + 1, memory_order_relaxed);
+  return a;
+}
+
 /* Node id, or NULL when no node has that id (yet). */
 static inline node *node_at(uint32_t id) {
   if (id == 0 || id >= atomic_load_explicit(&next_id, memory_order_acquire)) return NULL;
@@ -154,75 +240,100 @@ static inline uint32_t hash_frame(uint32_t up, uintptr_t pc) {
   return (uint32_t)(h ^ (h >> 32));
 }
 
-/* The node a slot names: the slot was published (release) after its node
- * and its chunk were written, so an acquire load of the slot sees both. */
+/* The node a slot names: the slot was published (release) after its node,
+ * its address and their chunks were written, so an acquire load of the
+ * slot sees them all. */
 static inline node *slot_node(uint32_t id) {
   node *c = atomic_load_explicit(&chunks[id >> CHUNK_NODES_SHIFT], memory_order_relaxed);
   return &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
 }
 
-/* The slot of node (parent, pc), whose path hash is h, in ix, or NULL.  A
- * slot whose path hash is h is checked against its node (the path hashes
- * of two different nodes are the same once in 2^32). */
-static slot *index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h) {
-  if (ix == NULL) return NULL;
-  uint64_t mask = ix->mask;
-  for (uint64_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
-    slot *s = &ix->slots[i];
-    uint64_t k = atomic_load_explicit(s, memory_order_acquire);
-    if (k == 0) return NULL;
-    if ((uint32_t)(k >> 32) == h) {
-      node *nd = slot_node((uint32_t)k & ID_MASK);
-      if ((atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK) == parent && node_pc(nd) == pc)
-        return s;
+/* Node (parent, pc), whose path hash is h, in ix: its id, with WHOLE
+ * where it is a whole stack; 0 if none.  The slot's home is the top `bits`
+ * of h and its other bits are the rest of h, so a slot whose bits match is
+ * checked against its node (two nodes on one home agree there once in
+ * 2^(32 - bits): 1,024 at the tree's 2^22 slots). */
+static uint32_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h) {
+  if (ix == NULL) return 0;
+  uint32_t bits = ix->bits;
+  if (bits == 0) return 0;                   /* given back while we looked */
+  uint32_t mask = (uint32_t)(((uint64_t)1 << bits) - 1), tag = h << bits;
+  for (uint32_t i = h >> (32 - bits), probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+    uint32_t k = atomic_load_explicit(&ix->slots[i], memory_order_acquire);
+    if (k == 0) return 0;
+    if (((k ^ tag) >> bits) == 0) {
+      node *nd = slot_node(k & mask);
+      uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
+      if ((up & ID_MASK) == parent && addr_at(nd->addr) == pc) return (k & mask) | (up & WHOLE);
     }
   }
-  return NULL;
+  return 0;
 }
 
-/* Puts a slot (not there yet) into ix, at the home of its path hash (its
- * high half); false when ix is full. */
-static bool index_add(stack_index *ix, uint64_t key) {
-  uint64_t mask = ix->mask;
-  for (uint64_t i = (key >> 32) & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+/* Puts node id, whose path hash is h, into ix (not there yet); false when
+ * ix is full.  id < 2^bits: an index of 2^bits slots holds fewer nodes. */
+static bool index_add(stack_index *ix, uint32_t h, uint32_t id) {
+  uint32_t bits = ix->bits, mask = (uint32_t)(((uint64_t)1 << bits) - 1);
+  for (uint32_t i = h >> (32 - bits), probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
     slot *s = &ix->slots[i];
     if (atomic_load_explicit(s, memory_order_relaxed) == 0) {
-      atomic_store_explicit(s, key, memory_order_release);
+      atomic_store_explicit(s, h << bits | id, memory_order_release);
       return true;
     }
   }
   return false;
 }
 
-static stack_index *index_new(int bits) {
+static stack_index *index_new(uint32_t bits) {
   uint64_t size = sizeof(stack_index) + (sizeof(slot) << bits);
   stack_index *ix = map(size);
   if (ix == NULL) return NULL;
-  ix->mask = ((uint64_t)1 << bits) - 1;
+  ix->bits = bits;
   ix->size = size;
   return ix;
 }
 
 /* Room for one more entry: a new index twice the size once this one is
  * seven eighths full (under put_lock).  Keeps the old one when no memory
- * is left: it still works, with longer probes, until it is full. */
+ * is left: it still works, with longer probes, until it is full.
+ *
+ * A slot holds only the part of its path hash that its home does not
+ * give, so the new index is built from the nodes, not from the old slots:
+ * in id order (a parent before its children), each node's path hash is
+ * its parent's and its address hashed (hash_frame), kept in a scratch
+ * array of 4 bytes a node that is given back when done.  Readers without
+ * the lock go on using the old index meanwhile. */
+#define REBUILD_AHEAD 16
+
 static stack_index *index_room(stack_index *ix) {
   if (ix == NULL) {
     ix = index_new(INDEX_FIRST_BITS);
     if (ix) atomic_store_explicit(&index_now, ix, memory_order_release);
     return ix;
   }
-  if ((index_entries + 1) * 8 <= (ix->mask + 1) * 7) return ix;
-  int bits = 0;
-  while (((uint64_t)1 << bits) <= ix->mask) bits++;
-  stack_index *big = bits + 1 <= 32 ? index_new(bits + 1) : NULL;
-  if (big == NULL) return index_entries < ix->mask ? ix : NULL;
-  /* from the old slots: each holds its path hash, its home; no node is
-   * read (nothing changes the slots but this thread, under put_lock) */
-  for (uint64_t i = 0; i <= ix->mask; i++) {
-    uint64_t k = atomic_load_explicit(&ix->slots[i], memory_order_relaxed);
-    if (k != 0) index_add(big, k);
+  uint64_t slots = (uint64_t)1 << ix->bits;
+  if ((index_entries + 1) * 8 <= slots * 7) return ix;
+  stack_index *big = ix->bits < INDEX_MAX_BITS ? index_new(ix->bits + 1) : NULL;
+  uint32_t end = atomic_load_explicit(&next_id, memory_order_relaxed);
+  size_t scratch = (size_t)end * sizeof(uint32_t);
+  uint32_t *ph = big ? map_small(scratch) : NULL;
+  if (ph == NULL) {
+    if (big) _ta_sys_munmap(big, big->size);
+    return index_entries + 1 < slots ? ix : NULL;
   }
+  for (uint32_t id = 1; id < end; id++) {   /* ph[0] = 0: the path above the outermost frame */
+    node *nd = slot_node(id);
+    ph[id] = hash_frame(ph[atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK], addr_at(nd->addr));
+  }
+  /* the homes are at random: each is loaded REBUILD_AHEAD inserts before
+   * its own, so that their misses overlap (one after the other, they made
+   * the tree's first build a fifth slower) */
+  uint32_t shift = 32 - big->bits;
+  for (uint32_t id = 1; id < end; id++) {
+    if (id + REBUILD_AHEAD < end) __builtin_prefetch(&big->slots[ph[id + REBUILD_AHEAD] >> shift], 1);
+    index_add(big, ph[id], id);
+  }
+  _ta_sys_munmap(ph, scratch);
   atomic_store_explicit(&index_now, big, memory_order_release);
   madvise(ix, ix->size, MADV_DONTNEED);      /* readers still on it read zeros: a miss */
   return big;
@@ -233,11 +344,12 @@ static stack_index *index_room(stack_index *ix) {
 static uint32_t node_new(uint32_t parent, uintptr_t pc, bool whole) {
   uint32_t id = atomic_load_explicit(&next_id, memory_order_relaxed);
   if ((id >> CHUNK_NODES_SHIFT) >= MAX_CHUNKS || id > ID_MASK - 1) return 0;
+  uint32_t a = addr_number(pc);
+  if (a == 0) return 0;
   node *c = chunk_get(id >> CHUNK_NODES_SHIFT);
   if (c == NULL) return 0;
   node *nd = &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
-  nd->pc_lo = (uint32_t)pc;
-  nd->pc_hi = (uint32_t)((uint64_t)pc >> 32);
+  nd->addr = a;
   atomic_store_explicit(&nd->up, parent | (whole ? WHOLE : 0), memory_order_relaxed);
   atomic_store_explicit(&next_id, id + 1, memory_order_release);
   if (TA_UNLIKELY(id == HUGE_AFTER)) go_huge();
@@ -262,10 +374,12 @@ static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) 
   stack_index *ix = index_room(atomic_load_explicit(&index_now, memory_order_relaxed));
   uint32_t id;
   if (ix == NULL || (id = node_new(parent, pc, whole)) == 0) return 0;
-  if (whole) id |= WHOLE;
-  index_add(ix, (uint64_t)h << 32 | id);
+  index_add(ix, h, id);
   index_entries++;
-  if (whole) atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  if (whole) {
+    atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+    id |= WHOLE;
+  }
   return id;
 }
 
@@ -283,28 +397,22 @@ static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) 
  * mixchurn, whose every batch of 16 operations comes from a new route,
  * most of what a put cost), and releases the lock. */
 static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, bool may_lock, bool *held) {
-  slot *s = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
-  uint64_t k = s ? atomic_load_explicit(s, memory_order_relaxed) : 0;
-  if (k != 0 && (!whole || (k & WHOLE))) return (uint32_t)k;
-  if (!put_lock_take(may_lock)) return (uint32_t)k;
-  stack_index *ix = atomic_load_explicit(&index_now, memory_order_relaxed);
-  uint32_t id = 0;
-  s = index_find(ix, parent, pc, h);               /* put meanwhile by another thread? */
-  if (s != NULL) {
-    k = atomic_load_explicit(s, memory_order_relaxed);
-    id = (uint32_t)k;
-    if (whole && !(k & WHOLE)) {
-      id |= WHOLE;
-      atomic_fetch_or_explicit(&node_at(id & ID_MASK)->up, WHOLE, memory_order_relaxed);
-      atomic_store_explicit(s, k | WHOLE, memory_order_release);
+  uint32_t v = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
+  if (v != 0 && (!whole || (v & WHOLE))) return v;
+  if (!put_lock_take(may_lock)) return v;
+  v = index_find(atomic_load_explicit(&index_now, memory_order_relaxed), parent, pc, h);   /* put meanwhile? */
+  if (v != 0) {
+    if (whole && !(v & WHOLE)) {
+      atomic_fetch_or_explicit(&slot_node(v)->up, WHOLE, memory_order_relaxed);
       atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+      v |= WHOLE;
     }
-  } else if ((id = node_add(parent, pc, h, whole)) != 0 && held != NULL) {
+  } else if ((v = node_add(parent, pc, h, whole)) != 0 && held != NULL) {
     *held = true;
-    return id;
+    return v;
   }
   pthread_mutex_unlock(&put_lock);
-  return id;
+  return v;
 }
 
 /* A thread's path: the frames of the last stack it put, outermost first,
@@ -344,7 +452,7 @@ static inline uint32_t node_is(uint32_t id, uint32_t parent, uintptr_t pc, bool 
   node *nd = node_at(id);
   if (nd == NULL) return 0;
   uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
-  if ((up & ID_MASK) != parent || node_pc(nd) != pc) return 0;
+  if ((up & ID_MASK) != parent || addr_at(nd->addr) != pc) return 0;
   bool w = (up & WHOLE) != 0;
   return whole && !w ? 0 : id | (w ? WHOLE : 0);
 }
@@ -367,7 +475,9 @@ static inline uint32_t guess(path *p, uint32_t parent, uintptr_t pc, bool whole)
 static void index_prefetch(const uint32_t *h, size_t n) {
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
   if (ix == NULL) return;
-  for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[h[i] & ix->mask]);
+  uint32_t bits = ix->bits;
+  if (bits == 0) return;
+  for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[h[i] >> (32 - bits)]);
 }
 
 /* Puts pcs[0..n) (innermost first) starting from what it shares with *p
@@ -555,7 +665,7 @@ void _ta_depot_fork(int phase) {
 size_t _ta_depot_get(uint32_t id, uintptr_t *pcs, size_t max) {
   size_t k = 0;
   for (node *nd; k < max && (nd = node_at(id)) != NULL; k++) {
-    pcs[k] = node_pc(nd);
+    pcs[k] = addr_at(nd->addr);
     uint32_t parent = atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK;
     if (parent >= id) return k + 1;          /* never: parents come first */
     id = parent;
@@ -587,9 +697,11 @@ uint64_t _ta_depot_memo_skipped(void) {
 
 size_t _ta_depot_nodes(void) { return atomic_load(&next_id) - 1; }
 
+size_t _ta_depot_addrs(void) { return atomic_load_explicit(&addr_next, memory_order_relaxed) - 1; }
+
 size_t _ta_depot_bytes(size_t *index_bytes) {
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
-  *index_bytes = ix ? (size_t)(ix->mask + 1) * sizeof(slot) : 0;
+  *index_bytes = ix ? sizeof(slot) << ix->bits : 0;
   return _ta_depot_nodes() * sizeof(node);
 }
 
@@ -602,7 +714,7 @@ void _ta_depot_each_since(uint64_t *cursor, void (*fn)(uint32_t id, uint32_t par
   for (; id < end; id++) {
     node *nd = node_at(id);
     if (nd == NULL) break;
-    fn(id, atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK, node_pc(nd), arg);
+    fn(id, atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK, addr_at(nd->addr), arg);
   }
   *cursor = id;
 }
@@ -612,6 +724,6 @@ bool _ta_depot_node(uint32_t id, uint32_t *parent, uintptr_t *pc) {
   node *nd = node_at(id);
   if (nd == NULL) return false;
   *parent = atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK;
-  *pc = node_pc(nd);
+  *pc = addr_at(nd->addr);
   return true;
 }

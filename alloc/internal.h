@@ -40,6 +40,9 @@ size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip, int mode);
 uint32_t _ta_unwind_id(size_t max, size_t skip, int mode);
 /* Walks of the calling thread that the walk memo answered (tests). */
 size_t _ta_unwind_memo_hits(void);
+/* Sets of the calling thread's walk memo that use eight ways now, and
+ * (*widened) how many times one widened (tests). */
+size_t _ta_unwind_memo_wide(size_t *widened);
 /* Walks of the calling thread that took over the outer frames of its last
  * walk, and the frames they took over (tests). */
 size_t _ta_unwind_taken(size_t *frames);
@@ -64,9 +67,10 @@ size_t   _ta_depot_count(void);               /* distinct stacks put */
 size_t   _ta_depot_nodes(void);               /* nodes: stacks and their outer parts */
 uint64_t _ta_depot_lookups(void);             /* this thread's lookups in the index (tests) */
 uint64_t _ta_depot_memo_skipped(void);        /* this thread's puts past its memo (tests) */
-/* Bytes the depot's nodes use (12 a node), and in *index_bytes its index's
- * slots (8 a slot); (tests). */
+/* Bytes the depot's nodes use (8 a node), and in *index_bytes its index's
+ * slots (4 a slot); (tests). */
 size_t   _ta_depot_bytes(size_t *index_bytes);
+size_t   _ta_depot_addrs(void);               /* distinct return addresses in its nodes (tests) */
 uint32_t _ta_depot_path_hash(uint32_t up, uintptr_t pc);   /* a node's home (tests) */
 void     _ta_depot_fork(int phase);
 /* Calls fn for each node made since *cursor (in order: a node's parent

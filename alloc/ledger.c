@@ -155,7 +155,7 @@ static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_
   atomic_store_explicit(&t->ring_head, h + 1, memory_order_release);
 }
 
-static inline void count_free(ta_thread *t, ta_tag tag, uint64_t size, bool solo) {
+static inline __attribute__((always_inline)) void count_free(ta_thread *t, ta_tag tag, uint64_t size, bool solo) {
   ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
   bump(&c->frees, 1);
   bump(&c->free_bytes, size);
@@ -191,6 +191,7 @@ TA_NOINLINE uint32_t ta_stack_here(void) {
 /* ---- the pad (block.h): the size classes, the report ------------------------ */
 
 TA_HIDDEN bool _ta_pad_use_nallocx;   /* block.h: class_of */
+TA_HIDDEN _Atomic size_t _ta_align_odd;   /* block.h: raw_free */
 
 void _ta_pad_check_classes(void) {
   for (size_t n = 1; n <= 70000 && !_ta_pad_use_nallocx; n += n < 4096 ? 1 : 7)
@@ -230,7 +231,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   }
   uintptr_t a = (uintptr_t)p;
   if (TA_UNLIKELY(!slot_key_ok(a))) {          /* never from jemalloc, guard mode or an arena */
-    raw_free(t, a);
+    raw_free(t, a, size);
     _ta_error(TA_EINVAL, "block at %p: not 8-byte aligned or above 2^48, the live table cannot record it", p);
     return NULL;
   }
@@ -245,7 +246,7 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   shard_unlock_if(s, solo);
   if (TA_UNLIKELY(b == NULL)) {
     _ta_solo_leave(t, solo);
-    raw_free(t, a);
+    raw_free(t, a, size);
     _ta_error(TA_ENOMEM, "out of memory for the ledger's own table");
     return NULL;
   }
@@ -350,8 +351,9 @@ static inline int64_t quarantine_budget(void) {
 /* Frees the block at a; `stack` is where.  Returns false for a bad free,
  * which it reports, unless `quiet`: then it changes nothing and the caller,
  * which took no stack (leaks mode), takes one and calls again.
- * Two solo sections (the table, the counts): the quarantine between them
- * may report, and reporting takes locks.
+ * One solo section, the table's and the counts': the quarantine after it
+ * may report, and reporting takes locks.  (The counts had a section of
+ * their own after the quarantine: a second enter and leave each free.)
  *
  * The pad is read once, after the record is out of the table: its line,
  * known from the record's size, starts loading first, and the removal's
@@ -412,8 +414,10 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     quiet_check = false;                      /* checked, and they have changed now */
   }
   uint64_t seq = _ta_tracing ? _ta_seq_take(t, solo) : 0;
+  /* the record as it leaves the table, in whole words (block.h:
+   * record_freed), for the copy into the recent frees or the quarantine */
   ta_block freed;
-  slot_load(b, &freed);
+  record_freed(&freed, a, slot_size(b), slot_tag(b), slot_seq(b), slot_flags(b), slot_stack(b), stack);
   slot_remove(s, b);
   bool damaged = padded && pad_changed(a, size, &d);
   if (TA_UNLIKELY(damaged && quiet_check)) {
@@ -423,6 +427,7 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     return false;
   }
   shard_unlock_if(s, solo);
+  count_free(t, tag, size, solo);             /* in the same solo section: the block is out of the table */
   _ta_solo_leave(t, solo);
   int64_t budget = quarantine_this(t) ? quarantine_budget() : 0;   /* 0: no quarantine */
   if (TA_UNLIKELY((int64_t)size > budget / 8) && !_ta_guard_on) budget = 0;   /* too big to keep */
@@ -432,8 +437,6 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
    * jemalloc's slabs (1 MiB held took the churn's reuse away: 0.55x of
    * its CPU time at 1 in 16; 64 KiB 0.1x) */
   if (_ta_opt.check == TA_CHECK_ERRORS && !_ta_guard_on) budget /= _ta_opt.quarantine_sample;
-  freed.state = TA_FREED;
-  freed.free_stack = stack;
   if (TA_UNLIKELY(damaged)) {
     _ta_report_overflow(&freed, &d, PAD_AT_FREE);
     pad_fill(a, size);                           /* reported once: later checks see new writes only */
@@ -444,12 +447,9 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     t->qbytes += q_charge(a, size);
     quarantine_trim(t, budget);
   } else {
-    if (_ta_opt.check != TA_CHECK_FULL) _ta_quarantine_recent(t, &freed);
-    raw_free(t, a);
+    if (_ta_opt.check != TA_CHECK_FULL) quarantine_recent(t, &freed);
+    raw_free(t, a, size);
   }
-  solo = _ta_solo_enter(t);
-  count_free(t, tag, size, solo);
-  _ta_solo_leave(t, solo);
   if (seq) _ta_trace_free(t, a, stack, seq);   /* seq taken before the memory could be reused */
   return true;
 }
@@ -478,14 +478,13 @@ TA_NOINLINE void ta_free(void *p) {
  * reports it with this stack.  Not while tracing (the trace's realloc
  * event names a new block), in guard mode, or for a block with a hold,
  * a refcount or an arena. */
-#define LARGE_FROM ((size_t)16 << 10)    /* above jemalloc's small classes (4 KiB pages) */
 
 static bool realloc_in_place(ta_thread *t, uintptr_t a, const ta_block *old, size_t size, uint32_t stack) {
   if (_ta_opt.check != TA_CHECK_LEAKS || TA_UNLIKELY(_ta_guard_on) || _ta_tracing || old->flags != 0 ||
       TA_UNLIKELY(_ta_pad_use_nallocx))
     return false;
   bool same = class_of(size) == class_of(old->size);
-  if (!same && (size < LARGE_FROM || old->size < LARGE_FROM)) return false;
+  if (!same && (size < TA_LARGE_FROM || old->size < TA_LARGE_FROM)) return false;
   pad_damage d;
   if (pad_changed(a, old->size, &d)) return false;
   /* the block's usable size must hold the new pad: a failed xallocx

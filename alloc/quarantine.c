@@ -176,7 +176,7 @@ uint32_t _ta_quarantine_evict_batch(ta_thread *t, int64_t keep) {
   }
   __asm__ volatile("" ::"r"(touch));
   for (uint32_t k = 0; k < n; k++) q_check_one(&b[k], &v[k]);
-  for (uint32_t k = 0; k < n; k++) raw_free(t, b[k].addr);
+  for (uint32_t k = 0; k < n; k++) raw_free(t, b[k].addr, b[k].size);
   q_prefetch(t);
   for (uint32_t k = 0; k < n; k++) {
     if (v[k].at >= 0) report_write_after_free(&b[k], v[k].at, v[k].value);
@@ -195,7 +195,7 @@ void _ta_quarantine_evict(ta_thread *t) {
   q_verdict v;
   q_check_one(&b, &v);
   t->qbytes -= q_charge(b.addr, b.size);
-  raw_free(t, b.addr);
+  raw_free(t, b.addr, b.size);
   if (v.at >= 0) report_write_after_free(&b, v.at, v.value);
   if (TA_UNLIKELY(v.over)) _ta_report_overflow(&b, &v.d, PAD_AT_QUARANTINE);
 }
@@ -241,21 +241,10 @@ void _ta_quarantine_grow(ta_thread *t) {
   t->qcap = cap * 2;
 }
 
-/* The records of the last TA_RECENT blocks a thread freed outside the
- * quarantine (the leaks and errors modes): their memory went back to
- * jemalloc at once, but a second free of one of them, before the ledger
- * hands its address out again, is still told as free.double with its
- * allocation stack (and in errors mode its free stack).  One 32-byte store
- * a free into 32 KiB that stays in cache; read only on a bad free. */
-#define TA_RECENT 1024u
-
-void _ta_quarantine_recent(ta_thread *t, const ta_block *b) {
-  if (TA_UNLIKELY(t->recent == NULL)) {
-    t->recent = _ta_mmap(TA_RECENT * sizeof(ta_block));
-    if (t->recent == NULL) return;
-  }
-  t->recent[t->rpos] = *b;
-  t->rpos = (t->rpos + 1) & (TA_RECENT - 1);
+bool _ta_quarantine_recent_ring(ta_thread *t) {   /* block.h: quarantine_recent */
+  t->recent = _ta_mmap(TA_RECENT * sizeof(ta_block));
+  t->rpos = 0;
+  return t->recent != NULL;
 }
 
 void _ta_quarantine_forget(ta_thread *t) {

@@ -228,34 +228,79 @@ static inline unsigned char *put_uv(unsigned char *p, uint64_t v) {
   return p;
 }
 
-static inline unsigned char *put_sv(unsigned char *p, uint64_t delta) {   /* zigzag */
-  int64_t d = (int64_t)delta;
-  return put_uv(p, ((uint64_t)d << 1) ^ (uint64_t)(d >> 63));
+/* The same varint without a loop, for the address delta and the stack id,
+ * which take several bytes and a different number from one event to the
+ * next: PDEP spreads v's 7-bit groups over the bytes of a word, the
+ * continuation bits (by the index of v's highest bit, from a table) go on
+ * all but the last, and the word is stored whole (the bytes past the
+ * varint are overwritten by the next one or by packed_close's padding:
+ * the room of an open record, TR_PK_EVENT_MAX + 8 bytes, holds an 8-byte
+ * store at any varint of an event).  About ten instructions and no branch
+ * on the length, where the loop takes six a byte; the sequence delta,
+ * size and tag, one or two bytes mostly, keep the loop.  mixchurn, 200,000
+ * operations, full mode: 83 -> 74 instructions an ALLOC or FREE event.
+ * Only where the CPU has BMI2 (pk_pdep, set at open); values of 2^56 and
+ * up, which no address delta of a 48-bit address space reaches, take the
+ * loop. */
+static bool pk_pdep;
+static uint8_t uv_len[64];       /* by the index of v's highest bit: the varint's bytes */
+static uint64_t uv_cont[64];     /* and its continuation bits */
+
+static void uv_tables(void) {
+  for (unsigned b = 0; b < 64; b++) {
+    unsigned n = b / 7 + 1;
+    uv_len[b] = (uint8_t)n;
+    uv_cont[b] = n > 8 ? 0 : ((1ull << (8 * (n - 1))) - 1) & 0x8080808080808080ull;
+  }
 }
 
-static inline unsigned char *put_head(tbuf *b, unsigned char *p, int kind, uint64_t seq, uintptr_t addr) {
+static inline unsigned char *put_uv_flat(unsigned char *p, uint64_t v, bool pdep) {
+#if defined(__x86_64__)
+  if (pdep && TA_LIKELY(v >> 56 == 0)) {
+    uint64_t x;
+    __asm__("pdepq %2, %1, %0" : "=r"(x) : "r"(v), "r"(0x7f7f7f7f7f7f7f7full));
+    unsigned b = 63 - (unsigned)__builtin_clzll(v | 1);
+    x |= uv_cont[b];
+    memcpy(p, &x, sizeof x);
+    return p + uv_len[b];                                   /* 1 to 8 bytes */
+  }
+#endif
+  (void)pdep;
+  return put_uv(p, v);
+}
+
+static inline unsigned char *put_sv(unsigned char *p, uint64_t delta, bool pdep) {   /* zigzag */
+  int64_t d = (int64_t)delta;
+  return put_uv_flat(p, ((uint64_t)d << 1) ^ (uint64_t)(d >> 63), pdep);
+}
+
+static inline unsigned char *put_head(tbuf *b, unsigned char *p, int kind, uint64_t seq, uintptr_t addr,
+                                      bool pdep) {
   *p++ = (unsigned char)kind;
-  p = put_sv(p, seq - b->pk_seq);
-  p = put_sv(p, (uint64_t)addr - b->pk_addr);
+  int64_t ds = (int64_t)(seq - b->pk_seq);                /* 1 byte: one thread's next event */
+  p = put_uv(p, ((uint64_t)ds << 1) ^ (uint64_t)(ds >> 63));
+  p = put_sv(p, (uint64_t)addr - b->pk_addr, pdep);
   b->pk_seq = seq;
   b->pk_addr = addr;
   return p;
 }
 
 /* The events themselves, into the open PACKED record at p. */
-static inline void pk_alloc(tbuf *b, unsigned char *p, uintptr_t addr, uint64_t size, ta_tag tag, uint32_t stack,
-                            uint64_t seq, int arena) {
-  unsigned char *q = put_head(b, p, TR_PK_ALLOC | (arena ? TR_PK_ARENA : 0), seq, addr);
+static inline __attribute__((always_inline)) void pk_alloc(tbuf *b, unsigned char *p, uintptr_t addr,
+                                                           uint64_t size, ta_tag tag, uint32_t stack,
+                                                           uint64_t seq, int arena, bool pdep) {
+  unsigned char *q = put_head(b, p, TR_PK_ALLOC | (arena ? TR_PK_ARENA : 0), seq, addr, pdep);
   q = put_uv(q, size);
-  q = put_uv(q, stack);
+  q = put_uv_flat(q, stack, pdep);
   q = put_uv(q, (uint16_t)tag);
   if (arena) q = put_uv(q, (uint8_t)arena);
   b->len += (size_t)(q - p);
 }
 
-static inline void pk_free(tbuf *b, unsigned char *p, uintptr_t addr, uint32_t stack, uint64_t seq) {
-  unsigned char *q = put_head(b, p, TR_PK_FREE, seq, addr);
-  q = put_uv(q, stack);
+static inline __attribute__((always_inline)) void pk_free(tbuf *b, unsigned char *p, uintptr_t addr,
+                                                          uint32_t stack, uint64_t seq, bool pdep) {
+  unsigned char *q = put_head(b, p, TR_PK_FREE, seq, addr, pdep);
+  q = put_uv_flat(q, stack, pdep);
   b->len += (size_t)(q - p);
 }
 
@@ -276,7 +321,7 @@ static TA_NOINLINE void trace_alloc_slow(ta_thread *t, uintptr_t addr, uint64_t 
                                          uint64_t seq, int arena) {
   unsigned char *p = t ? packed_tail(t) : NULL;
   if (p) {
-    pk_alloc(t->trace, p, addr, size, tag, stack, seq, arena);
+    pk_alloc(t->trace, p, addr, size, tag, stack, seq, arena, false);
     return;
   }
   bool g;
@@ -288,7 +333,7 @@ static TA_NOINLINE void trace_alloc_slow(ta_thread *t, uintptr_t addr, uint64_t 
 static TA_NOINLINE void trace_free_slow(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq) {
   unsigned char *p = t ? packed_tail(t) : NULL;
   if (p) {
-    pk_free(t->trace, p, addr, stack, seq);
+    pk_free(t->trace, p, addr, stack, seq, false);
     return;
   }
   bool g;
@@ -301,15 +346,23 @@ void _ta_trace_alloc(ta_thread *t, uintptr_t addr, uint64_t size, ta_tag tag, ui
                      uint64_t seq, int arena) {
   tbuf *b = t ? t->trace : NULL;
   unsigned char *p = packed_room(b);
-  if (TA_LIKELY(p != NULL)) pk_alloc(b, p, addr, size, tag, stack, seq, arena);
-  else trace_alloc_slow(t, addr, size, tag, stack, seq, arena);
+  if (TA_LIKELY(p != NULL)) {
+    if (TA_LIKELY(pk_pdep)) pk_alloc(b, p, addr, size, tag, stack, seq, arena, true);
+    else pk_alloc(b, p, addr, size, tag, stack, seq, arena, false);
+  } else {
+    trace_alloc_slow(t, addr, size, tag, stack, seq, arena);
+  }
 }
 
 void _ta_trace_free(ta_thread *t, uintptr_t addr, uint32_t stack, uint64_t seq) {
   tbuf *b = t ? t->trace : NULL;
   unsigned char *p = packed_room(b);
-  if (TA_LIKELY(p != NULL)) pk_free(b, p, addr, stack, seq);
-  else trace_free_slow(t, addr, stack, seq);
+  if (TA_LIKELY(p != NULL)) {
+    if (TA_LIKELY(pk_pdep)) pk_free(b, p, addr, stack, seq, true);
+    else pk_free(b, p, addr, stack, seq, false);
+  } else {
+    trace_free_slow(t, addr, stack, seq);
+  }
 }
 
 void _ta_trace_device_alloc(ta_thread *t, int device, uintptr_t addr, uint64_t size, ta_tag tag,
@@ -592,6 +645,11 @@ int _ta_trace_fd(void) { return trace_fd; }
 void _ta_trace_open(void) {
   if (_ta_opt.trace == NULL) return;
   exit_only = !_ta_opt.trace_events;
+#if defined(__x86_64__)
+  __builtin_cpu_init();   /* may run in a constructor, before libgcc's own */
+  pk_pdep = __builtin_cpu_supports("bmi2");
+  if (pk_pdep) uv_tables();
+#endif
   open_file();
   if (trace_fd < 0 || exit_only) return;
   struct sigaction sa;

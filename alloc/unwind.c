@@ -66,7 +66,12 @@
  * The walk memo (_ta_unwind_id, the ledger's entry): each thread keeps its
  * recent walks with every word they read from the stack; a walk that
  * starts where a kept one did and finds all its words unchanged takes the
- * kept stack id without walking (see "the walk memo" below).  A walk it
+ * kept stack id without walking (see "the walk memo" below).  It keeps two
+ * walks per set of starts, and eight in a set whose misses keep finding
+ * walks it had and let go (ghosts: a wider set would have answered them),
+ * so that a program that reaches malloc from one start by many routes
+ * (git) is answered and one whose walks are mostly new (a tree of 2^20
+ * stacks) keeps the small memo.  A walk it
  * does not answer walks until it stands where the thread's last walk
  * stood (the same return address at the same stack address), and takes
  * the rest of its frames over when every word the last walk read from
@@ -82,6 +87,9 @@
 #include "internal.h"
 
 #include <sys/mman.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <dlfcn.h>
 #include <dwarf.h>
@@ -1121,16 +1129,49 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * stack pointer, and rbp where the walk uses it), of the rules of the
  * return addresses it meets (fixed while no module is unloaded: rules_gen),
  * and of the words it reads from the stack.  So each thread keeps its
- * recent walks, two for each of 16 sets of stack pointers they started at
- * (the one used last stays): the start, every address read and the word
- * found there, and the stack's id in the depot.  A walk that starts where
- * a kept one did and finds every one of its words unchanged would repeat
- * it step by step, so the kept id is the answer: one comparison per word,
+ * recent walks, in 16 sets by the stack pointer they started at, two ways
+ * a set, or eight in a set that has widened (below; the one used longest
+ * ago goes): the start, every address read and the word found there, and
+ * the stack's id in the depot.  A walk that starts where a kept one did
+ * and finds every one of its words unchanged would repeat it step by
+ * step, so the kept id is the answer: one comparison per word,
  * independent loads where the walk is a chain of dependent ones (pc ->
- * rule -> cfa -> next pc), and no hash and no depot lookup.  A loop that allocates from one call path (the same
- * frames at the same depth) finds its walk here every time.  Any other
- * walk differs in a word, most often one of the first ones read (its
- * caller), and is made and kept in place of its set's other walk.
+ * rule -> cfa -> next pc), and no hash and no depot lookup.  A loop that
+ * allocates from one call path (the same frames at the same depth) finds
+ * its walk here every time.  Any other walk differs in a word, most often
+ * one of the first ones read (its caller), and is made and kept in place
+ * of its set's way used longest ago.
+ *
+ * Two ways or eight.  Two keep a loop that allocates from one or two call
+ * paths at one depth.  Some programs reach malloc from one start (the
+ * same function at the same depth) by many routes that part further out:
+ * git's log by ~20, and two ways kept the walk it needed next for half of
+ * its allocations, eight for 95%.  But eight ways for every set cost the
+ * workloads whose walks are mostly new (the tree, whose every node has a
+ * stack of its own, 40% of its CPU time; mixchurn, whose call paths are
+ * picked at random, about 15%): every walk misses there, and is written
+ * into a way touched less recently, in a memo four times the size.  So a
+ * set widens only where it would have answered more:
+ *
+ * - Each set keeps ghosts: a hash of the start and stack id of each of
+ *   the last MEMO_GHOSTS walks it let go for another.  A walk that misses
+ *   and is kept, and finds its own among them, is one a wider set would
+ *   have answered: it adds MEMO_GAIN to the set's score, and any other
+ *   miss kept takes 1 off.  At MEMO_WIDEN (more than one kept miss in
+ *   five met again, ~8 of them more than the others) the set uses eight
+ *   ways, and keeps every walk it misses (not only while the thread's
+ *   credit lasts, below: it has shown that its walks come back).
+ * - In a wide set a hit on a way that was not one of the two used last
+ *   (a hit that two ways would not have had) adds MEMO_GAIN, and a miss
+ *   takes 1 off; at 0 it uses two ways again (the other six keep what
+ *   they hold, unread, till it widens again).
+ *
+ * On the tree and mixchurn no set widens.  A capture pays for this a tag
+ * and the ways' order read from the set's line, and a kept miss a hash,
+ * eight compares in two and a store; the ghosts and the score move with
+ * the walks kept only, so that a miss not kept (seven in eight, where
+ * walks are mostly new) pays nothing more.  The six more ways of each set
+ * come after the others in the memo, not touched before a set widens.
  *
  * A walk the memo does not answer takes over the outer frames of the
  * thread's last walk where it can (walk_exact), and leaves its own steps
@@ -1140,17 +1181,37 @@ TA_NOINLINE TA_NO_ASAN size_t _ta_unwind(uintptr_t *pcs, size_t max, size_t skip
  * and copying the kept frames cost more instructions and cache misses than
  * the rule lookups they saved.  The last walk is the one that shares the
  * most: cc1's walks take over 16 of their 20 frames from it.) */
-#define MEMO_SLOTS 32
+#define MEMO_SETS      16
+#define MEMO_NARROW    2            /* ways of a set that has not widened */
+#define MEMO_WAYS      8            /* ways of a wide set */
+#define MEMO_GHOSTS    8
+#define MEMO_GAIN      4
+#define MEMO_WIDEN     32
+#define MEMO_SCORE_MAX 64
+#define MEMO_ORDER0    0x76543210u  /* way i at place i */
 
 typedef struct {
   uintptr_t sp0, pc0, bp0;
-  uint32_t  id;                   /* 0: an empty entry */
+  uint32_t  id;
   uint32_t  gen;
   uint16_t  max, skip, nreads;
   uint8_t   mode, needbp;
   walk_stop stop;                 /* where a fast walk stopped (STOP_NONE: elsewhere) */
   walk_read rd[LOG_READS];
 } walk_entry;
+
+/* A set, one cache line: what a lookup reads before a way's entry, and
+ * all a miss reads and writes besides the way it replaces. */
+typedef struct {
+  uint32_t  ghost[MEMO_GHOSTS] __attribute__((aligned(16)));   /* walks seen and not held (memo_ghost); 0: none */
+  uint16_t  tag[MEMO_WAYS];       /* each way's start (memo_tag); 0: an empty way */
+  uint32_t  order;                /* the ways by last use, 4 bits each, the latest lowest */
+  uint16_t  score;                /* 0 to MEMO_SCORE_MAX */
+  uint8_t   ways;                 /* in use: MEMO_NARROW or MEMO_WAYS */
+  uint8_t   gnext;                /* the ghost written next */
+} __attribute__((aligned(64))) walk_set;
+
+_Static_assert(sizeof(walk_set) == 64, "a memo set is one cache line");
 
 #define MEMO_CREDIT_MAX 32
 #define MEMO_KEEP_COST  4
@@ -1160,17 +1221,122 @@ struct ta_walk_memo {
   uint32_t   credit, tick;
   size_t     hits;
   size_t     taken, taken_frames;       /* take-overs of the last walk's frames */
-  uint8_t    mru[MEMO_SLOTS / 2];       /* the way of each set used last */
-  walk_entry e[MEMO_SLOTS];            /* sets of two ways */
+  size_t     widened;                   /* times a set widened */
+  walk_set   set[MEMO_SETS];
   walk_steps last;                      /* the last walk, outermost first */
   walk_steps own;                       /* the walk being made: its own steps */
+  /* way w of set s at e[w * MEMO_SETS + s]: the ways 0 and 1 of every set
+   * first, together, and the six more a set uses once it widens after
+   * them, not touched before */
+  walk_entry e[MEMO_WAYS * MEMO_SETS];
 };
 
-/* Two ways per stack pointer: a program that calls malloc from two call
- * paths at one depth in turn keeps both. */
 static inline size_t memo_set(uintptr_t sp0)
 {
   return (size_t)(((sp0 >> 3) * 0x9E3779B97F4A7C15ull) >> 60);
+}
+
+/* A hash of a walk's start (its stack pointer and caller). */
+static inline uint64_t memo_start(uintptr_t sp0, uintptr_t pc0)
+{
+  return (sp0 ^ (pc0 * 0xC2B2AE3D27D4EB4Full)) * 0x9E3779B97F4A7C15ull;
+}
+
+/* A way's tag: a hint (walks in one set start at stack pointers of one
+ * hash, mostly at one; the head decides). */
+static inline uint16_t memo_tag(uintptr_t sp0, uintptr_t pc0)
+{
+  return (uint16_t)((pc0 ^ (pc0 >> 16) ^ (sp0 >> 3)) | 1u);
+}
+
+/* A walk from that start, to the stack id. */
+static inline uint32_t memo_ghost(uint64_t start, uint32_t id)
+{
+  return (uint32_t)(((start ^ id) * 0xD6E8FEB86659FD93ull) >> 32) | 1u;
+}
+
+static inline walk_entry *memo_way(struct ta_walk_memo *m, size_t si, unsigned w)
+{
+  return &m->e[w * MEMO_SETS + si];
+}
+
+/* order with the way at place moved first. */
+static inline uint32_t order_front(uint32_t order, unsigned place)
+{
+  uint64_t o = order, below = o & ((1ull << (4 * place)) - 1), above = o & (~0ull << (4 * place + 4));
+  return (uint32_t)(above | (below << 4) | ((o >> (4 * place)) & 15u));
+}
+
+/* Is g one of the set's ghosts?  (Eight compares in two.) */
+static inline bool ghost_seen(const walk_set *s, uint32_t g)
+{
+#if defined(__SSE2__)
+  __m128i v = _mm_set1_epi32((int)g);
+  __m128i a = _mm_load_si128((const __m128i *)(const void *)&s->ghost[0]);
+  __m128i b = _mm_load_si128((const __m128i *)(const void *)&s->ghost[4]);
+  return _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi32(a, v), _mm_cmpeq_epi32(b, v))) != 0;
+#else
+  bool seen = false;
+  for (unsigned i = 0; i < MEMO_GHOSTS; i++)
+    seen |= s->ghost[i] == g;
+  return seen;
+#endif
+}
+
+static inline void ghost_add(walk_set *s, uint32_t g)
+{
+  s->ghost[s->gnext] = g;
+  s->gnext = (uint8_t)((s->gnext + 1) % MEMO_GHOSTS);
+}
+
+/* A set's score goes up (gain) or down by a miss; it widens or narrows. */
+static inline void memo_score(struct ta_walk_memo *m, walk_set *s, bool gain)
+{
+  unsigned sc = s->score;
+  if (gain) {
+    sc = sc + MEMO_GAIN < MEMO_SCORE_MAX ? sc + MEMO_GAIN : MEMO_SCORE_MAX;
+  } else {
+    if (sc == 0)
+      return;
+    sc--;
+  }
+  s->score = (uint16_t)sc;
+  if (s->ways == MEMO_NARROW && sc >= MEMO_WIDEN) {
+    s->ways = MEMO_WAYS;
+    m->widened++;
+  }
+}
+
+/* A wide set whose score fell to 0 uses two ways again: the two it used
+ * last, moved into ways 0 and 1, where a set of two ways keeps its walks
+ * (its lookup reads them there, without the order).  Rare: the entries
+ * are swapped a cache line at a time. */
+static TA_NOINLINE void memo_narrow(struct ta_walk_memo *m, size_t si)
+{
+  walk_set *s = &m->set[si];
+  for (unsigned t = 0; t < MEMO_NARROW; t++) {
+    unsigned x = (s->order >> (4 * t)) & 15u;   /* the way at place t */
+    if (x == t)
+      continue;
+    unsigned char *a = (unsigned char *)memo_way(m, si, x), *b = (unsigned char *)memo_way(m, si, t);
+    unsigned char line[64];
+    for (size_t off = 0; off < sizeof(walk_entry); off += sizeof line) {
+      size_t k = sizeof(walk_entry) - off < sizeof line ? sizeof(walk_entry) - off : sizeof line;
+      memcpy(line, a + off, k);
+      memcpy(a + off, b + off, k);
+      memcpy(b + off, line, k);
+    }
+    uint16_t tg = s->tag[x];
+    s->tag[x] = s->tag[t];
+    s->tag[t] = tg;
+    for (unsigned p = 0; p < MEMO_WAYS; p++)   /* way t's walk is in way x now */
+      if (((s->order >> (4 * p)) & 15u) == t) {
+        s->order = (s->order & ~(15u << (4 * p))) | (x << (4 * p));
+        break;
+      }
+    s->order = (s->order & ~(15u << (4 * t))) | (t << (4 * t));
+  }
+  s->ways = MEMO_NARROW;
 }
 
 /* Are all the words e's walk read still there?  From the innermost word
@@ -1220,9 +1386,15 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
   t->walk_memo_busy = 1;
   atomic_signal_fence(memory_order_seq_cst);
   if (TA_UNLIKELY(t->walk_memo == NULL)) {
-    t->walk_memo = _ta_meta_calloc(1, sizeof *t->walk_memo);
-    if (t->walk_memo)
-      t->walk_memo->credit = MEMO_CREDIT_MAX;   /* a new thread keeps its first walks */
+    struct ta_walk_memo *m = _ta_meta_calloc(1, sizeof *m);
+    if (m) {
+      m->credit = MEMO_CREDIT_MAX;   /* a new thread keeps its first walks */
+      for (size_t i = 0; i < MEMO_SETS; i++) {
+        m->set[i].order = MEMO_ORDER0;
+        m->set[i].ways = MEMO_NARROW;
+      }
+    }
+    t->walk_memo = m;
   }
   uint32_t id;
   if (TA_UNLIKELY(t->walk_memo == NULL)) {
@@ -1231,19 +1403,45 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
     uintptr_t sp0 = fp + 2 * sizeof(uintptr_t), bp0 = peek(fp);
     uint32_t gen = atomic_load_explicit(&rules_gen, memory_order_acquire);
     struct ta_walk_memo *m = t->walk_memo;
-    size_t set = memo_set(sp0), way = 0;
+    size_t si = memo_set(sp0);
+    walk_set *s = &m->set[si];
+    uint16_t tag = memo_tag(sp0, ra0);
+    uint32_t order = s->order;
+    unsigned ways = s->ways, place;
     walk_entry *e = NULL;
-    for (; way < 2; way++) {
-      walk_entry *w = &m->e[2 * set + way];
-      if (w->id && w->sp0 == sp0 && w->pc0 == ra0 && w->gen == gen && w->max == max &&
-          w->skip == skip && w->mode == mode && (!w->needbp || w->bp0 == bp0) && memo_same(w)) {
-        e = w;
-        break;
+#define MEMO_MATCH(c)                                                                         \
+    ((c)->sp0 == sp0 && (c)->pc0 == ra0 && (c)->gen == gen && (c)->max == max &&              \
+     (c)->skip == skip && (c)->mode == mode && (!(c)->needbp || (c)->bp0 == bp0) && memo_same(c))
+    if (TA_LIKELY(ways == MEMO_NARROW)) {
+      /* ways 0 and 1 (memo_narrow), the one used last first */
+      unsigned w0 = order & 1u;
+      walk_entry *c0 = &m->e[si], *c1 = &m->e[MEMO_SETS + si], *c;
+      if (s->tag[w0] == tag && (c = w0 ? c1 : c0, MEMO_MATCH(c))) {
+        e = c;
+        place = 0;
+      } else if (s->tag[w0 ^ 1u] == tag && (c = w0 ? c0 : c1, MEMO_MATCH(c))) {
+        e = c;
+        place = 0;                   /* moved first here: the two swap */
+        s->order = order ^ 0x11u;
+      }
+    } else {
+      for (place = 0; place < ways; place++) {
+        unsigned w = (order >> (4 * place)) & 15u;
+        walk_entry *c = memo_way(m, si, w);
+        if (s->tag[w] == tag && MEMO_MATCH(c)) {
+          e = c;
+          break;
+        }
       }
     }
+#undef MEMO_MATCH
     if (e) {
       id = e->id;
-      m->mru[set] = (uint8_t)way;
+      if (place > 0) {
+        s->order = order_front(order, place);
+        if (place >= MEMO_NARROW)    /* a hit that two ways would not have had */
+          memo_score(m, s, true);
+      }
       m->hits++;
       if (m->credit < MEMO_CREDIT_MAX)
         m->credit++;
@@ -1251,13 +1449,16 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
       /* Keeping a walk costs two stores per word read: worth it where
        * walks repeat, not where nine in ten are new (cc1).  Every miss is
        * kept while hits earn credit; else one in MEMO_KEEP_EVERY.  It
-       * goes in place of the way not used last. */
-      way = m->mru[set] ^ 1u;
-      e = &m->e[2 * set + way];
-      bool keep = m->credit > 0 || (++m->tick & (MEMO_KEEP_EVERY - 1)) == 0;
+       * goes in place of the way used longest ago (an empty one, while a
+       * set that has widened fills: they come last). */
+      place = ways - 1;
+      unsigned w = (order >> (4 * place)) & 15u;
+      e = memo_way(m, si, w);
+      bool keep = ways == MEMO_WAYS || m->credit > 0 || (++m->tick & (MEMO_KEEP_EVERY - 1)) == 0;
       if (m->credit > 0)
         m->credit = m->credit > MEMO_KEEP_COST ? m->credit - MEMO_KEEP_COST : 0;
       size_t n;
+      uint32_t gone = 0;             /* the walk the way held, a ghost now */
       walk_log log = { 0, false, e->rd, { STOP_NONE, 0, 0, 0 } };
       /* Each walk is left for the next one to take over (last); the
        * walk's reads, its own and those taken over, are what the memo
@@ -1268,7 +1469,9 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         last->gen = gen;
       }
       if (keep) {
-        e->id = 0;                /* the new walk goes straight into the slot */
+        if (s->tag[w])
+          gone = memo_ghost(memo_start(e->sp0, e->pc0), e->id);
+        s->tag[w] = 0;            /* the new walk goes straight into the way */
         n = unwind_from(pcs, max, skip, mode, ra0, fp, &log, rec, last);
       } else {
         n = unwind_from(pcs, max, skip, mode, ra0, fp, NULL, rec, last);
@@ -1278,20 +1481,38 @@ TA_NOINLINE TA_NO_ASAN uint32_t _ta_unwind_id(size_t max, size_t skip, int mode)
         m->taken_frames += rec->took;
       }
       id = _ta_depot_put(pcs, n);
-      if (keep && id != 0 && log.n <= LOG_READS) {
-        e->sp0 = sp0;
-        e->pc0 = ra0;
-        e->bp0 = bp0;
-        e->gen = gen;
-        e->max = (uint16_t)max;
-        e->skip = (uint16_t)skip;
-        e->mode = (uint8_t)mode;
-        e->needbp = log.needbp;
-        e->nreads = (uint16_t)log.n;
-        e->stop = log.stop;
-        e->id = id;
-        m->mru[set] = (uint8_t)way;
+      if (keep && id != 0) {
+        /* a set's score, and its ghosts, move with the walks it keeps */
+        uint32_t g = memo_ghost(memo_start(sp0, ra0), id);
+        bool seen = ghost_seen(s, g);
+        if (seen || s->score)
+          memo_score(m, s, seen && ways == MEMO_NARROW);
+        if (log.n <= LOG_READS) {
+          e->sp0 = sp0;
+          e->pc0 = ra0;
+          e->bp0 = bp0;
+          e->gen = gen;
+          e->max = (uint16_t)max;
+          e->skip = (uint16_t)skip;
+          e->mode = (uint8_t)mode;
+          e->needbp = log.needbp;
+          e->nreads = (uint16_t)log.n;
+          e->stop = log.stop;
+          e->id = id;
+          s->tag[w] = tag;
+          s->order = order_front(order, place);
+          if (seen)               /* held again */
+            for (unsigned i = 0; i < MEMO_GHOSTS; i++)
+              if (s->ghost[i] == g)
+                s->ghost[i] = 0;
+        }
+        if (gone == g)
+          gone = 0;               /* the same walk, some other word changed */
       }
+      if (gone)
+        ghost_add(s, gone);
+      if (TA_UNLIKELY(ways == MEMO_WAYS && s->score == 0))
+        memo_narrow(m, si);
     }
   }
   atomic_signal_fence(memory_order_seq_cst);
@@ -1310,4 +1531,17 @@ size_t _ta_unwind_memo_hits(void)
 {
   ta_thread *t = _ta_self;
   return t && t->walk_memo ? t->walk_memo->hits : 0;
+}
+
+size_t _ta_unwind_memo_wide(size_t *widened)
+{
+  ta_thread *t = _ta_self;
+  size_t wide = 0;
+  *widened = 0;
+  if (t && t->walk_memo) {
+    for (size_t i = 0; i < MEMO_SETS; i++)
+      wide += t->walk_memo->set[i].ways == MEMO_WAYS;
+    *widened = t->walk_memo->widened;
+  }
+  return wide;
 }

@@ -61,6 +61,8 @@ report_trace *report_trace_open(const char *path, char *err, size_t errlen);
  * otherwise. */
 report_trace *report_trace_open_mem(const void *data, size_t size, const char *name,
                                     char *err, size_t errlen);
+/* Lets go of t; a model of report_trace_model_read_records may keep it
+ * (and its mapping) until that model is freed. */
 void          report_trace_close(report_trace *t);
 
 const tr_file_header *report_trace_header(const report_trace *t);
@@ -303,7 +305,12 @@ int                 report_trace_model_replay(report_trace_model *m, const repor
  * caller that needs the events only when the records say so (no clean
  * exit, no SUMMARY, marks): it reads the trace again with
  * report_trace_model_read then.  Not to be replayed: report_trace_model_replay
- * of such a model returns -1. */
+ * of such a model returns -1.  Its FRAME records are only marked said
+ * (late_stacks counts as ever) and read on the first
+ * report_trace_model_stack, when the trace owns its bytes (a file, or
+ * report_trace_open_mem's copy of an unaligned buffer): the model then
+ * holds the trace until it is freed, and report_trace_close may come
+ * first.  A clean exit's report that needs no stack reads none. */
 report_trace_model *report_trace_model_read_records(const report_trace *t);
 void                report_trace_model_free(report_trace_model *m);
 

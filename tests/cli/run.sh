@@ -64,6 +64,15 @@ hasnt "text: no colour when stderr is no terminal" err $'\033['
 pid=$(sed -n 's/^==\([0-9]*\)== tagalloc: no leaks, no errors.*/\1/p' err)
 has "text: the still-reachable line when nothing leaked" err "==$pid== tagalloc: still reachable at exit: 3,000,000 bytes in 3 blocks (not leaks: pointers to them remain)"
 
+# The tool reads a clean exit's trace by its records, and the FRAME
+# records only when something asks for a stack (reports/trace_read.c): a
+# leak: suppression and --folded, in full mode, still see the leak's stack
+printf 'leak:main\n' > main.supp
+"$ta" run -q --check=full --suppressions main.supp --error-exitcode 9 -- "$held" > out 2> err; rc=$?
+expect "full mode: a leak: suppression matches the leak's stack (exit 0, not 9)" "0" "$rc"
+"$ta" run -q --check=full --folded - -- "$held" > out 2> err
+expect "full mode: --folded has the leak's stack" "main 1234567" "$(grep -oE '[^;]+ [0-9]+$' out)"
+
 # report: --folded - is the file's content, --html - the page, -q no text
 "$ta" run -q --trace t.trace -- "$held" > /dev/null 2>&1
 "$ta" report -q t.trace --folded f.folded > out 2> err

@@ -4,8 +4,10 @@
  * exact: stacks that share their outer frames share those frames' nodes,
  * one node per frame not shared; the same frames give the same id and any
  * other frames, or fewer of them, another; an id reads back its frames;
- * two nodes whose path hashes are equal (the index's tag) stay apart; and
- * the depot's memory is 12 bytes a node and 8 an index slot; the frames
+ * two nodes whose path hashes are equal stay apart; the depot's memory is
+ * 8 bytes a node (its return address a number in a table of the distinct
+ * ones) and 4 an index slot, and every stack is found again after the
+ * index was rebuilt bigger; the frames
  * inside a frame made now are made without a lookup, once each, also when
  * threads put the same new stacks at once.  (The depot
  * under millions of real stacks and racing threads: tests/stress/test_depot.c.) */
@@ -163,25 +165,66 @@ static void test_same_path_hash(void **state) {
   assert_int_equal(_ta_depot_nodes() - nodes, 4);
 }
 
-/* 12 bytes a node, 8 an index slot, the index at most 7/8 full and at
- * least 7/16 past its first size: the tree workload's 2.1M nodes are 25 MB
- * of nodes and 32 MB of index. */
+/* 8 bytes a node, 4 an index slot, the index at most 7/8 full and at
+ * least 7/16 past its first size: the tree workload's 2.1M nodes are 17 MB
+ * of nodes and 16 MB of index.  The index grew from 2^12 slots to 2^17 on
+ * the way, each time rebuilt from the nodes: every stack is found again. */
 static void test_bytes(void **state) {
   (void)state;
   const uintptr_t base = 0x5500000000ull;
-  uintptr_t pcs[2];
+  uintptr_t pcs[2], got[3];
+  size_t nodes0 = _ta_depot_nodes();
+  uint32_t first = 0, last = 0;
   for (size_t k = 0; k < 60000; k++) {          /* 60,000 + 600 nodes more */
     pcs[0] = base + 16 * k;
     pcs[1] = base + 0x10000000 + 16 * (k / 100);
-    assert_true(_ta_depot_put(pcs, 2) != 0);
+    last = _ta_depot_put(pcs, 2);
+    assert_true(last != 0);
+    if (k == 0) first = last;
   }
   size_t ib, nb = _ta_depot_bytes(&ib), nodes = _ta_depot_nodes();
-  assert_int_equal(nb, 12 * nodes);
-  size_t slots = ib / 8;
-  assert_int_equal(ib % 8, 0);
+  assert_int_equal(nodes - nodes0, 60600);
+  assert_int_equal(nb, 8 * nodes);
+  size_t slots = ib / 4;
+  assert_int_equal(ib % 4, 0);
   assert_int_equal(slots & (slots - 1), 0);      /* a power of two */
   assert_true(nodes * 8 <= slots * 7);
   assert_true(nodes * 16 > slots * 7);           /* it doubled only when 7/8 full */
+  /* the same stacks again, in another order: the same ids, no node */
+  for (size_t k = 60000; k-- > 0;) {
+    pcs[0] = base + 16 * k;
+    pcs[1] = base + 0x10000000 + 16 * (k / 100);
+    uint32_t id = _ta_depot_put(pcs, 2);
+    if (k == 0) assert_int_equal(id, first);
+    if (k == 59999) assert_int_equal(id, last);
+    assert_int_equal(_ta_depot_get(id, got, 3), 2);
+    assert_memory_equal(got, pcs, sizeof pcs);
+  }
+  assert_int_equal(_ta_depot_nodes(), nodes);
+}
+
+/* Nodes name their return addresses by number: stacks of a binary tree
+ * built recursively (2^12 stacks of 12 frames below a shared outer frame,
+ * each frame one of two call sites) are 2^13 - 1 nodes over 3 addresses,
+ * each address stored once, and read back whole. */
+static void test_few_addresses(void **state) {
+  (void)state;
+  const uintptr_t outer = 0x5a00000000ull, site[2] = { 0x5a00000100ull, 0x5a00000200ull };
+  enum { DEPTH = 12 };
+  uintptr_t pcs[DEPTH + 1], got[DEPTH + 2];
+  size_t nodes = _ta_depot_nodes(), addrs = _ta_depot_addrs();
+  pcs[DEPTH] = outer;
+  for (int round = 0; round < 2; round++) {
+    for (uint32_t k = 0; k < 1u << DEPTH; k++) {
+      for (int f = 0; f < DEPTH; f++) pcs[f] = site[k >> f & 1];   /* innermost first */
+      uint32_t id = _ta_depot_put(pcs, DEPTH + 1);
+      assert_true(id != 0);
+      assert_int_equal(_ta_depot_get(id, got, DEPTH + 2), DEPTH + 1);
+      assert_memory_equal(got, pcs, sizeof pcs);
+    }
+    assert_int_equal(_ta_depot_nodes() - nodes, (1u << (DEPTH + 1)) - 1);
+    assert_int_equal(_ta_depot_addrs() - addrs, 3);
+  }
 }
 
 /* The thread's memo of whole stacks is used while it answers: stacks that
@@ -291,6 +334,7 @@ int main(void) {
     cmocka_unit_test(test_same_and_different),
     cmocka_unit_test(test_same_path_hash),
     cmocka_unit_test(test_bytes),
+    cmocka_unit_test(test_few_addresses),
     cmocka_unit_test(test_memo_credit),
     cmocka_unit_test(test_new_frames_made),
     cmocka_unit_test(test_new_frames_threads),

@@ -68,6 +68,30 @@ static int child_trace(void) {
   exit(0);
 }
 
+/* The writer's packed events with values of every varint length, written
+ * straight with _ta_trace_alloc and _ta_trace_free (the ledger would not
+ * allocate most of these sizes): 1 to 10 bytes, the lengths where the
+ * writer's PDEP encoding and its loop meet (2^56), addresses whose deltas
+ * go both ways and wrap.  test_encoding reads them back. */
+static const uint64_t g_enc_vals[] = {
+  0, 1, 127, 128, 16383, 16384, (1ull << 21) - 1, 1ull << 21, 1ull << 28, (1ull << 35) + 5, (1ull << 42) - 1,
+  1ull << 49, (1ull << 56) - 1, 1ull << 56, (1ull << 63) + 12345, UINT64_MAX,
+};
+#define ENC_N (sizeof g_enc_vals / sizeof *g_enc_vals)
+#define ENC_SEQ (1ull << 50)
+static uint64_t enc_addr(size_t i) { return g_enc_vals[(i * 7 + 3) % ENC_N] ^ (0x10 * i); }
+static uint32_t enc_stack(size_t i) { return (uint32_t)(g_enc_vals[i] >> (i % 3 == 2 ? 32 : 0)); }
+
+static int child_encode(void) {
+  ta_tag tag = ta_tag_get("t.enc");
+  ta_thread *t = _ta_thread();
+  for (size_t i = 0; i < ENC_N; i++) {
+    _ta_trace_alloc(t, (uintptr_t)enc_addr(i), g_enc_vals[i], tag, enc_stack(i), ENC_SEQ + 3 * i, (int)(i & 1));
+    _ta_trace_free(t, (uintptr_t)enc_addr(ENC_N - 1 - i), enc_stack(ENC_N - 1 - i), ENC_SEQ + 3 * i + 1);
+  }
+  exit(0);
+}
+
 /* n blocks of "t.k" of sizes 1..n, all kept; then killed (no exit, no
  * signal flush) or aborted (the fatal-signal flush). */
 static int child_die(int n, int sig) {
@@ -249,6 +273,52 @@ static int remove_clean_trace(void **state) {
 }
 
 /* ---- the traced program, read back ---------------------------------------------- */
+
+/* child_encode's events, read back value for value. */
+static void test_encoding(void **state) {
+  (void)state;
+  char path[64];
+  temp_path(path, sizeof path, "encode");
+  int st = spawn("child-encode", path, NULL, NULL);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char err[512];
+  report_trace *t = report_trace_open(path, err, sizeof err);
+  assert_non_null(t);
+  report_trace_iter it;
+  report_trace_rec r;
+  report_trace_iter_init(&it, t);
+  size_t allocs = 0, frees = 0;
+  while (report_trace_next(&it, &r)) {
+    if (r.type == TR_ALLOC) {
+      tr_alloc a;
+      memcpy(&a, r.payload, sizeof a);
+      if (a.seq < ENC_SEQ) continue;
+      size_t i = (size_t)(a.seq - ENC_SEQ) / 3;
+      assert_int_equal(a.seq, ENC_SEQ + 3 * i);
+      assert_int_equal(a.size, g_enc_vals[i]);
+      assert_int_equal(a.addr, enc_addr(i));
+      assert_int_equal(a.stack, enc_stack(i));
+      assert_int_equal(a.arena, i & 1);
+      assert_int_equal(i, allocs);
+      allocs++;
+    } else if (r.type == TR_FREE) {
+      tr_free f;
+      memcpy(&f, r.payload, sizeof f);
+      if (f.seq < ENC_SEQ) continue;
+      size_t i = (size_t)(f.seq - ENC_SEQ) / 3;
+      assert_int_equal(f.seq, ENC_SEQ + 3 * i + 1);
+      assert_int_equal(f.addr, enc_addr(ENC_N - 1 - i));
+      assert_int_equal(f.stack, enc_stack(ENC_N - 1 - i));
+      assert_int_equal(i, frees);
+      frees++;
+    }
+  }
+  assert_false(it.damaged);
+  assert_int_equal(allocs, ENC_N);
+  assert_int_equal(frees, ENC_N);
+  report_trace_close(t);
+  unlink(path);
+}
 
 static void test_exact_counts(void **state) {
   (void)state;
@@ -1140,6 +1210,185 @@ static void test_model_frames(void **state) {
   free(b.p);
 }
 
+/* Runs of FRAME records (the writer puts each flush's new nodes in one),
+ * which the model reads without the round through report_trace_next: an
+ * id said twice inside a run keeps the first, a padded FRAME (32 bytes)
+ * and a record of another type end a run and the next one starts after
+ * them, and a FRAME whose parent is not below it is damage at its own
+ * offset, with the records before it counted as the iterator counts them. */
+static void test_model_frame_runs(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_frame(&b, 1, 0, 0x401000);
+  rec_frame(&b, 2, 1, 0x402000);
+  uint64_t off3 = rec_frame(&b, 3, 2, 0x403000);
+  rec_frame(&b, 4, 3, 0x404000);
+  rec_frame(&b, 3, 1, 0x409000);                    /* said again inside the run: the first stays */
+  unsigned char padded[24] = { 0 };
+  tr_frame f5 = { .id = 5, .parent = 4, .pc = 0x405000 };
+  memcpy(padded, &f5, sizeof f5);
+  rec(&b, TR_FRAME, padded, sizeof padded, 0);      /* 32 bytes: read by the iterator */
+  rec_frame(&b, 6, 5, 0x406000);
+  rec_alloc(&b, 1, 0x1000, 10, 6, 1);
+  rec_alloc(&b, 2, 0x2000, 10, 8, 1);               /* 8 is said after it: late */
+  rec_frame(&b, 7, 6, 0x407000);
+  rec_frame(&b, 8, 7, 0x408000);
+  uint64_t bad = rec_frame(&b, 9, 9, 0x40a000);     /* its parent is not below it */
+  rec_frame(&b, 10, 8, 0x40b000);
+
+  report_trace_iter it;
+  size_t yielded = read_bytes(&b, &it);
+  assert_int_equal(yielded, 11);
+  assert_true(it.damaged);
+  assert_int_equal(it.damage_offset, bad);
+
+  char err[512];
+  report_trace *t = report_trace_open_mem(b.p, b.len, "made.trace", err, sizeof err);
+  assert_non_null(t);
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  assert_true(m->damaged);
+  assert_int_equal(m->damage_offset, bad);
+  assert_int_equal(m->records, it.records);
+  assert_string_equal(strstr(m->damage, "a FRAME record"), strstr(it.message, "a FRAME record"));
+  assert_int_equal(m->allocs, 2);
+  assert_int_equal(m->late_stacks, 1);
+  const report_trace_stack *s3 = report_trace_model_stack(m, 3);
+  assert_non_null(s3);
+  assert_int_equal(s3->n, 3);
+  assert_int_equal(s3->frames[0], 0x403000);
+  assert_int_equal(s3->offset, off3);
+  const report_trace_stack *s8 = report_trace_model_stack(m, 8);
+  assert_non_null(s8);
+  assert_int_equal(s8->n, 8);
+  static const uint64_t want8[] = { 0x408000, 0x407000, 0x406000, 0x405000, 0x404000, 0x403000, 0x402000, 0x401000 };
+  for (size_t i = 0; i < 8; i++) assert_int_equal(s8->frames[i], want8[i]);
+  assert_null(report_trace_model_stack(m, 9));
+  assert_null(report_trace_model_stack(m, 10));     /* after the damage */
+  report_trace_model_free(m);
+  report_trace_close(t);
+  free(b.p);
+}
+
+/* A run of FRAME records longer than the reader's 4 MiB window over a
+ * mapped file (the pages behind it are given back as it goes): every node
+ * is read, and a stack from the far end has all its frames. */
+static void test_model_frame_run_long(void **state) {
+  (void)state;
+  enum { NODES = 200000 };                          /* 4.8 MB of FRAME records */
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  for (uint32_t id = 1; id <= NODES; id++) rec_frame(&b, id, id / 2, 0x400000 + 16 * (uint64_t)id);
+  rec_alloc(&b, 1, 0x1000, 10, NODES, 1);
+  char path[64];
+  temp_path(path, sizeof path, "frames");
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b.p, 1, b.len, f), b.len);
+  assert_int_equal(fclose(f), 0);
+  char err[512];
+  report_trace *t = report_trace_open(path, err, sizeof err);
+  assert_non_null(t);
+  report_trace_model *m = report_trace_model_build(t);
+  assert_non_null(m);
+  assert_false(m->damaged);
+  assert_int_equal(m->records, NODES + 1);
+  assert_int_equal(m->late_stacks, 0);
+  const report_trace_stack *s = report_trace_model_stack(m, NODES);
+  assert_non_null(s);
+  size_t n = 0;
+  for (uint32_t id = NODES; id != 0; id /= 2) {
+    assert_true(n < s->n);
+    assert_int_equal(s->frames[n], 0x400000 + 16 * (uint64_t)id);
+    n++;
+  }
+  assert_int_equal(s->n, n);
+  report_trace_model_free(m);
+  report_trace_close(t);
+  unlink(path);
+  free(b.p);
+}
+
+/* report_trace_model_read_records of a file: its FRAME records are only
+ * marked said, and read when a stack is first asked for, after the trace
+ * was closed too.  Every stack is the one a whole read gives: an id said
+ * twice (by FRAME or STACK records, either first) keeps the first, a
+ * large id's chain runs through small ones, late stacks count the same;
+ * and a damaged file's nodes stop at the damage. */
+static void test_model_frames_lazy(void **state) {
+  (void)state;
+  bytes b = file_start(TR_MAGIC, TR_VERSION);
+  rec_frame(&b, 1, 0, 0x401000);
+  rec_frame(&b, 2, 1, 0x402000);
+  rec_frame(&b, 3, 2, 0x403000);
+  rec_stack(&b, 3, 2, 2);                           /* a STACK after a FRAME of its id: the FRAME stays */
+  rec_stack(&b, 5, 3, 3);                           /* a STACK first: it stays */
+  rec_frame(&b, 5, 1, 0x405000);
+  rec_alloc(&b, 1, 0x1000, 10, 7, 1);               /* late */
+  rec_alloc(&b, 2, 0x2000, 10, 0x40000001, 1);      /* late, a large id */
+  rec_frame(&b, 7, 3, 0x407000);
+  rec_frame(&b, 3, 1, 0x409000);                    /* said again: the first stays */
+  rec_frame(&b, 0x40000000, 7, 0x40a000);           /* a large id from small ones */
+  rec_frame(&b, 0x40000001, 0x40000000, 0x40b000);
+  rec_alloc(&b, 3, 0x3000, 10, 0x40000001, 1);
+  rec_frame(&b, 8, 7, 0x408000);
+  rec_frame(&b, 14, 12, 0x40e000);                  /* its parent is said after it: a depth of 1 */
+  rec_frame(&b, 12, 8, 0x40f000);
+  uint64_t bad = rec_frame(&b, 9, 9, 0x40c000);
+  rec_frame(&b, 10, 8, 0x40d000);
+  char path[64];
+  temp_path(path, sizeof path, "lazy");
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b.p, 1, b.len, f), b.len);
+  assert_int_equal(fclose(f), 0);
+  char err[512];
+  report_trace *tw = report_trace_open(path, err, sizeof err);
+  report_trace *tl = report_trace_open(path, err, sizeof err);
+  assert_non_null(tw);
+  assert_non_null(tl);
+  report_trace_model *w = report_trace_model_build(tw);
+  report_trace_model *l = report_trace_model_read_records(tl);
+  assert_non_null(w);
+  assert_non_null(l);
+  report_trace_close(tl);                           /* the lazy model keeps what it needs */
+  unlink(path);
+  assert_true(l->damaged);
+  assert_int_equal(l->damage_offset, bad);
+  assert_int_equal(l->records, w->records);
+  assert_int_equal(l->late_stacks, 2);
+  assert_int_equal(l->late_stacks, w->late_stacks);
+  static const uint32_t ids[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 0x40000000, 0x40000001, 0x40000002 };
+  for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+    const report_trace_stack *x = report_trace_model_stack(w, ids[i]);
+    const report_trace_stack *y = report_trace_model_stack(l, ids[i]);
+    if (x == NULL) {
+      assert_null(y);
+      continue;
+    }
+    assert_non_null(y);
+    assert_int_equal(y->id, x->id);
+    assert_int_equal(y->n, x->n);
+    assert_int_equal(y->offset, x->offset);
+    for (size_t k = 0; k < x->n; k++) assert_int_equal(y->frames[k], x->frames[k]);
+  }
+  const report_trace_stack *s3 = report_trace_model_stack(l, 3);
+  assert_int_equal(s3->n, 3);
+  assert_int_equal(s3->frames[0], 0x403000);
+  assert_int_equal(report_trace_model_stack(l, 5)->n, 3);           /* the STACK record's 3 frames */
+  const report_trace_stack *far = report_trace_model_stack(l, 0x40000001);
+  assert_int_equal(far->n, 6);
+  assert_int_equal(far->frames[2], 0x407000);
+  assert_int_equal(far->frames[5], 0x401000);
+  assert_int_equal(report_trace_model_stack(l, 8)->n, 5);
+  assert_int_equal(report_trace_model_stack(l, 14)->n, 1);
+  assert_int_equal(report_trace_model_stack(l, 12)->n, 6);
+  assert_null(report_trace_model_stack(l, 10));     /* after the damage */
+  report_trace_model_free(l);
+  report_trace_model_free(w);
+  report_trace_close(tw);
+  free(b.p);
+}
+
 /* ---- the replay of several threads: merged, checked against a plain sort ------------ */
 
 /* The replay done the plain way, apart from the reader's: every ALLOC,
@@ -1625,6 +1874,7 @@ int main(int argc, char **argv) {
   if (argc >= 4 && strcmp(argv[1], "child-kill") == 0) return child_die(atoi(argv[3]), SIGKILL);
   if (argc >= 4 && strcmp(argv[1], "child-abort") == 0) return child_die(atoi(argv[3]), SIGABRT);
   if (argc >= 3 && strcmp(argv[1], "child-handoff") == 0) return child_handoff();
+  if (argc >= 3 && strcmp(argv[1], "child-encode") == 0) return child_encode();
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_exact_counts),
     cmocka_unit_test(test_record_order),
@@ -1637,9 +1887,13 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_header_errors),
     cmocka_unit_test(test_damage_kinds),
     cmocka_unit_test(test_packed_events),
+    cmocka_unit_test(test_encoding),
     cmocka_unit_test(test_unknown_types_skipped),
     cmocka_unit_test(test_model_replay),
     cmocka_unit_test(test_model_frames),
+    cmocka_unit_test(test_model_frame_runs),
+    cmocka_unit_test(test_model_frame_run_long),
+    cmocka_unit_test(test_model_frames_lazy),
     cmocka_unit_test(test_threads_order),
     cmocka_unit_test(test_merge_made),
     cmocka_unit_test(test_merge_window),

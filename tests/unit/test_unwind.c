@@ -346,6 +346,121 @@ static void test_memo_fast(void **state) {
   child_says("memo-fast", "TAGALLOC_UNWIND=fast", "hits=9 three=0 two=4 same=1 differ=1 bad=0 data=9 follow=1\n");
 }
 
+/* A set of the memo widens where it would answer more: a recursion like
+ * climb's, all of one function with two call sites, so that each of its
+ * 2^depth paths is a walk of its own from one start (leaf's stack pointer
+ * and caller are the same on all of them). */
+static volatile int fan_sink;                /* two call sites, two return addresses */
+
+NOIPA static void fan(int depth, unsigned path, memo_probe *p) {
+  volatile int pad = depth;
+  if (depth == 0) {
+    leaf(p);
+  } else if ((path >> (depth - 1)) & 1) {
+    fan(depth - 1, path, p);                  /* call site 1 */
+    fan_sink = 1;
+  } else {
+    fan(depth - 1, path, p);                  /* call site 2 */
+    fan_sink = 2;
+  }
+  KEEP();
+  (void)pad;
+}
+
+/* One call site for every path: its stack id, checked against a fresh walk. */
+NOIPA static uint32_t fan_one(unsigned path, memo_probe *p, int *bad) {
+  fan(10, path, p);
+  KEEP();
+  if (probe_check(p, 10) < 0) (*bad)++;
+  return p->id;
+}
+
+/* In a thread of its own: forty calls on path 0 (the memo answers 39 and
+ * earns the credit to keep the next walks); then paths 1 to 8 in turn,
+ * twelve rounds.  Two ways answer few of those (each path was let go
+ * before it comes again), but from the second round on each miss the set
+ * keeps (while the credit lasts, then one in eight) finds the walk it
+ * makes among the set's ghosts, the walks it let go: the set widens, once
+ * ("widened=1"), keeps every miss from then on, fills its eight ways, and
+ * answers every call of the last two rounds ("last=16"), each with the
+ * path's own stack ("same=1").  Then paths met once each (as the tree's
+ * nodes are), none answered ("new=0"), none a ghost: each takes 1 off the
+ * score, and within 600 of them the set uses two ways again ("wide=0"),
+ * not having widened again ("widened=1").  The two walks it used last,
+ * moved into the two ways it uses now, answer the same paths again with
+ * the same stacks ("again=2,2").  "bad=0": every stack is the fresh
+ * walk's. */
+/* After the rounds: new paths from k = 9 on until the set narrows (or
+ * 600 of them), then (redo 1 and 2) the last two of them again.  The
+ * paths come from these two (the compiler cannot make the loop that
+ * calls them two loops, two call sites of fan_one). */
+typedef struct {
+  unsigned k, redo;
+  uint32_t last2[2];
+  size_t   wide, widened, h2;
+  int      again, done;
+} widen_walk;
+
+NOIPA static unsigned widen_path(const widen_walk *st) {
+  return st->redo ? st->k - 3 + st->redo : st->k;
+}
+
+NOIPA static void widen_next(widen_walk *st, uint32_t id) {
+  unsigned path = widen_path(st);
+  if (st->redo) {
+    st->again += id == st->last2[path % 2];
+    st->done = ++st->redo == 3;
+  } else {
+    st->last2[path % 2] = id;
+    st->wide = _ta_unwind_memo_wide(&st->widened);
+    if (++st->k == 609 || st->wide == 0) {
+      st->redo = 1;
+      st->h2 = _ta_unwind_memo_hits();
+    }
+  }
+}
+
+static void *widen_thread(void *arg) {
+  char *out = arg;
+  memo_probe p;
+  int bad = 0, same = 1;
+  uint32_t ids[9] = { 0 };
+  ta_free(ta_alloc(T, 8));                    /* the thread's ledger state, its memo */
+  for (int i = 0; i < 40; i++) fan_one(0, &p, &bad);
+  size_t h0 = 0;
+  for (int round = 0; round < 12; round++) {
+    if (round == 10) h0 = _ta_unwind_memo_hits();
+    for (unsigned k = 1; k <= 8; k++) {
+      uint32_t id = fan_one(k, &p, &bad);
+      if (ids[k] != 0 && ids[k] != id) same = 0;
+      ids[k] = id;
+    }
+  }
+  size_t h1 = _ta_unwind_memo_hits(), widened1;
+  size_t wide1 = _ta_unwind_memo_wide(&widened1);
+  widen_walk st = { .k = 9, .wide = wide1, .widened = widened1 };
+  while (!st.done) widen_next(&st, fan_one(widen_path(&st), &p, &bad));
+  size_t h3 = _ta_unwind_memo_hits();
+  snprintf(out, 128, "widened=%zu wide=%zu last=%zu same=%d new=%zu wide=%zu widened=%zu again=%d,%zu bad=%d",
+           widened1, wide1, h1 - h0, same, st.h2 - h1, st.wide, st.widened, st.again, h3 - st.h2, bad);
+  return NULL;
+}
+
+static void widen_run(char *out) { thread_run(widen_thread, out); }
+
+static void test_memo_widens(void **state) {
+  (void)state;
+  char out[128];
+  widen_run(out);
+  assert_string_equal(out, "widened=1 wide=1 last=16 same=1 new=0 wide=0 widened=1 again=2,2 bad=0");
+}
+
+static void test_memo_widens_fast(void **state) {
+  (void)state;
+  child_says("memo-widen", "TAGALLOC_UNWIND=fast",
+             "widened=1 wide=1 last=16 same=1 new=0 wide=0 widened=1 again=2,2 bad=0\n");
+}
+
 /* ---- taking over the last walk's frames ---------------------------------- */
 
 /* A recursion that goes down one of two call sites at each level (as a
@@ -554,6 +669,7 @@ int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) {
     if (strcmp(argv[2], "fast-stack-rbp") == 0) return child_fast_stack_rbp();
     if (strcmp(argv[2], "memo-fast") == 0) return child_prints(memo_run);
+    if (strcmp(argv[2], "memo-widen") == 0) return child_prints(widen_run);
     if (strcmp(argv[2], "take-short") == 0) return child_prints(take_run);
     return 2;
   }
@@ -565,6 +681,8 @@ int main(int argc, char **argv) {
     cmocka_unit_test(test_fast_stops_at_stack_address),
     cmocka_unit_test(test_memo_exact),
     cmocka_unit_test(test_memo_fast),
+    cmocka_unit_test(test_memo_widens),
+    cmocka_unit_test(test_memo_widens_fast),
     cmocka_unit_test(test_take_over),
     cmocka_unit_test(test_take_over_short),
     cmocka_unit_test(test_take_over_deep),
