@@ -13,11 +13,12 @@
  * (scan_link_maps), every thread's stack from its stack
  * pointer up (the main thread's to the end of its mapping, argv, environ
  * and the auxiliary vector included: thread.c's stack_bounds), its registers,
- * and its static TLS (less the ledger's and jemalloc's blocks) and thread
- * descriptor.  At the end of a process image the scanning thread's stack
- * and registers are the program's where it stopped (see "where the program
- * stopped" below), never the frames of the ending path under it.  Other threads are stopped with a
- * signal while the roots and blocks are read; every root range is clipped to
+ * its static TLS (less the ledger's and jemalloc's blocks), thread
+ * descriptor and DTV (scan_dtv: where dlopen()ed libraries' TLS blocks
+ * are).  At the end of a process image the scanning thread's stack and
+ * registers are the program's where it stopped (see "where the program
+ * stopped" below), never the frames of the ending path under it.  Other
+ * threads are stopped with a signal while the roots and blocks are read; every root range is clipped to
  * the readable mappings of /proc/self/maps, so the scan never faults.
  *
  * While threads are stopped the scanner takes no lock that a stopped thread
@@ -108,6 +109,9 @@ typedef struct {
   int tid;
   uintptr_t sp, tp;
   uintptr_t regs[NGREG];
+  uintptr_t stack_lo, stack_hi;           /* the thread's stack (0: not known) */
+  uintptr_t alt_lo, alt_hi;               /* its alternate signal stack, when sp is on it */
+  uintptr_t left_sp;                      /* where it left its own stack (thread.h) */
   bool valid;
 } stopped;
 
@@ -130,6 +134,14 @@ static void on_scan_signal(int sig, siginfo_t *si, void *ctx) {
     memcpy(s->regs, uc->uc_mcontext.gregs, sizeof s->regs);
     s->sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
     s->tp = (uintptr_t)pthread_self();
+    _ta_thread_stack(&s->stack_lo, &s->stack_hi);
+    s->left_sp = _ta_self ? atomic_load(&_ta_self->left_sp) : 0;
+    s->alt_lo = s->alt_hi = 0;
+    stack_t ss;
+    if (sigaltstack(NULL, &ss) == 0 && !(ss.ss_flags & SS_DISABLE) && s->sp - (uintptr_t)ss.ss_sp < ss.ss_size) {
+      s->alt_lo = (uintptr_t)ss.ss_sp;
+      s->alt_hi = s->alt_lo + ss.ss_size;
+    }
     s->valid = true;
   }
   atomic_fetch_add(&nstopped_acks, 1);
@@ -389,6 +401,8 @@ typedef struct {
   const mvec *maps;
   ta_bindex x;              /* the blocks' addresses, and their regions */
   uintptr_t first, last;    /* no block outside [first, last] */
+  range dead[8];            /* parts of blocks never read: a stack's words below its pointer */
+  int ndead;
 } marker;
 
 /* Index of the block containing p, or -1; *start says whether p is its start. */
@@ -482,6 +496,36 @@ static void scan_tls(marker *m, uintptr_t tp) {
     if (hl > lo) scan_root_not_own(m, lo, hl < hi ? hl : hi);
     lo = hh;
   }
+}
+
+/* A thread's DTV (glibc's dynamic thread vector; on x86-64 the second word
+ * of the descriptor at the thread pointer): its entries point at the TLS
+ * blocks of dlopen()ed libraries, blocks of the runtime's, where a
+ * __thread variable of such a library keeps its pointer.  A DTV that ld.so
+ * grew or made for a later thread is itself a runtime block, reached from
+ * the descriptor; the main thread's first one is in memory ld.so took
+ * before libc's malloc, no module's segment and no mapping of the
+ * program's, so it is a root of its own: its length word (entry -1), its
+ * generation and its entries of two words each.  memcheck finds it as it
+ * reads every writable mapping. */
+#define DTV_MAX 65536
+static void scan_dtv(marker *m, uintptr_t tp) {
+#if defined(__x86_64__) && defined(__GLIBC__)
+  uintptr_t at = tp + sizeof(void *), dtv, len;
+  range r = map_of(m->maps, at);
+  if (r.hi < at + sizeof dtv) return;
+  memcpy(&dtv, (const void *)at, sizeof dtv);
+  if (dtv < 2 * sizeof(void *) || dtv % sizeof(void *)) return;
+  uintptr_t lo = dtv - 2 * sizeof(void *);
+  r = map_of(m->maps, lo);
+  if (r.hi < lo + sizeof len) return;
+  memcpy(&len, (const void *)lo, sizeof len);
+  if (len > DTV_MAX) len = DTV_MAX;
+  scan_root_not_own(m, lo, dtv + (len + 1) * 2 * sizeof(void *));
+#else
+  (void)m;
+  (void)tp;
+#endif
 }
 
 /* ld.so's link maps: the program reaches each loaded object's through
@@ -584,6 +628,30 @@ static void scan_resident(marker *m, const mvec *maps, const mvec *cmaps, uintpt
     scan_touched(m, lo, end, true, cmaps && map_of(cmaps, lo).hi != 0);
 }
 
+/* A block's words [lo, hi), less the dead ranges. */
+static void scan_block(marker *m, uintptr_t lo, uintptr_t hi, bool definite) {
+  for (int i = 0; i < m->ndead; i++)
+    if (m->dead[i].lo < hi && m->dead[i].hi > lo) {
+      if (m->dead[i].lo > lo) scan_block(m, lo, m->dead[i].lo, definite);
+      if (m->dead[i].hi < hi) scan_block(m, m->dead[i].hi, hi, definite);
+      return;
+    }
+  scan_touched(m, lo, hi, definite, false);
+}
+
+static bool is_dead(const marker *m, uintptr_t p) {
+  for (int i = 0; i < m->ndead; i++)
+    if (p >= m->dead[i].lo && p < m->dead[i].hi) return true;
+  return false;
+}
+
+/* A stack inside a block (an alternate signal stack, a coroutine's):
+ * its words below sp are dead, as memcheck holds them undefined; the
+ * scanner's own frames are there too. */
+static void add_dead(marker *m, uintptr_t lo, uintptr_t hi) {
+  if (lo < hi && m->ndead < (int)(sizeof m->dead / sizeof *m->dead)) m->dead[m->ndead++] = (range){ lo, hi };
+}
+
 static void drain(marker *m) {
   while (m->top) {
     sblock *b = &m->b[m->stack[--m->top]];
@@ -592,7 +660,7 @@ static void drain(marker *m) {
       __builtin_prefetch((const void *)n->addr);
       if (n->size > 64) __builtin_prefetch((const void *)(n->addr + 64));
     }
-    scan_touched(m, b->addr, b->addr + b->size, b->state == S_REACHABLE, false);
+    scan_block(m, b->addr, b->addr + b->size, b->state == S_REACHABLE);
   }
 }
 
@@ -608,6 +676,7 @@ static void clique(marker *m, uint32_t leader) {
     uintptr_t lo = (b->addr + 7) & ~(uintptr_t)7, hi = b->addr + b->size, end;
     for (; touched_run(&lo, hi, &end, false); lo = end)
     for (uintptr_t p = lo; p + 8 <= end; p += 8) {
+      if (TA_UNLIKELY(m->ndead) && is_dead(m, p)) continue;
       uintptr_t v = *(const uintptr_t *)p;
       bool start;
       long i = block_of(m, v, &start);
@@ -696,8 +765,6 @@ typedef struct { uintptr_t sp, rbx, rbp, r12, r13, r14, r15; } stop_frame;
 
 bool _ta_stop_find(const void *ucv) {
   if (!atomic_load(&endings_ready)) return false;
-  uintptr_t lo = 0, hi = 0;
-  _ta_thread_stack(&lo, &hi);
   const ucontext_t *uc = ucv;
   unw_context_t ctx;
   unw_cursor_t c;
@@ -735,7 +802,7 @@ bool _ta_stop_find(const void *ucv) {
     if (uc == NULL) return false;
     /* A signal in the program's own code: its whole context. */
     uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-    if (sp < lo || sp >= hi) return false;
+    if (sp == 0) return false;
     memcpy(stop_regs, uc->uc_mcontext.gregs, sizeof stop_regs);
     _ta_exit_sp = sp;
     _ta_exit_regs = stop_regs;
@@ -743,7 +810,7 @@ bool _ta_stop_find(const void *ucv) {
     return true;
   }
   const stop_frame *f = &frames[stop];
-  if (f->sp < lo || f->sp >= hi) return false;
+  if (f->sp == 0) return false;           /* on the thread's stack or another (_ta_scan_impl) */
   stop_regs[REG_RBX] = (greg_t)f->rbx;
   stop_regs[REG_RBP] = (greg_t)f->rbp;
   stop_regs[REG_R12] = (greg_t)f->r12;
@@ -812,6 +879,49 @@ static void sort_for_report(sblock *b, size_t n, void *scratch) {
   }
 }
 
+/* ---- alternate signal stacks --------------------------------------------------- */
+
+/* A thread in a handler of a signal delivered on an alternate stack
+ * (sigaltstack; often a malloc'd block) runs on that stack, while the
+ * frames it interrupted stay live on its own.  Its roots are both: the
+ * alternate stack from the stack pointer up to its end (the kernel's
+ * signal frame, with the interrupted registers, is at its top), and its
+ * own stack from the interrupted stack pointer up.  Never the range from
+ * one stack to the other: a scan from the alternate stack to the end of
+ * the thread's own read every mapping between them as roots (and died of
+ * SIGBUS on a file mapped past its end). */
+
+/* The alternate stack holding sp, if the calling thread has one there. */
+static bool alt_stack_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
+  stack_t ss;
+  if (sigaltstack(NULL, &ss) != 0 || (ss.ss_flags & SS_DISABLE) || sp - (uintptr_t)ss.ss_sp >= ss.ss_size)
+    return false;
+  *lo = (uintptr_t)ss.ss_sp;
+  *hi = *lo + ss.ss_size;
+  return true;
+}
+
+/* The stack pointer of the innermost frame of the calling thread's own
+ * stack [lo, hi) (the context a signal on the alternate stack
+ * interrupted), by unwinding from here; 0 when none is found. */
+static uintptr_t interrupted_sp(uintptr_t lo, uintptr_t hi) {
+  unw_context_t ctx;
+  unw_cursor_t c;
+  if (unw_getcontext(&ctx) < 0 || unw_init_local(&c, &ctx) < 0) return 0;
+  for (int n = 0; n < STOP_MAX_FRAMES && unw_step(&c) > 0; n++) {
+    unw_word_t sp = 0;
+    unw_get_reg(&c, UNW_REG_SP, &sp);
+    if (sp >= lo && sp < hi) return (uintptr_t)sp;
+  }
+  return 0;
+}
+
+/* A thread's own stack from sp up, and the 128-byte red zone under it
+ * (a leaf function's live words), within [lo, hi). */
+static void scan_stack_from(marker *m, uintptr_t sp, uintptr_t lo, uintptr_t hi) {
+  scan_root_not_own(m, sp - 128 > lo ? sp - 128 : lo, hi);
+}
+
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
@@ -825,6 +935,12 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
   mvec roots = { .elem = sizeof(range) }, maps = { .elem = sizeof(range) };
   mvec wmaps = { .elem = sizeof(range) }, cmaps = { .elem = sizeof(range) };
   mvec blocks = { .elem = sizeof(sblock) };
+  /* Where this thread's roots are (before the stop: unwinding may take
+   * ld.so's lock, which a stopped thread could hold). */
+  uintptr_t lo, hi, alt_lo = 0, alt_hi = 0, int_sp = 0, left_sp = atomic_load(&self->left_sp);
+  _ta_thread_stack(&lo, &hi);
+  if ((stack_from < lo || stack_from >= hi) && alt_stack_of(stack_from, &alt_lo, &alt_hi) && hi)
+    int_sp = interrupted_sp(lo, hi);
   ntls_holes = 0;
   tls_lowest = 0;
   dl_iterate_phdr(on_phdr, &roots);
@@ -900,20 +1016,54 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     for (size_t i = 0; i < np; i++) scan_resident(&m, &wmaps, &cmaps, plo[i], phi[i]);
     scan_link_maps(&m);
     /* our own thread: from the caller's frame up, registers, TLS */
-    uintptr_t lo, hi;
-    _ta_thread_stack(&lo, &hi);
-    if (hi > stack_from) scan_root_not_own(&m, stack_from, hi);
+    if (stack_from >= lo && stack_from < hi) {
+      scan_root_not_own(&m, stack_from, hi);
+    } else if (alt_hi) {
+      add_dead(&m, alt_lo, stack_from);
+      scan_root_not_own(&m, stack_from, alt_hi);
+      /* the interrupted frames up; all of the stack when unwinding found
+       * none (the live frames are somewhere in it) */
+      if (hi) scan_stack_from(&m, int_sp ? int_sp : lo + 128, lo, hi);
+    } else {
+      /* another stack (a coroutine's): the block it is in, or its mapping,
+       * from here up; and the thread's own from where it was left (the
+       * preload's swapcontext), or all of it */
+      bool start;
+      long bi = m.first <= stack_from && stack_from <= m.last ? block_of(&m, stack_from, &start) : -1;
+      range st = bi >= 0 ? (range){ m.b[bi].addr, m.b[bi].addr + m.b[bi].size } : map_of(&maps, stack_from);
+      if (bi >= 0) add_dead(&m, st.lo, stack_from);
+      if (st.hi) scan_root_not_own(&m, stack_from, st.hi);
+      if (hi) scan_stack_from(&m, left_sp >= lo && left_sp < hi ? left_sp : lo + 128, lo, hi);
+    }
     scan_range(&m, (uintptr_t)regs, (uintptr_t)regs + regs_size, true);
     uintptr_t tp = (uintptr_t)pthread_self();
     scan_tls(&m, tp);
+    scan_dtv(&m, tp);
     /* the stopped threads */
     for (int i = 0; i < nstopped && i < MAX_STOPPED; i++) {
       stopped *s = &stops[i];
       if (!s->valid) continue;
       scan_range(&m, (uintptr_t)s->regs, (uintptr_t)(s->regs + NGREG), true);
-      range st = map_of(&maps, s->sp);
-      if (st.hi) scan_root_not_own(&m, s->sp - 128 > st.lo ? s->sp - 128 : st.lo, st.hi);
+      bool on_own = s->sp >= s->stack_lo && s->sp < s->stack_hi, start;
+      uintptr_t own_from = s->left_sp >= s->stack_lo && s->left_sp < s->stack_hi ? s->left_sp : s->stack_lo + 128;
+      long bi = -1;
+      if (!on_own && !s->alt_hi && s->sp >= m.first && s->sp <= m.last) bi = block_of(&m, s->sp, &start);
+      if (s->alt_hi || bi >= 0) {
+        /* in a handler on its alternate stack, or on a coroutine's stack
+         * in a block: that stack from sp up, never its dead words; and
+         * its own from where it left it, or all of it (where a signal
+         * interrupted it is not known here) */
+        range st = s->alt_hi ? (range){ s->alt_lo, s->alt_hi } : (range){ m.b[bi].addr, m.b[bi].addr + m.b[bi].size };
+        add_dead(&m, st.lo, s->sp - 128 > st.lo ? s->sp - 128 : st.lo);
+        scan_stack_from(&m, s->sp, st.lo, st.hi);
+        if (s->stack_hi) scan_stack_from(&m, s->alt_hi ? s->stack_lo + 128 : own_from, s->stack_lo, s->stack_hi);
+      } else {
+        range st = map_of(&maps, s->sp);
+        if (st.hi) scan_stack_from(&m, s->sp, st.lo, st.hi);
+        if (!on_own && s->stack_hi) scan_stack_from(&m, own_from, s->stack_lo, s->stack_hi);   /* a mapped stack */
+      }
       scan_tls(&m, s->tp);
+      scan_dtv(&m, s->tp);
       s->valid = false;
     }
     for (int i = 0; i < nunstoppable; i++) {

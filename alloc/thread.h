@@ -65,6 +65,9 @@ struct ta_thread {
   int          tid;            /* kernel thread id */
   pthread_t    self;
   uintptr_t    stack_lo, stack_hi;
+  _Atomic uintptr_t left_sp;   /* where it left its own stack for a context of the program's
+                                  (swapcontext, setcontext: the preload): its frames above
+                                  are live; 0: on it, or not known */
   int          guard;          /* recursion guard: >0 while inside the ledger */
   bool         dead;
   ta_thread   *next, *prev;    /* the registry, under its lock */

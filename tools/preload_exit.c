@@ -85,6 +85,52 @@ void *_pl_next_sym(const char *name) {
   return p;
 }
 
+/* ---- contexts of the program's making ---------------------------------------------- */
+
+/* A coroutine runs on a stack the program made (often a malloc'd block);
+ * the frames of the thread's own stack that switched to it stay live.
+ * The scan of a thread found off its own stack reads that stack from
+ * where it was left (thread.h's left_sp), not all of it: the dead frames
+ * below hold stale words (a slab's first block, from jemalloc's frames).
+ * Each wrapper keeps its own frame (no tail call): swapcontext saves the
+ * context of the wrapper, which a switch back resumes. */
+typedef int (*swapcontext_fn)(ucontext_t *, const ucontext_t *);
+typedef int (*setcontext_fn)(const ucontext_t *);
+
+static bool on_own_stack(ta_thread *t, uintptr_t sp) { return t && sp >= t->stack_lo && sp < t->stack_hi; }
+
+PL_EXPORT int swapcontext(ucontext_t *from, const ucontext_t *to) {
+  static swapcontext_fn real;
+  if (!real) {
+    void *s = _pl_next_sym("swapcontext");
+    memcpy(&real, &s, sizeof s);
+    if (!real) { errno = ENOSYS; return -1; }
+  }
+  ta_thread *t = _ta_self;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  bool own = on_own_stack(t, sp);
+  if (own) atomic_store(&t->left_sp, sp);
+  int r = real(from, to);
+  if (own) atomic_store(&t->left_sp, 0);    /* back on it */
+  __asm__ volatile("" ::: "memory");
+  return r;
+}
+
+PL_EXPORT int setcontext(const ucontext_t *to) {
+  static setcontext_fn real;
+  if (!real) {
+    void *s = _pl_next_sym("setcontext");
+    memcpy(&real, &s, sizeof s);
+    if (!real) { errno = ENOSYS; return -1; }
+  }
+  ta_thread *t = _ta_self;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  if (on_own_stack(t, sp)) atomic_store(&t->left_sp, sp);
+  int r = real(to);                          /* returns only on an error */
+  if (on_own_stack(t, sp)) atomic_store(&t->left_sp, 0);
+  return r;
+}
+
 /* ---- how this image ends ---------------------------------------------------------- */
 
 int _pl_exit_code = -1;                    /* the status given to exit/_exit; -1: none */
