@@ -48,9 +48,15 @@ $(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile
 
 # The ledger and, of reports/, what its stderr report needs
 # (REPORTS_PRELOAD_OBJ); -z defs: nothing else may be missing.  Those
-# report_* functions stay inside (tools/preload.map).
-$(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(ALLOC_OBJ) $(REPORTS_PRELOAD_OBJ) $(PRELOAD_JEMALLOC) tools/preload.map
+# report_* functions stay inside (tools/preload.map).  --dynamic-list:
+# only the interposed C library, C++ and CUDA API stays preemptible
+# (tools/preload.dyn); the ledger's calls to its own _ta_*, _pl_* and ta_*
+# functions are bound at link time, direct calls instead of a PLT stub's
+# indirect jump on every malloc and free.
+$(BUILD)/libtagalloc-preload.so: $(PRELOAD_OBJ) $(ALLOC_OBJ) $(REPORTS_PRELOAD_OBJ) $(PRELOAD_JEMALLOC) \
+  tools/preload.map tools/preload.dyn
 	$(CC) -shared -Wl,-z,nodelete -Wl,-z,defs -Wl,--version-script=tools/preload.map \
+	  -Wl,--dynamic-list=tools/preload.dyn \
 	  -Wl,-soname,libtagalloc-preload.so -o $@ $(PRELOAD_OBJ) \
 	  $(ALLOC_OBJ) $(REPORTS_PRELOAD_OBJ) $(PRELOAD_LIBS)
 

@@ -5,8 +5,8 @@
 # processes, thousands separators and the still-reachable line, symbolized
 # assertion stacks, `tagalloc diff` keys that survive an added line and
 # another build folder, one report model behind the text, --json, --html and
-# `tagalloc report` of a run (agree.py), and the preload's exports.  Ends
-# with "N passed, N failed".
+# `tagalloc report` of a run (agree.py), the preload's exports and its own
+# calls bound inside it.  Ends with "N passed, N failed".
 #   tests/cli/run.sh BUILD_DIR
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
@@ -374,6 +374,16 @@ expect "the preload exports no report_* function" "0" \
   "$(nm -D --defined-only "$pre" | grep -c ' report_')"
 expect "the preload has no trace reader, JSON, HTML or folded renderer" "" \
   "$(nm "$pre" | grep -oE ' (report_trace_open|report_offline_open|report_json_process|report_html_write|report_folded_write|report_model_add_offline)$')"
+
+# ---- the preload binds its own calls (tools/preload.dyn) ------------------------------------
+# Its _ta_*, _pl_* and ta_* functions are exported but called directly,
+# never through its PLT; the API it interposes (free here) stays preemptible.
+expect "the preload calls none of its own functions through the PLT" "0" \
+  "$(objdump -d "$pre" | grep -cE 'call.*<(_ta_|_pl_|ta_)[^>]*@plt>')"
+expect "the preload's free stays preemptible" "yes" \
+  "$(objdump -d "$pre" | grep -qE 'call.*<free@plt>' && echo yes)"
+expect "the preload still exports ta_mark_now and _ta_init" "2" \
+  "$(nm -D --defined-only "$pre" | grep -cE ' (ta_mark_now|_ta_init)$')"
 
 # ---- every option of the table is documented ------------------------------------------------
 missing=
