@@ -26,10 +26,9 @@ void _ta_block_prefetch(const void *p) {
  * blocks it had.  (Steps taken in bytes instead, over the sizes the meta
  * arena allocates exactly (192, 256, 384, 512, ...: 8, 10, 16, 21, 32, 42
  * records), the 11% of every other table that the arena rounds up was
- * not lost, but the tree's table was 57 to 67 MB for 48 to 55 MB, with
- * shards by 64 KiB regions: its shards' records came in lumps of a
- * region's 2048 nodes, and 5461 slots hold 4095 records, one short of
- * two regions.) */
+ * not lost, but the tree's table was 57 to 67 MB for 48 to 55 MB: its
+ * shards' records come in lumps of a 64 KiB region's 2048 nodes, and
+ * 5461 slots hold 4095 records, one short of two regions.) */
 static uint32_t cap_next(uint32_t cap) {
   if (cap == 0) return 8;
   uint64_t n = (cap & (cap - 1)) == 0 ? (uint64_t)cap / 2 * 3 : (uint64_t)cap / 3 * 4;
@@ -41,9 +40,8 @@ static uint32_t cap_next(uint32_t cap) {
  * time: at any moment the shard holds the new table and at most GIVE_STEP
  * of the old one.  Freed into the meta arena without this, an old table
  * stayed resident until the arena reused its extent for something else
- * (the tree, with shards by 64 KiB regions: 6 to 8 MB of old tables at
- * its end, next to 48 to 55 MB of live ones: the meta range's huge pages
- * keep all of it resident).
+ * (the tree: 6 to 8 MB of old tables at its end, next to 48 to 55 MB of
+ * live ones: the meta range's huge pages keep all of it resident).
  * Nothing reads the old table meanwhile: the shard is locked (or the
  * thread is solo); _ta_block_prefetch may load from it, which is a hint
  * and cannot fault.  Tables smaller than GIVE_MIN share their pages with

@@ -34,13 +34,12 @@
  * never match its block's key.  A tag is below TA_MAX_TAGS (256).  The
  * whole w[0] is 0 in an empty slot.  The tree of 2^20 nodes of 24 bytes:
  * 64 MB of table in 32-byte records, 37.7 MB in these were its shards
- * evenly filled (with the capacities below).  Measured, with shards by
- * 64 KiB regions, 48 to 55 MB, run to run: a shard's records came in
- * lumps of a region's 2048 nodes, about two lumps a shard, and a shard's
- * table is sized by its fullest moment in the run (tables never
- * shrink): 1.05M records in 2.0 to 2.3M slots, about half full.  By
- * 16 KiB regions (shard_of), 42.7 to 45.2 MB, 1.8 to 1.9M slots
- * (bench/auditor/README.md, "The live table's memory"). */
+ * evenly filled (with the capacities below); measured, 48 to 55 MB, run
+ * to run: its shards' records come in lumps of a 64 KiB region's 2048
+ * nodes, about two lumps a shard, and a shard's table is sized by its
+ * fullest moment in the run (tables never shrink): 1.05M records in 2.0
+ * to 2.3M slots, about half full (bench/auditor/README.md, "The live
+ * table's memory"). */
 typedef struct { uint64_t w[3]; } ta_slot;
 _Static_assert(sizeof(ta_slot) == 24, "a table record is 24 bytes");
 _Static_assert(TA_MAX_TAGS <= 256, "a tag fits a table record's 8 bits");
@@ -109,7 +108,7 @@ extern TA_HIDDEN shard _ta_shards[NSHARDS];
 /* Grows s (a first use: 8 slots); false when out of memory (live.c). */
 bool _ta_live_grow(shard *s);
 
-/* The shard of a block: by its 16 KiB region, so that the blocks of a few
+/* The shard of a block: by its 64 KiB region, so that the blocks of a few
  * neighbouring jemalloc slab pages (one thread's, mostly) share a shard,
  * and a small heap touches few shards' lines.  (Until the table's records
  * were packed, a comment here said 4 KiB pages, but the hash shifted the
@@ -118,18 +117,15 @@ bool _ta_live_grow(shard *s);
  * peak RSS 226 -> 257 MB, was 1 MiB.)  By the page, churn's 150 pages of
  * blocks spread over all 256 shards, whose lines missed the L1 cache 0.9
  * times a free and an allocation (cachegrind) where 64 KiB regions
- * missed 0.1.  By 64 KiB regions, the tree's shards got its records in
+ * missed 0.1.  By 64 KiB regions, the tree's shards get its records in
  * lumps of 2048 (a region of its 32-byte nodes), about two a shard, and
- * its table was 50.5 to 52.3 MB, 2.1M slots for 1.05M records; by 16
- * KiB, 42.7 to 45.2 MB (3 runs each, one build, the shift switched by
- * hand), its peak RSS 173 to 186 MiB -> 165 to 170 MiB.  What it cost
- * (cachegrind, 300,000 allocations or operations): churn's L1 read
- * misses 1.48M -> 1.62M (0.23 more a free or an allocation) in 1.2%
- * fewer instructions, mixchurn's 1.44M -> 1.46M; last-level misses the
- * same.  By 2 MiB regions, the 4 threads shared a few shards' locks,
- * 1.33 s. */
+ * its table is 50.5 to 52.3 MB, 2.1M slots for 1.05M records.  By 16 KiB
+ * regions it was 42.7 to 45.2 MB, but the tree took 20% more CPU (user
+ * time 7.59, 7.60, 8.08 s against 6.01, 6.19, 7.46 s, interleaved, no
+ * other job) for 5 MB of peak RSS: taken back.  By 2 MiB regions, the 4
+ * threads shared a few shards' locks, 1.33 s. */
 static inline shard *shard_of(uintptr_t a) {
-  uint64_t h = ((uint64_t)a >> 14) * 0x9E3779B97F4A7C15ull;
+  uint64_t h = ((uint64_t)a >> 16) * 0x9E3779B97F4A7C15ull;
   return &_ta_shards[(h ^ (h >> 31)) >> 56];
 }
 
