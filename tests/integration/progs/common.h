@@ -38,6 +38,18 @@ static __attribute__((unused)) void say(const char *fmt, ...) {
   }
 }
 
+/* Into the directory of the program (argv[0]), where its libraries are,
+ * so that dlopen("./libNAME.so") names each with a path of a fixed length
+ * (ld.so's blocks for a library hold its name).  0 on success. */
+static __attribute__((unused)) int chdir_to_program(const char *argv0) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", argv0);
+  char *slash = strrchr(dir, '/');
+  if (!slash) return 0;
+  *slash = '\0';
+  return chdir(dir);
+}
+
 static NOINLINE __attribute__((unused)) void clobber_stack(void) {
   volatile char pad[64 * 1024];
   for (size_t i = 0; i < sizeof pad; i++) pad[i] = 0;

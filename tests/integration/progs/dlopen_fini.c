@@ -12,13 +12,7 @@
 
 int main(int argc, char **argv) {
   (void)argc;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", argv[0]);
-  char *slash = strrchr(dir, '/');
-  if (slash) {
-    *slash = '\0';
-    if (chdir(dir) != 0) { say("chdir failed\n"); return 2; }
-  }
+  if (chdir_to_program(argv[0]) != 0) { say("chdir failed\n"); return 2; }
   void *h = dlopen("./libdlfini.so", RTLD_NOW | RTLD_LOCAL);   /* as long as "./libdlleak.so" */
   if (!h) { say("dlopen failed\n"); return 2; }
   void (*setup)(void) = (void (*)(void))dlsym(h, "fini_setup");

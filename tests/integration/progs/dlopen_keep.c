@@ -11,13 +11,7 @@
 
 int main(int argc, char **argv) {
   (void)argc;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", argv[0]);
-  char *slash = strrchr(dir, '/');
-  if (slash) {
-    *slash = '\0';
-    if (chdir(dir) != 0) { say("chdir failed\n"); return 2; }
-  }
+  if (chdir_to_program(argv[0]) != 0) { say("chdir failed\n"); return 2; }
   void *h = dlopen("./libdlleak.so", RTLD_NOW | RTLD_LOCAL);   /* a name of fixed length */
   if (!h) { say("dlopen failed\n"); return 2; }
   int c = dlleak_run(h);

@@ -21,13 +21,7 @@ static void *thread_main(void *arg) {
 
 int main(int argc, char **argv) {
   (void)argc;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", argv[0]);
-  char *slash = strrchr(dir, '/');
-  if (slash) {
-    *slash = '\0';
-    if (chdir(dir) != 0) { say("chdir failed\n"); return 2; }
-  }
+  if (chdir_to_program(argv[0]) != 0) { say("chdir failed\n"); return 2; }
   void *h = dlopen("./libdltls.so", RTLD_NOW | RTLD_LOCAL);
   if (!h) { say("dlopen failed\n"); return 2; }
   keep = (void (*)(size_t))dlsym(h, "tls_keep");
