@@ -121,6 +121,8 @@ static _Atomic int release_gen;
 static _Atomic int slot_next;
 static int scan_signal;
 
+static bool alt_stack_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi);
+
 static void on_scan_signal(int sig, siginfo_t *si, void *ctx) {
   (void)sig;
   (void)si;
@@ -136,12 +138,7 @@ static void on_scan_signal(int sig, siginfo_t *si, void *ctx) {
     s->tp = (uintptr_t)pthread_self();
     _ta_thread_stack(&s->stack_lo, &s->stack_hi);
     s->left_sp = _ta_self ? atomic_load(&_ta_self->left_sp) : 0;
-    s->alt_lo = s->alt_hi = 0;
-    stack_t ss;
-    if (sigaltstack(NULL, &ss) == 0 && !(ss.ss_flags & SS_DISABLE) && s->sp - (uintptr_t)ss.ss_sp < ss.ss_size) {
-      s->alt_lo = (uintptr_t)ss.ss_sp;
-      s->alt_hi = s->alt_lo + ss.ss_size;
-    }
+    if (!alt_stack_of(s->sp, &s->alt_lo, &s->alt_hi)) s->alt_lo = s->alt_hi = 0;
     s->valid = true;
   }
   atomic_fetch_add(&nstopped_acks, 1);
@@ -1068,7 +1065,7 @@ void _ta_scan_impl(uintptr_t stack_from, const void *regs, size_t regs_size, boo
     }
     for (int i = 0; i < nunstoppable; i++) {
       range st = map_of(&maps, unstoppable_sp[i]);
-      if (st.hi) scan_root_not_own(&m, unstoppable_sp[i] - 128 > st.lo ? unstoppable_sp[i] - 128 : st.lo, st.hi);
+      if (st.hi) scan_stack_from(&m, unstoppable_sp[i], st.lo, st.hi);
     }
     drain(&m);
     for (size_t i = 0; i < m.n; i++)
