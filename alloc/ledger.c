@@ -466,13 +466,56 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   return true;
 }
 
+/* The default mode's free, whole, where nothing else is asked of it
+ * (leaks mode, no guard mode, no trace; the caller checks the mode): a
+ * block with no flag, found, its pad intact.  The rest (a bad free, a
+ * flagged block, a written pad, a thread's first free) returns false
+ * with nothing changed, and the caller goes the general way
+ * (block_free), which finds it again.  What it leaves out of
+ * block_free's path is what that mode never does: the quarantine's and
+ * the trace's branches, the holds and refcounts, the guard's checks, the
+ * record built on the stack and copied into the recent frees (it goes
+ * into the ring from the table's words, once the pad is known intact). */
+static inline __attribute__((always_inline)) bool block_free_plain(ta_thread *t, uintptr_t a) {
+  ta_block *ring = t->recent;
+  if (TA_UNLIKELY(ring == NULL) || TA_UNLIKELY(_ta_guard_on) || TA_UNLIKELY(_ta_tracing)) return false;
+  shard *s = shard_of(a);
+  bool solo = _ta_solo_enter(t);
+  shard_lock_if(s, solo);
+  ta_slot *b = slot_find(s, a);
+  if (TA_UNLIKELY(b == NULL) || TA_UNLIKELY(slot_flags(b) != 0)) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
+  ta_slot r = *b;
+  uint64_t size = slot_size(&r);
+  __builtin_prefetch((const void *)(a + size));   /* the pad's line, under the removal */
+  slot_remove(s, b);
+  if (TA_UNLIKELY(!pad_intact((const unsigned char *)(a + size), pad_len(size)))) {
+    slot_put_back_words(s, &r);                    /* reported with the free's stack */
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
+  shard_unlock_if(s, solo);
+  ta_tag tag = slot_tag(&r);
+  count_free(t, tag, size, solo);
+  _ta_solo_leave(t, solo);
+  uint32_t pos = t->rpos;
+  record_freed(&ring[pos], a, size, tag, slot_seq(&r), 0, slot_stack(&r), 0);
+  t->rpos = (pos + 1) & (TA_RECENT - 1);
+  raw_free(t, a, size);
+  return true;
+}
+
 TA_NOINLINE void ta_free(void *p) {
   if (p == NULL) return;
   _ta_ensure();
   ta_thread *t = _ta_thread();
   _ta_block_prefetch(p);
   if (TA_UNLIKELY(_ta_opt.check == TA_CHECK_LEAKS)) {   /* no free stack but a bad free's */
-    if (block_free(t, (uintptr_t)p, 0, true)) return;
+    if (block_free_plain(t, (uintptr_t)p) || block_free(t, (uintptr_t)p, 0, true)) return;
   }
   uint32_t stack = _ta_stack_capture(1);
   block_free(t, (uintptr_t)p, stack, false);
@@ -593,7 +636,9 @@ bool _ta_free_at(void *p, uint32_t stack) {
 bool _ta_free_quiet(void *p) {
   if (p == NULL) return true;
   _ta_ensure();
-  return block_free(_ta_thread(), (uintptr_t)p, 0, true);
+  ta_thread *t = _ta_thread();
+  if (TA_LIKELY(_ta_opt.check == TA_CHECK_LEAKS) && block_free_plain(t, (uintptr_t)p)) return true;
+  return block_free(t, (uintptr_t)p, 0, true);
 }
 
 void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack) {

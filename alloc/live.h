@@ -239,6 +239,16 @@ static inline void slot_put_back(shard *s, const ta_block *b) {
   slot_store(&s->slots[i], b);
 }
 
+/* Puts back a record's words that a free took out under the same lock
+ * (block_free_plain: its pad was written), as slot_put_back does. */
+static inline void slot_put_back_words(shard *s, const ta_slot *saved) {
+  uint32_t i = slot_home(s, slot_addr(saved));
+  while (!slot_empty(&s->slots[i]))
+    if (++i == s->cap) i = 0;
+  s->used++;
+  s->slots[i] = *saved;
+}
+
 static inline void slot_remove(shard *s, ta_slot *r) {
   uint32_t i = (uint32_t)(r - s->slots), j = i, cap = s->cap;
   s->used--;
