@@ -235,8 +235,10 @@ void _ta_report_overflow(const ta_block *b, const pad_damage *d, int when) {
 
 /* ---- allocation ------------------------------------------------------------ */
 
-/* Records a new block; p came from raw_alloc. */
-static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
+/* Records a new block; p came from raw_alloc.  Inline in the preload's
+ * allocation (_ta_alloc_record), a call (block_new) elsewhere. */
+static inline __attribute__((always_inline))
+void *block_new_at(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
   if (TA_UNLIKELY(p == NULL)) {
     _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
     return NULL;
@@ -266,6 +268,10 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   _ta_solo_leave(t, solo);
   if (_ta_tracing) _ta_trace_alloc(t, a, size, tag, stack, seq, 0);
   return p;
+}
+
+static TA_NOINLINE void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
+  return block_new_at(t, p, size, tag, stack);
 }
 
 static inline ta_tag tag_check(ta_tag tag) {
@@ -610,15 +616,14 @@ TA_NOINLINE void *ta_realloc(void *p, size_t size) {
 
 void *_ta_alloc_raw(size_t size, size_t align, bool zero) {
   _ta_ensure();
-  ta_thread *t = _ta_thread();
   int flags = (align > 16 ? (int)MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
-  void *p = raw_alloc(t, size, align, flags);
-  if (p) _ta_block_prefetch(p);
+  void *p = raw_alloc(NULL, size, align, flags);     /* (raw_alloc does not read its thread) */
+  if (p) slot_prefetch((uintptr_t)p);
   return p;
 }
 
 void *_ta_alloc_record(void *raw, ta_tag tag, size_t size, bool zero, uint32_t stack) {
-  void *p = block_new(_ta_thread(), raw, size, tag_check(tag), stack);
+  void *p = block_new_at(_ta_thread(), raw, size, tag_check(tag), stack);
   if (p && zero && _ta_opt.fill >= 0) memset(p, 0, size);
   return p;
 }

@@ -149,6 +149,15 @@ static inline uint32_t slot_index(uint64_t hash, uint32_t cap) { return (uint32_
  * the new capacity). */
 static inline uint32_t slot_home(const shard *s, uintptr_t a) { return slot_index(slot_hash(slot_key(a)), s->cap); }
 
+/* Starts loading the slot where a's record would be, as
+ * _ta_block_prefetch (live.c) does, inline on the allocation path: a hint,
+ * read without the lock (the table may grow meanwhile). */
+static inline void slot_prefetch(uintptr_t a) {
+  const shard *s = shard_of(a);
+  const ta_slot *slots = s->slots;
+  if (slots) __builtin_prefetch(&slots[slot_home(s, a)]);
+}
+
 static inline void shard_lock(shard *s) {
   _ta_solo_check();
   int spins = 0;
