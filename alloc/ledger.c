@@ -488,16 +488,16 @@ static inline __attribute__((always_inline)) bool block_free_plain(ta_thread *t,
   shard *s = shard_of(a);
   bool solo = _ta_solo_enter(t);
   shard_lock_if(s, solo);
-  ta_slot *b = slot_find(s, a);
-  if (TA_UNLIKELY(b == NULL) || TA_UNLIKELY(slot_flags(b) != 0)) {
+  uint32_t i = slot_find_index(s, a);
+  if (TA_UNLIKELY(i == SLOT_NONE) || TA_UNLIKELY(slot_flags(&s->slots[i]) != 0)) {
     shard_unlock_if(s, solo);
     _ta_solo_leave(t, solo);
     return false;
   }
-  ta_slot r = *b;
+  ta_slot r = s->slots[i];
   uint64_t size = slot_size(&r);
   __builtin_prefetch((const void *)(a + size));   /* the pad's line, under the removal */
-  slot_remove(s, b);
+  slot_remove_at(s, i);
   if (TA_UNLIKELY(!pad_intact((const unsigned char *)(a + size), pad_len(size)))) {
     slot_put_back_words(s, &r);                    /* reported with the free's stack */
     shard_unlock_if(s, solo);

@@ -182,6 +182,23 @@ static inline void shard_unlock_if(shard *s, bool solo) {
   if (!solo) shard_unlock(s);
 }
 
+#define SLOT_NONE UINT32_MAX
+
+/* The index of a's record in s, or SLOT_NONE: for a removal that follows
+ * (slot_remove_at), which then needs no division of a pointer
+ * difference by 24 to learn it. */
+static inline uint32_t slot_find_index(const shard *s, uintptr_t a) {
+  if (s->slots == NULL || !slot_key_ok(a)) return SLOT_NONE;
+  uint64_t k = slot_key(a);
+  uint32_t i = slot_index(slot_hash(k), s->cap);
+  for (;;) {
+    uint64_t w = s->slots[i].w[0];
+    if ((w & SLOT_KEY_MASK) == k) return i;
+    if (w == 0) return SLOT_NONE;
+    if (++i == s->cap) i = 0;
+  }
+}
+
 static inline ta_slot *slot_find(shard *s, uintptr_t a) {
   if (s->slots == NULL || !slot_key_ok(a)) return NULL;
   uint64_t k = slot_key(a);
@@ -258,8 +275,8 @@ static inline void slot_put_back_words(shard *s, const ta_slot *saved) {
   s->slots[i] = *saved;
 }
 
-static inline void slot_remove(shard *s, ta_slot *r) {
-  uint32_t i = (uint32_t)(r - s->slots), j = i, cap = s->cap;
+static inline void slot_remove_at(shard *s, uint32_t i) {
+  uint32_t j = i, cap = s->cap;
   s->used--;
   for (;;) {
     s->slots[i].w[0] = 0;
@@ -276,5 +293,7 @@ static inline void slot_remove(shard *s, ta_slot *r) {
     i = j;
   }
 }
+
+static inline void slot_remove(shard *s, ta_slot *r) { slot_remove_at(s, (uint32_t)(r - s->slots)); }
 
 #endif
