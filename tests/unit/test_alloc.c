@@ -362,6 +362,25 @@ static void test_plain_free(void **state) {
   assert_int_not_equal(f.alloc_stack, 0);
   ta_findings_clear();
 
+  /* a realloc that moves frees the old block with its own stack, which a
+   * second free of the old block shows as the free stack */
+  unsigned char *x = ta_alloc(T, 40);
+  ta_block xb;
+  assert_true(_ta_block_live((uintptr_t)x, &xb));
+  unsigned char *y = ta_realloc(x, 400);
+  assert_ptr_not_equal(y, x);
+  ta_free(x);
+  assert_int_equal(ta_findings_count("free.double"), 1);
+  f = (ta_finding){ .kind = "free.double" };
+  ta_findings_visit(finding_of, &f);
+  assert_int_equal(f.addr, (uintptr_t)x);
+  assert_int_equal(f.bytes, 40);
+  assert_int_equal(f.alloc_stack, xb.stack);
+  assert_int_not_equal(f.free_stack, 0);
+  assert_int_not_equal(f.free_stack, xb.stack);
+  ta_free(y);
+  ta_findings_clear();
+
   /* an interior pointer: the general path's report, the block unchanged */
   unsigned char *w = ta_alloc(T, 100);
   ta_free(w + 16);
@@ -372,7 +391,7 @@ static void test_plain_free(void **state) {
   assert_int_equal(ta_block_size(w), 100);
   ta_free(w);
   c = ta_since(m, T);
-  assert_int_equal(c.frees, N + 1);
+  assert_int_equal(c.frees, N + 3);
   assert_int_equal(c.live_blocks, 0);
   assert_int_equal(c.live_bytes, 0);
   ta_findings_clear();
