@@ -67,7 +67,10 @@
  * it looks it up.  The innermost frame's node must also have its w bit.
  *
  * Lookups take no lock.  Inserts take one mutex (a new node is rare next to
- * lookups): look again, write the address, then the node, publish its slot
+ * lookups): look again (from the empty slot where the lookup without the
+ * lock ended, while the index is the same one: a slot is only ever
+ * filled, so the run before it is as it was), write the address, then the
+ * node, publish its slot (that empty slot, or the first one after it)
  * with a release store; growing builds the bigger index, publishes it, and
  * gives the old one's pages back (MADV_DONTNEED): a reader still on it then
  * reads zeros, a miss, and goes to the locked path, which sees the new one.
@@ -272,19 +275,26 @@ static inline node *slot_node(uint32_t id) {
   return &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
 }
 
+#define HOME UINT32_MAX                      /* (a place to start a probe) the home slot */
+
+#define MISSED_AT(f) ((uint32_t)((f) >> 32))  /* of index_find's answer: the empty slot a miss ended at */
+
 /* Node (parent, pc), whose path hash is h, in ix: its id, with WHOLE
- * where it is a whole stack; 0 if none.  A slot whose high bits are h's
- * is checked against its node (two nodes on one home agree there once in
- * 2^(32 - b): 1,024 at the tree's 3 * 2^20 slots). */
-static uint32_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h) {
-  if (ix == NULL) return 0;
+ * where it is a whole stack, in the low half; 0 if none, and then the
+ * empty slot the probe ended at in the high half (HOME where none).  A
+ * slot whose high bits are h's is checked against its node (two nodes on
+ * one home agree there once in 2^(32 - b): 1,024 at the tree's 3 * 2^20
+ * slots).  The probe starts at slot `from` (HOME: the home). */
+static uint64_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h, uint32_t from) {
+  const uint64_t none = (uint64_t)HOME << 32;
+  if (ix == NULL) return none;
   uint64_t shape = atomic_load_explicit(&ix->shape, memory_order_relaxed);
   uint32_t cap = SHAPE_CAP(shape), b = SHAPE_BITS(shape);
-  if (cap == 0) return 0;                    /* given back while we looked */
+  if (cap == 0) return none;                 /* given back while we looked */
   uint32_t ids = (1u << b) - 1, kept = h << b;
-  for (uint32_t i = index_home(h, cap), probes = 0; probes < cap; probes++) {
+  for (uint32_t i = from == HOME ? index_home(h, cap) : from, probes = 0; probes < cap; probes++) {
     uint32_t k = atomic_load_explicit(&ix->slots[i], memory_order_acquire);
-    if (k == 0) return 0;
+    if (k == 0) return (uint64_t)i << 32;
     if ((k ^ kept) <= ids) {
       node *nd = slot_node(k & ids);
       uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
@@ -292,15 +302,16 @@ static uint32_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint3
     }
     if (++i == cap) i = 0;
   }
-  return 0;
+  return none;
 }
 
-/* Puts node id, whose path hash is h, into ix (not there yet); false when
- * ix is full.  id < cap <= 2^b: an index of cap slots holds fewer nodes. */
-static bool index_add(stack_index *ix, uint32_t h, uint32_t id) {
+/* Puts node id, whose path hash is h, into ix (not there yet), probing
+ * from slot `from` (HOME: its home); false when ix is full.  id < cap <=
+ * 2^b: an index of cap slots holds fewer nodes. */
+static bool index_add(stack_index *ix, uint32_t h, uint32_t id, uint32_t from) {
   uint64_t shape = atomic_load_explicit(&ix->shape, memory_order_relaxed);
   uint32_t cap = SHAPE_CAP(shape), b = SHAPE_BITS(shape);
-  for (uint32_t i = index_home(h, cap), probes = 0; probes < cap; probes++) {
+  for (uint32_t i = from == HOME ? index_home(h, cap) : from, probes = 0; probes < cap; probes++) {
     slot *s = &ix->slots[i];
     if (atomic_load_explicit(s, memory_order_relaxed) == 0) {
       atomic_store_explicit(s, h << b | id, memory_order_release);
@@ -415,12 +426,16 @@ static bool put_lock_take(bool may_lock) {
 }
 
 /* A new node (parent, pc) with path hash h, under put_lock, and its slot:
- * the id with WHOLE when `whole`; 0 when the depot is full. */
-static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) {
+ * the id with WHOLE when `whole`; 0 when the depot is full.  Where a
+ * lookup under the lock missed it in index `missed` at the empty slot
+ * `at` and the index is still that one, the slot's probe starts there
+ * (the first empty slot from its home), not at its home. */
+static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, const stack_index *missed,
+                         uint32_t at) {
   stack_index *ix = index_room(atomic_load_explicit(&index_now, memory_order_relaxed));
   uint32_t id;
   if (ix == NULL || (id = node_new(parent, pc, whole)) == 0) return 0;
-  index_add(ix, h, id);
+  index_add(ix, h, id, ix == missed ? at : HOME);
   index_entries++;
   if (whole) {
     atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
@@ -443,17 +458,24 @@ static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) 
  * mixchurn, whose every batch of 16 operations comes from a new route,
  * most of what a put cost), and releases the lock. */
 static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, bool may_lock, bool *held) {
-  uint32_t v = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
+  stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
+  uint64_t f = index_find(ix, parent, pc, h, HOME);
+  uint32_t v = (uint32_t)f;
   if (v != 0 && (!whole || (v & WHOLE))) return v;
   if (!put_lock_take(may_lock)) return v;
-  v = index_find(atomic_load_explicit(&index_now, memory_order_relaxed), parent, pc, h);   /* put meanwhile? */
+  /* put meanwhile?  Where the index is still the one that missed, its
+   * slots before the empty one the miss ended at are as they were (a slot
+   * is only ever filled): look on from there */
+  stack_index *now = atomic_load_explicit(&index_now, memory_order_relaxed);
+  f = index_find(now, parent, pc, h, v == 0 && now == ix ? MISSED_AT(f) : HOME);
+  v = (uint32_t)f;
   if (v != 0) {
     if (whole && !(v & WHOLE)) {
       atomic_fetch_or_explicit(&slot_node(v)->up, WHOLE, memory_order_relaxed);
       atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
       v |= WHOLE;
     }
-  } else if ((v = node_add(parent, pc, h, whole)) != 0 && held != NULL) {
+  } else if ((v = node_add(parent, pc, h, whole, now, MISSED_AT(f))) != 0 && held != NULL) {
     *held = true;
     return v;
   }
@@ -539,7 +561,7 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
   if (p == NULL) {
     for (; j < n; j++) {
       h = hash_frame(h, pcs[n - 1 - j]);
-      v = held ? node_add(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1)
+      v = held ? node_add(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1, NULL, HOME)
                : frame_id(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1, may_lock, &held);
       if (v == 0) break;
     }
@@ -569,7 +591,7 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
     bool whole = j == n - 1;
     uint32_t parent = v & ID_MASK;
     if (held) {
-      v = node_add(parent, pc, p->ph[j], whole);
+      v = node_add(parent, pc, p->ph[j], whole, NULL, HOME);
     } else if ((v = guess(p, parent, pc, whole)) == 0) {
       if (!loading && j + 1 < n) {
         index_prefetch(&p->ph[j], n - j);
