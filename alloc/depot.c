@@ -282,9 +282,10 @@ static inline node *slot_node(uint32_t id) {
 /* Node (parent, pc), whose path hash is h, in ix: its id, with WHOLE
  * where it is a whole stack, in the low half; 0 if none, and then the
  * empty slot the probe ended at in the high half (HOME where none).  A
- * slot whose high bits are h's is checked against its node (two nodes on
- * one home agree there once in 2^(32 - b): 1,024 at the tree's 3 * 2^20
- * slots).  The probe starts at slot `from` (HOME: the home). */
+ * slot whose high bits are h's low 32 - b is checked against its node
+ * (two nodes near one home agree there once in 2^(32 - b): 1,024 at the
+ * tree's 3 * 2^20 slots).  The probe starts at slot `from` (HOME: the
+ * home). */
 static uint64_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h, uint32_t from) {
   const uint64_t none = (uint64_t)HOME << 32;
   if (ix == NULL) return none;
@@ -342,9 +343,10 @@ static uint32_t index_next_cap(uint32_t cap) {
   return next <= INDEX_MAX ? (uint32_t)next : 0;
 }
 
-/* Room for one more entry: a new index twice the size once this one is
- * seven eighths full (under put_lock).  Keeps the old one when no memory
- * is left: it still works, with longer probes, until it is full.
+/* Room for one more entry: a new index of the next size (index_next_cap)
+ * once this one is three quarters full (under put_lock).  Keeps the old
+ * one when no memory is left: it still works, with longer probes, until
+ * it is full.
  *
  * A slot holds only the part of its path hash that its home does not
  * give, so the new index is built from the nodes, not from the old slots:
