@@ -49,6 +49,27 @@ static uint32_t cap_next(uint32_t cap) {
 #define GIVE_STEP ((size_t)64 << 10)
 #define GIVE_MIN  ((size_t)16 << 10)
 
+/* A shard's table shrinks when a removal leaves it under 1/8 full, into
+ * the smallest table, of SHRINK_MIN slots or more, that holds its records
+ * at most 3/8 full (1/4 to 3/8:
+ * it grows again only after they double, and shrinks again only after
+ * they halve, so a shard whose records come and go around one count does
+ * not copy them back and forth).  The old table's pages go back as in a
+ * growth.  Without it a table kept the size of its shard's fullest moment:
+ * the tree, built and freed 10 times, lands each build's nodes in other
+ * 64 KiB regions, so other shards get its lumps of 2048 records, and its
+ * table was sized by the sum of the shards' maxima over the run (1.35 to
+ * 1.52M records in 1.93 to 2.19M slots, 3 runs), not by its peak (1.05M
+ * records, 1.50 to 1.52M slots as the shards held them then).  Tables of
+ * SHRINK_MIN slots or fewer (96 KiB; 24 MiB in all 256 shards) stay, and
+ * none shrinks below it: the shards of a program with few blocks never
+ * copy, and a shard the tree empties keeps a table for 3072 records.  Shrunk down to 1024 slots, the
+ * tree's tables grew back through every step in each build: 320K page
+ * faults (given-back pages touched again) for 60K without shrinking, 230K
+ * with the floor at 4096 (bench/auditor/README.md, "Shrinking the live
+ * table"). */
+#define SHRINK_MIN 4096u
+
 /* Gives back the whole pages of old below byte upto of it that are not
  * given back yet (*done: the bytes of old below the first page not given
  * back). */
@@ -60,10 +81,9 @@ static void give_back(const ta_slot *old, size_t *done, size_t upto) {
   *done = hi - (uintptr_t)old;
 }
 
-bool _ta_live_grow(shard *s) {
-  uint32_t cap = cap_next(s->slots ? s->cap : 0);
-  ta_slot *n = cap ? _ta_meta_calloc(cap, sizeof *n) : NULL;
-  if (n == NULL) return false;
+/* Rehomes s's records, but skip, in n (cap slots, zeroed), giving the
+ * old table's pages back as the copy passes them, and makes n s's table. */
+static void move_records(shard *s, ta_slot *n, uint32_t cap, const ta_slot *skip) {
   ta_slot *old = s->slots;
   if (old) {
     size_t bytes = (size_t)s->cap * sizeof *old, done = 0;
@@ -72,7 +92,7 @@ bool _ta_live_grow(shard *s) {
     for (uint32_t i = 0; i < s->cap; i++) {
       if (give && i % step == step - 1) give_back(old, &done, (size_t)i * sizeof *old);
       const ta_slot *r = &old[i];
-      if (slot_empty(r)) continue;
+      if (slot_empty(r) || r == skip) continue;
       uint32_t j = slot_index(slot_hash(r->w[0] & SLOT_KEY_MASK), cap);
       while (!slot_empty(&n[j]))
         if (++j == cap) j = 0;
@@ -84,6 +104,25 @@ bool _ta_live_grow(shard *s) {
   s->slots = n;
   s->cap = cap;
   s->grow_at = (uint32_t)((uint64_t)cap * 3 / 4);
+  s->shrink_at = cap > SHRINK_MIN ? cap / 8 : 0;
+}
+
+bool _ta_live_grow(shard *s) {
+  uint32_t cap = cap_next(s->slots ? s->cap : 0);
+  ta_slot *n = cap ? _ta_meta_calloc(cap, sizeof *n) : NULL;
+  if (n == NULL) return false;
+  move_records(s, n, cap, NULL);
+  return true;
+}
+
+bool _ta_live_shrink(shard *s, ta_slot *r) {
+  uint32_t used = s->used - 1, cap = 8;
+  while (cap < SHRINK_MIN || (uint64_t)cap * 3 / 8 < used) cap = cap_next(cap);
+  if (cap >= s->cap) return false;
+  ta_slot *n = _ta_meta_calloc(cap, sizeof *n);
+  if (n == NULL) return false;
+  move_records(s, n, cap, r);
+  s->used = used;
   return true;
 }
 

@@ -101,12 +101,16 @@ typedef struct {
   uint32_t used;
   uint32_t grow_at;           /* used records that fill it (3/4 of cap); 0 before first use */
   ta_slot *slots;
+  uint32_t shrink_at;         /* a removal from this many records shrinks it (1/8 of cap); 0: never */
 } __attribute__((aligned(64))) shard;
 _Static_assert(sizeof(shard) == 64, "a shard is one cache line");
 
 extern TA_HIDDEN shard _ta_shards[NSHARDS];
 /* Grows s (a first use: 8 slots); false when out of memory (live.c). */
 bool _ta_live_grow(shard *s);
+/* Removes r from s and copies the rest into a smaller table (used at
+ * most s->shrink_at); false, s unchanged, when out of memory (live.c). */
+bool _ta_live_shrink(shard *s, ta_slot *r);
 
 /* The shard of a block: by its 64 KiB region, so that the blocks of a few
  * neighbouring jemalloc slab pages (one thread's, mostly) share a shard,
@@ -240,6 +244,7 @@ static inline void slot_put_back(shard *s, const ta_block *b) {
 }
 
 static inline void slot_remove(shard *s, ta_slot *r) {
+  if (TA_UNLIKELY(s->used <= s->shrink_at) && _ta_live_shrink(s, r)) return;
   uint32_t i = (uint32_t)(r - s->slots), j = i, cap = s->cap;
   s->used--;
   for (;;) {
