@@ -7,6 +7,8 @@
 #include "block.h"
 #include "live.h"
 
+#include <string.h>
+
 shard _ta_shards[NSHARDS] __attribute__((aligned(64)));
 
 /* Starts loading the table slot where a's record would be: a record of a
@@ -81,27 +83,8 @@ static void give_back(const ta_slot *old, size_t *done, size_t upto) {
   *done = hi - (uintptr_t)old;
 }
 
-/* Rehomes s's records, but skip, in n (cap slots, zeroed), giving the
- * old table's pages back as the copy passes them, and makes n s's table. */
-static void move_records(shard *s, ta_slot *n, uint32_t cap, const ta_slot *skip) {
-  ta_slot *old = s->slots;
-  if (old) {
-    size_t bytes = (size_t)s->cap * sizeof *old, done = 0;
-    bool give = bytes >= GIVE_MIN;
-    uint32_t step = (uint32_t)(GIVE_STEP / sizeof *old);
-    for (uint32_t i = 0; i < s->cap; i++) {
-      if (give && i % step == step - 1) give_back(old, &done, (size_t)i * sizeof *old);
-      const ta_slot *r = &old[i];
-      if (slot_empty(r) || r == skip) continue;
-      uint32_t j = slot_index(slot_hash(r->w[0] & SLOT_KEY_MASK), cap);
-      while (!slot_empty(&n[j]))
-        if (++j == cap) j = 0;
-      n[j] = *r;
-    }
-    if (give) give_back(old, &done, bytes);
-    _ta_meta_free(old);
-  }
-  s->slots = n;
+/* The shard's table after its records changed places: cap slots. */
+static void set_cap(shard *s, uint32_t cap) {
   s->cap = cap;
   s->grow_at = (uint32_t)((uint64_t)cap * 3 / 4);
   s->shrink_at = cap > SHRINK_MIN ? cap / 8 : 0;
@@ -111,18 +94,55 @@ bool _ta_live_grow(shard *s) {
   uint32_t cap = cap_next(s->slots ? s->cap : 0);
   ta_slot *n = cap ? _ta_meta_calloc(cap, sizeof *n) : NULL;
   if (n == NULL) return false;
-  move_records(s, n, cap, NULL);
+  ta_slot *old = s->slots;
+  if (old) {
+    size_t bytes = (size_t)s->cap * sizeof *old, done = 0;
+    bool give = bytes >= GIVE_MIN;
+    uint32_t step = (uint32_t)(GIVE_STEP / sizeof *old);
+    for (uint32_t i = 0; i < s->cap; i++) {
+      if (give && i % step == step - 1) give_back(old, &done, (size_t)i * sizeof *old);
+      const ta_slot *r = &old[i];
+      if (slot_empty(r)) continue;
+      uint32_t j = slot_index(slot_hash(r->w[0] & SLOT_KEY_MASK), cap);
+      while (!slot_empty(&n[j]))
+        if (++j == cap) j = 0;
+      n[j] = *r;
+    }
+    if (give) give_back(old, &done, bytes);
+    _ta_meta_free(old);
+  }
+  s->slots = n;
+  set_cap(s, cap);
   return true;
 }
 
+/* A shrink stays in the table's own block: its records but r are set
+ * aside, put back in its first cap slots, and the pages past those are
+ * given back.  The front pages, resident already, are the new table's
+ * (a new block of the meta arena is given-back memory of old tables,
+ * faulted in again page by page: 24 faults a shard each time the tree
+ * empties it); the block is freed whole at the shard's next growth. */
 bool _ta_live_shrink(shard *s, ta_slot *r) {
-  uint32_t used = s->used - 1, cap = 8;
+  uint32_t used = s->used - 1, cap = 8, n = 0;
   while (cap < SHRINK_MIN || (uint64_t)cap * 3 / 8 < used) cap = cap_next(cap);
   if (cap >= s->cap) return false;
-  ta_slot *n = _ta_meta_calloc(cap, sizeof *n);
-  if (n == NULL) return false;
-  move_records(s, n, cap, r);
-  s->used = used;
+  ta_slot *kept = _ta_meta_alloc((size_t)(used ? used : 1) * sizeof *kept);
+  if (kept == NULL) return false;
+  ta_slot *t = s->slots;
+  for (uint32_t i = 0; i < s->cap; i++)
+    if (!slot_empty(&t[i]) && &t[i] != r) kept[n++] = t[i];
+  memset(t, 0, (size_t)cap * sizeof *t);
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t j = slot_index(slot_hash(kept[k].w[0] & SLOT_KEY_MASK), cap);
+    while (!slot_empty(&t[j]))
+      if (++j == cap) j = 0;
+    t[j] = kept[k];
+  }
+  _ta_meta_free(kept);
+  size_t done = (size_t)cap * sizeof *t;
+  give_back(t, &done, (size_t)s->cap * sizeof *t);
+  s->used = n;
+  set_cap(s, cap);
   return true;
 }
 

@@ -36,10 +36,11 @@
  * 64 MB of table in 32-byte records, 37.7 MB in these were its shards
  * evenly filled (with the capacities below); measured, 48 to 55 MB, run
  * to run: its shards' records come in lumps of a 64 KiB region's 2048
- * nodes, about two lumps a shard, and a shard's table is sized by its
- * fullest moment in the run (tables never shrink): 1.05M records in 2.0
- * to 2.3M slots, about half full (bench/auditor/README.md, "The live
- * table's memory"). */
+ * nodes, about two lumps a shard, and a shard's table was sized by its
+ * fullest moment in the run until tables shrank (live.c, SHRINK_MIN):
+ * 1.05M records in 2.0 to 2.3M slots, about half full
+ * (bench/auditor/README.md, "The live table's memory" and "Shrinking the
+ * live table"). */
 typedef struct { uint64_t w[3]; } ta_slot;
 _Static_assert(sizeof(ta_slot) == 24, "a table record is 24 bytes");
 _Static_assert(TA_MAX_TAGS <= 256, "a tag fits a table record's 8 bits");
