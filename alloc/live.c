@@ -90,8 +90,34 @@ static void set_cap(shard *s, uint32_t cap) {
   s->shrink_at = cap > SHRINK_MIN ? cap / 8 : 0;
 }
 
+/* Puts s's records but skip back in the first cap slots of its own block
+ * (cap <= s->room), through a copy of them aside; false when out of
+ * memory for the copy. */
+static bool rehome_in_place(shard *s, uint32_t cap, const ta_slot *skip) {
+  uint32_t used = s->used - (skip != NULL), n = 0;
+  ta_slot *kept = _ta_meta_alloc((size_t)(used ? used : 1) * sizeof *kept);
+  if (kept == NULL) return false;
+  ta_slot *t = s->slots;
+  for (uint32_t i = 0; i < s->cap; i++)
+    if (!slot_empty(&t[i]) && &t[i] != skip) kept[n++] = t[i];
+  memset(t, 0, (size_t)cap * sizeof *t);
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t j = slot_index(slot_hash(kept[k].w[0] & SLOT_KEY_MASK), cap);
+    while (!slot_empty(&t[j]))
+      if (++j == cap) j = 0;
+    t[j] = kept[k];
+  }
+  _ta_meta_free(kept);
+  s->used = n;
+  return true;
+}
+
 bool _ta_live_grow(shard *s) {
   uint32_t cap = cap_next(s->slots ? s->cap : 0);
+  if (cap && cap <= s->room && s->slots && rehome_in_place(s, cap, NULL)) {   /* back in its block */
+    set_cap(s, cap);
+    return true;
+  }
   ta_slot *n = cap ? _ta_meta_calloc(cap, sizeof *n) : NULL;
   if (n == NULL) return false;
   ta_slot *old = s->slots;
@@ -112,36 +138,26 @@ bool _ta_live_grow(shard *s) {
     _ta_meta_free(old);
   }
   s->slots = n;
+  s->room = cap;
   set_cap(s, cap);
   return true;
 }
 
 /* A shrink stays in the table's own block: its records but r are set
  * aside, put back in its first cap slots, and the pages past those are
- * given back.  The front pages, resident already, are the new table's
- * (a new block of the meta arena is given-back memory of old tables,
- * faulted in again page by page: 24 faults a shard each time the tree
- * empties it); the block is freed whole at the shard's next growth. */
+ * given back; the table grows back in the block as far as it goes, and
+ * the block is freed whole at a growth past it.  A new block of the meta
+ * arena is given-back memory of old tables, faulted in again page by page
+ * (the tree, emptying its shards and filling them again in each build:
+ * 24 faults a shard for the shrunk table, 36, 48 and 72 for each
+ * growth back); in its own block a table faults in only the pages it did
+ * not have. */
 bool _ta_live_shrink(shard *s, ta_slot *r) {
-  uint32_t used = s->used - 1, cap = 8, n = 0;
+  uint32_t used = s->used - 1, cap = 8;
   while (cap < SHRINK_MIN || (uint64_t)cap * 3 / 8 < used) cap = cap_next(cap);
-  if (cap >= s->cap) return false;
-  ta_slot *kept = _ta_meta_alloc((size_t)(used ? used : 1) * sizeof *kept);
-  if (kept == NULL) return false;
-  ta_slot *t = s->slots;
-  for (uint32_t i = 0; i < s->cap; i++)
-    if (!slot_empty(&t[i]) && &t[i] != r) kept[n++] = t[i];
-  memset(t, 0, (size_t)cap * sizeof *t);
-  for (uint32_t k = 0; k < n; k++) {
-    uint32_t j = slot_index(slot_hash(kept[k].w[0] & SLOT_KEY_MASK), cap);
-    while (!slot_empty(&t[j]))
-      if (++j == cap) j = 0;
-    t[j] = kept[k];
-  }
-  _ta_meta_free(kept);
-  size_t done = (size_t)cap * sizeof *t;
-  give_back(t, &done, (size_t)s->cap * sizeof *t);
-  s->used = n;
+  if (cap >= s->cap || !rehome_in_place(s, cap, r)) return false;
+  size_t done = (size_t)cap * sizeof *s->slots;
+  give_back(s->slots, &done, (size_t)s->cap * sizeof *s->slots);
   set_cap(s, cap);
   return true;
 }

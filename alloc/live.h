@@ -103,6 +103,7 @@ typedef struct {
   uint32_t grow_at;           /* used records that fill it (3/4 of cap); 0 before first use */
   ta_slot *slots;
   uint32_t shrink_at;         /* a removal from this many records shrinks it (1/8 of cap); 0: never */
+  uint32_t room;              /* slots its block holds (a shrunk table's block keeps its size) */
 } __attribute__((aligned(64))) shard;
 _Static_assert(sizeof(shard) == 64, "a shard is one cache line");
 

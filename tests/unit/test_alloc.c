@@ -648,8 +648,8 @@ static void test_table_growth_gives_back(void **state) {
  * the pages past it back: from 24,576 slots (576 KiB) with 64 records,
  * the first free leaves exactly 4096 slots (3072 to fill them, none to
  * shrink them again) at the same address, the 63 other records found in
- * it, and not one whole page past its 96 KiB resident.  A table of 4096
- * slots stays as it empties. */
+ * it, and not one whole page past its 96 KiB resident.  Grown again, it
+ * stays in its block; a table of 4096 slots stays as it empties. */
 static void test_table_shrinks(void **state) {
   (void)state;
   ta_tag T = ta_tag_get("alloc.shrink");
@@ -703,9 +703,17 @@ static void test_table_shrinks(void **state) {
   assert_int_equal(resident_past, 0);
   assert_int_equal(resident, front);
   assert_int_equal(ta_block_size(v[0]), 0);
+  shard_lock(s);                                        /* it grows back in its own block */
+  bool grew = _ta_live_grow(s);
+  cap = s->cap;
+  now = s->slots;
+  shard_unlock(s);
+  assert_true(grew);
+  assert_int_equal(cap, 6144);
+  assert_ptr_equal(now, old);
   for (size_t i = 1; i < GIVE_BLOCKS; i++) {
     assert_int_equal(ta_block_size(v[i]), 32);
-    ta_free(v[i]);
+    ta_free(v[i]);                                      /* the first: back to 4096 slots */
     assert_int_equal(ta_block_size(v[i]), 0);
   }
   shard_lock(s);
