@@ -53,23 +53,22 @@ static uint32_t cap_next(uint32_t cap) {
 
 /* A shard's table shrinks when a removal leaves it under 1/8 full, into
  * the smallest table, of SHRINK_MIN slots or more, that holds its records
- * at most 3/8 full (1/4 to 3/8:
- * it grows again only after they double, and shrinks again only after
- * they halve, so a shard whose records come and go around one count does
- * not copy them back and forth).  The old table's pages go back as in a
- * growth.  Without it a table kept the size of its shard's fullest moment:
- * the tree, built and freed 10 times, lands each build's nodes in other
- * 64 KiB regions, so other shards get its lumps of 2048 records, and its
- * table was sized by the sum of the shards' maxima over the run (1.35 to
- * 1.52M records in 1.93 to 2.19M slots, 3 runs), not by its peak (1.05M
- * records, 1.50 to 1.52M slots as the shards held them then).  Tables of
- * SHRINK_MIN slots or fewer (96 KiB; 24 MiB in all 256 shards) stay, and
- * none shrinks below it: the shards of a program with few blocks never
- * copy, and a shard the tree empties keeps a table for 3072 records.  Shrunk down to 1024 slots, the
- * tree's tables grew back through every step in each build: 320K page
- * faults (given-back pages touched again) for 60K without shrinking, 230K
- * with the floor at 4096 (bench/auditor/README.md, "Shrinking the live
- * table"). */
+ * at most 3/8 full (1/4 to 3/8: it grows again only after they double,
+ * and shrinks again only after they halve, so a shard whose records come
+ * and go around one count does not copy them back and forth).  Without it
+ * a table kept the size of its shard's fullest moment: the tree, built
+ * and freed 10 times, lands each build's nodes in other 64 KiB regions,
+ * so other shards get its lumps of 2048 records, and its table was sized
+ * by the sum of the shards' maxima over the run (1.35 to 1.52M records in
+ * 1.93 to 2.19M slots, 6 runs), not by its peak (1.05M records, 1.50 to
+ * 1.52M slots as the shards held them then).  Tables of SHRINK_MIN slots
+ * or fewer (96 KiB; 24 MiB in all 256 shards) stay, and none shrinks
+ * below it: the shards of a program with few blocks never copy, and a
+ * shard the tree empties keeps a table for 3072 records, where tables
+ * shrunk down to 1024 slots grew back through every step in each build
+ * (the tree's run: 310K to 330K page faults, given-back pages touched
+ * again, for 60K to 70K without shrinking and 85K to 88K as it is;
+ * bench/auditor/README.md, "Shrinking the live table"). */
 #define SHRINK_MIN 4096u
 
 /* Gives back the whole pages of old below byte upto of it that are not

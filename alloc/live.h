@@ -110,8 +110,9 @@ _Static_assert(sizeof(shard) == 64, "a shard is one cache line");
 extern TA_HIDDEN shard _ta_shards[NSHARDS];
 /* Grows s (a first use: 8 slots); false when out of memory (live.c). */
 bool _ta_live_grow(shard *s);
-/* Removes r from s and copies the rest into a smaller table (used at
- * most s->shrink_at); false, s unchanged, when out of memory (live.c). */
+/* Removes r from s (its used at most s->shrink_at) and puts the rest in
+ * a smaller table in the same block; false, s unchanged, where no smaller
+ * table is due or out of memory (live.c). */
 bool _ta_live_shrink(shard *s, ta_slot *r);
 
 /* The shard of a block: by its 64 KiB region, so that the blocks of a few
