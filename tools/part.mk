@@ -22,7 +22,8 @@ $(BUILD)/obj/tools/%.o: tools/%.c Makefile tools/part.mk
 # a copy has them made local; --exclude-libs hides the rest (mallocx,
 # mallctl) from the program.  Its malloc is renamed _ta_je_malloc, not
 # made local: the ledger allocates a plain block with it (alloc/block.h:
-# raw_alloc), jemalloc's fast path, where mallocx takes its general one.  Without the archive: -ljemalloc as before.
+# raw_alloc), jemalloc's fast path, where mallocx takes its general one.
+# Without the archive: -ljemalloc as before.
 JEMALLOC_PIC := $(shell $(CC) -print-file-name=libjemalloc_pic.a)
 JEMALLOC_CLASH = free calloc realloc memalign posix_memalign aligned_alloc valloc \
                  malloc_usable_size
