@@ -91,10 +91,17 @@ static void set_cap(shard *s, uint32_t cap) {
 
 /* Puts s's records but skip back in the first cap slots of its own block
  * (cap <= s->room), through a copy of them aside; false when out of
- * memory for the copy. */
+ * memory for the copy.  The copy goes back to the meta arena, which keeps
+ * its pages for the next one (the tree's, 216 KiB at most); one of
+ * KEPT_GIVE or more (a shard of more than 43,690 records) gives its pages
+ * back first, so that a big table's one growth does not leave that much
+ * more resident. */
+#define KEPT_GIVE ((size_t)1 << 20)
+
 static bool rehome_in_place(shard *s, uint32_t cap, const ta_slot *skip) {
   uint32_t used = s->used - (skip != NULL), n = 0;
-  ta_slot *kept = _ta_meta_alloc((size_t)(used ? used : 1) * sizeof *kept);
+  size_t bytes = (size_t)(used ? used : 1) * sizeof(ta_slot), done = 0;
+  ta_slot *kept = _ta_meta_alloc(bytes);
   if (kept == NULL) return false;
   ta_slot *t = s->slots;
   for (uint32_t i = 0; i < s->cap; i++)
@@ -106,6 +113,7 @@ static bool rehome_in_place(shard *s, uint32_t cap, const ta_slot *skip) {
       if (++j == cap) j = 0;
     t[j] = kept[k];
   }
+  if (bytes >= KEPT_GIVE) give_back(kept, &done, bytes);
   _ta_meta_free(kept);
   s->used = n;
   return true;
