@@ -9,7 +9,7 @@
  * differs from its parent's by one or two frames: as whole stacks they were
  * 430 MB of the depot and 400 MB of the trace; as nodes they are 2.1M
  * (3.1M with the free stacks) of 8 bytes (17 MB, 25 MB) and an index of
- * 16 MB.
+ * 12 MB (16 MB).
  *
  *   index (mmap, open addressing)   nodes (mmap'd 32 MiB chunks)   addresses
  *   +------------------+            +--------------------+         +------+
@@ -22,31 +22,42 @@
  * next to its nodes (the tree a handful under 2.1M nodes, cc1 7,600 under
  * 73,000), so a node is 8 bytes where the address itself made it 12.
  *
- * The index maps (parent, pc) to a node id.  A node's home slot is the low
- * bits of the hash of its path (ph: of every return address from the
- * outermost in; see hash_frame), and its slot, 4 bytes, is that hash with
- * those bits replaced by its id: an index of 2^b slots holds fewer than
- * 2^b nodes, so the id fits the b bits the home gives, and the other 32 - b
- * are kept (10 at the tree's 2^22 slots).  A lookup compares those and
- * reads the node only where they are the same (a hit, or once in
- * 2^(32 - b) another node).  Linear probing, at most seven eighths full;
- * it starts at 2^12 slots and doubles.  At 7/8 a hit probes 4.5 slots on
- * average (sixteen to a line) and a miss, once per new node, 32.  The
- * slots do not hold whole path hashes, so a bigger index is built from the
+ * The index maps (parent, pc) to a node id.  It has cap slots, cap any
+ * size, and b is the number of bits of cap - 1 (2^b >= cap).  A node's
+ * home slot is the hash of its path (ph: of every return address from the
+ * outermost in; see hash_frame) scaled to cap: the high word of ph * cap,
+ * so its high bits.  Its slot, 4 bytes, is its id in the low b bits and
+ * ph's low 32 - b bits above them, the bits the home does not give: an
+ * index of cap slots holds fewer than cap nodes, so the id fits b bits
+ * (and 32 - b = 10 hash bits are kept at the tree's 3 * 2^20 slots).  A
+ * lookup shifts ph left by b once, compares each slot with it in one xor
+ * and compare, and reads the node only where they are the same (a hit,
+ * or once in 2^(32 - b) another node).  Linear probing, at most three
+ * quarters full.  It starts at 2^12 slots and doubles up to 2^18 (1 MiB);
+ * from there it grows by 3/2 and 4/3 in turn (2^k, 3 * 2^(k-1), 2^(k+1)),
+ * so a big index is 1/2 to 3/4 full.  Doubling at 7/8 full, as it did,
+ * left it 7/16 to 7/8 full: over all node counts the mean is the same
+ * (0.63), but the emptiest is fuller (the tree's 2.1M nodes take 3 * 2^20
+ * slots, 12 MB, where they took 2^22, 16 MB) and the fullest probes less:
+ * at 3/4 a hit probes 2.5 slots on average (sixteen to a line) and a
+ * miss, once per new node, 8.5; at 7/8, 4.5 and 32.5.  Below 1 MiB a step
+ * saves little memory and costs a rebuild.  The slots
+ * do not hold whole path hashes, so a bigger index is built from the
  * nodes: in id order each node's path hash is its parent's and its address
  * hashed, kept meanwhile in a scratch array of 4 bytes a node, and each is
  * inserted with its home loaded a few inserts ahead.  (Earlier layouts,
  * the tree's 2.1M nodes: 16-byte slots with the whole key and 16-byte
  * nodes with the path hash, 96 MB; 8-byte slots with the whole path hash
  * and 12-byte nodes with the pc, 57 MB, and a growth that held the old
- * index and the new, 48 MB, at once; these, 33 MB, and 31 MB while
- * growing.)  Each node's `up` has a bit, w, that says it has been named as
- * a whole stack (what ta_stacks_count counts: a stack's outer part is a
- * node too, but not a stack of the program's).  Node ids are given in
- * order, so node i's parent is below i, and the nodes array is a record of
- * every node in the order it was made: the trace writer walks it to write
- * each node once (_ta_depot_each_since), and reading a stack back follows
- * the parents (_ta_depot_get).
+ * index and the new, 48 MB, at once; these, doubling at 7/8, 33 MB, and
+ * 31 MB while growing; now 29 MB, and 26 MB while growing: 8 + 12 MB of
+ * index and 6 MB of scratch.)  Each node's `up` has a bit, w, that says
+ * it has been named as a whole stack (what ta_stacks_count counts: a
+ * stack's outer part is a node too, but not a stack of the program's).
+ * Node ids are given in order, so node i's parent is below i, and the
+ * nodes array is a record of every node in the order it was made: the
+ * trace writer walks it to write each node once (_ta_depot_each_since),
+ * and reading a stack back follows the parents (_ta_depot_get).
  *
  * Putting a stack looks up its frames from the outermost in, each with the
  * node found for its callers; a thread keeps the path of its last stack,
@@ -56,7 +67,10 @@
  * it looks it up.  The innermost frame's node must also have its w bit.
  *
  * Lookups take no lock.  Inserts take one mutex (a new node is rare next to
- * lookups): look again, write the address, then the node, publish its slot
+ * lookups): look again (from the empty slot where the lookup without the
+ * lock ended, while the index is the same one: a slot is only ever
+ * filled, so the run before it is as it was), write the address, then the
+ * node, publish its slot (that empty slot, or the first one after it)
  * with a release store; growing builds the bigger index, publishes it, and
  * gives the old one's pages back (MADV_DONTNEED): a reader still on it then
  * reads zeros, a miss, and goes to the locked path, which sees the new one.
@@ -70,8 +84,9 @@
 #define CHUNK_NODES_SHIFT 22                 /* 2^22 nodes a chunk */
 #define CHUNK_SIZE  (sizeof(node) << CHUNK_NODES_SHIFT)   /* 32 MiB */
 #define MAX_CHUNKS  512                      /* 2^31 nodes: ids fit 31 bits */
-#define INDEX_FIRST_BITS 12
-#define INDEX_MAX_BITS 31                    /* a slot keeps 32 - b bits of the path hash */
+#define INDEX_FIRST (1u << 12)               /* slots */
+#define INDEX_MAX   (1u << 31)               /* slots: ids below it fit 31 bits */
+#define INDEX_FINE  (1u << 18)               /* slots (1 MiB): grows by 3/2 and 4/3 from here */
 #define WHOLE 0x80000000u                    /* in a node's up: named as a whole stack */
 #define ID_MASK 0x7fffffffu
 
@@ -84,16 +99,26 @@ typedef struct {
 } node;
 _Static_assert(sizeof(node) == 8, "a node is 8 bytes");
 
-/* 2^b slots, each a node's path hash with its low b bits (its home)
- * replaced by its id; 0: empty. */
+/* cap slots, cap any number from INDEX_FIRST to INDEX_MAX; b the bits
+ * of cap - 1 (2^b >= cap).  A slot is a node's id in its low b bits and
+ * the low 32 - b bits of its path hash above them; 0: empty.  The home
+ * comes from the hash's high bits (index_home). */
 typedef _Atomic uint32_t slot;
 
 typedef struct {
-  uint32_t mask;                             /* slots - 1; 0 where its pages were given back (a miss) */
-  uint32_t pad;
+  _Atomic uint64_t shape;                    /* cap | b << 32, read in one load; 0 where its
+                                                pages were given back (a miss) */
   uint64_t size;                             /* bytes mapped */
   slot slots[];
 } stack_index;
+
+#define SHAPE_CAP(s) ((uint32_t)(s))
+#define SHAPE_BITS(s) ((uint32_t)((s) >> 32))
+
+/* The home of path hash h among cap slots: its high bits scaled to cap,
+ * one multiply's high word (h * cap / 2^32).  The slot keeps h's low
+ * 32 - b bits, which the home does not give. */
+static inline uint32_t index_home(uint32_t h, uint32_t cap) { return (uint32_t)(((uint64_t)h * cap) >> 32); }
 
 static stack_index *_Atomic index_now;
 static uint64_t index_entries;               /* under put_lock */
@@ -250,52 +275,78 @@ static inline node *slot_node(uint32_t id) {
   return &c[id & ((1u << CHUNK_NODES_SHIFT) - 1)];
 }
 
+#define HOME UINT32_MAX                      /* (a place to start a probe) the home slot */
+
+#define MISSED_AT(f) ((uint32_t)((f) >> 32))  /* of index_find's answer: the empty slot a miss ended at */
+
 /* Node (parent, pc), whose path hash is h, in ix: its id, with WHOLE
- * where it is a whole stack; 0 if none.  A slot whose high bits are h's
- * is checked against its node (two nodes on one home agree there once in
- * 2^(32 - b): 1,024 at the tree's 2^22 slots). */
-static uint32_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h) {
-  if (ix == NULL) return 0;
-  uint32_t mask = ix->mask;
-  if (mask == 0) return 0;                   /* given back while we looked */
-  for (uint32_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+ * where it is a whole stack, in the low half; 0 if none, and then the
+ * empty slot the probe ended at in the high half (HOME where none).  A
+ * slot whose high bits are h's low 32 - b is checked against its node
+ * (two nodes near one home agree there once in 2^(32 - b): 1,024 at the
+ * tree's 3 * 2^20 slots).  The probe starts at slot `from` (HOME: the
+ * home). */
+static uint64_t index_find(stack_index *ix, uint32_t parent, uintptr_t pc, uint32_t h, uint32_t from) {
+  const uint64_t none = (uint64_t)HOME << 32;
+  if (ix == NULL) return none;
+  uint64_t shape = atomic_load_explicit(&ix->shape, memory_order_relaxed);
+  uint32_t cap = SHAPE_CAP(shape), b = SHAPE_BITS(shape);
+  if (cap == 0) return none;                 /* given back while we looked */
+  uint32_t ids = (1u << b) - 1, kept = h << b;
+  for (uint32_t i = from == HOME ? index_home(h, cap) : from, probes = 0; probes < cap; probes++) {
     uint32_t k = atomic_load_explicit(&ix->slots[i], memory_order_acquire);
-    if (k == 0) return 0;
-    if ((k ^ h) <= mask) {
-      node *nd = slot_node(k & mask);
+    if (k == 0) return (uint64_t)i << 32;
+    if ((k ^ kept) <= ids) {
+      node *nd = slot_node(k & ids);
       uint32_t up = atomic_load_explicit(&nd->up, memory_order_relaxed);
-      if ((up & ID_MASK) == parent && addr_at(nd->addr) == pc) return (k & mask) | (up & WHOLE);
+      if ((up & ID_MASK) == parent && addr_at(nd->addr) == pc) return (k & ids) | (up & WHOLE);
     }
+    if (++i == cap) i = 0;
   }
-  return 0;
+  return none;
 }
 
-/* Puts node id, whose path hash is h, into ix (not there yet); false when
- * ix is full.  id <= mask: an index of 2^b slots holds fewer nodes. */
-static bool index_add(stack_index *ix, uint32_t h, uint32_t id) {
-  uint32_t mask = ix->mask;
-  for (uint32_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+/* Puts node id, whose path hash is h, into ix (not there yet), probing
+ * from slot `from` (HOME: its home); false when ix is full.  id < cap <=
+ * 2^b: an index of cap slots holds fewer nodes. */
+static bool index_add(stack_index *ix, uint32_t h, uint32_t id, uint32_t from) {
+  uint64_t shape = atomic_load_explicit(&ix->shape, memory_order_relaxed);
+  uint32_t cap = SHAPE_CAP(shape), b = SHAPE_BITS(shape);
+  for (uint32_t i = from == HOME ? index_home(h, cap) : from, probes = 0; probes < cap; probes++) {
     slot *s = &ix->slots[i];
     if (atomic_load_explicit(s, memory_order_relaxed) == 0) {
-      atomic_store_explicit(s, (h & ~mask) | id, memory_order_release);
+      atomic_store_explicit(s, h << b | id, memory_order_release);
       return true;
     }
+    if (++i == cap) i = 0;
   }
   return false;
 }
 
-static stack_index *index_new(uint32_t bits) {
-  uint64_t size = sizeof(stack_index) + (sizeof(slot) << bits);
+static stack_index *index_new(uint32_t cap) {
+  uint64_t size = sizeof(stack_index) + sizeof(slot) * (uint64_t)cap;
   stack_index *ix = map(size);
   if (ix == NULL) return NULL;
-  ix->mask = (uint32_t)(((uint64_t)1 << bits) - 1);
+  uint32_t b = 0;
+  while (((uint64_t)1 << b) < cap) b++;
+  atomic_store_explicit(&ix->shape, cap | (uint64_t)b << 32, memory_order_relaxed);
   ix->size = size;
   return ix;
 }
 
-/* Room for one more entry: a new index twice the size once this one is
- * seven eighths full (under put_lock).  Keeps the old one when no memory
- * is left: it still works, with longer probes, until it is full.
+/* The next size: twice a power of two below INDEX_FINE; from there 3/2
+ * of a power of two, or 4/3 of 3 * 2^k, a power of two again; 0 past
+ * INDEX_MAX. */
+static uint32_t index_next_cap(uint32_t cap) {
+  uint64_t next = cap < INDEX_FINE ? (uint64_t)cap * 2
+                  : (cap & (cap - 1)) == 0 ? (uint64_t)cap / 2 * 3 : (uint64_t)cap / 3 * 4;
+  return next <= INDEX_MAX ? (uint32_t)next : 0;
+}
+
+/* Room for one more entry: a new index of the next size (index_next_cap)
+ * once this one is three quarters full (under put_lock).  Keeps the old
+ * one when no memory is left: it still works, with longer probes, until
+ * it is full.
  *
  * A slot holds only the part of its path hash that its home does not
  * give, so the new index is built from the nodes, not from the old slots:
@@ -307,15 +358,14 @@ static stack_index *index_new(uint32_t bits) {
 
 static stack_index *index_room(stack_index *ix) {
   if (ix == NULL) {
-    ix = index_new(INDEX_FIRST_BITS);
+    ix = index_new(INDEX_FIRST);
     if (ix) atomic_store_explicit(&index_now, ix, memory_order_release);
     return ix;
   }
-  uint64_t slots = (uint64_t)ix->mask + 1;
-  if ((index_entries + 1) * 8 <= slots * 7) return ix;
-  uint32_t bits = 0;
-  while (((uint64_t)1 << bits) < slots) bits++;
-  stack_index *big = bits < INDEX_MAX_BITS ? index_new(bits + 1) : NULL;
+  uint64_t slots = SHAPE_CAP(atomic_load_explicit(&ix->shape, memory_order_relaxed));
+  if ((index_entries + 1) * 4 <= slots * 3) return ix;
+  uint32_t next = index_next_cap((uint32_t)slots);
+  stack_index *big = next ? index_new(next) : NULL;
   uint32_t end = atomic_load_explicit(&next_id, memory_order_relaxed);
   size_t scratch = (size_t)end * sizeof(uint32_t);
   uint32_t *ph = big ? map_small(scratch) : NULL;
@@ -323,16 +373,24 @@ static stack_index *index_room(stack_index *ix) {
     if (big) _ta_sys_munmap(big, big->size);
     return index_entries + 1 < slots ? ix : NULL;
   }
-  for (uint32_t id = 1; id < end; id++) {   /* ph[0] = 0: the path above the outermost frame */
-    node *nd = slot_node(id);
-    ph[id] = hash_frame(ph[atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK], addr_at(nd->addr));
-  }
-  /* the homes are at random: each is loaded REBUILD_AHEAD inserts before
-   * its own, so that their misses overlap (one after the other, they made
-   * the tree's first build a fifth slower) */
-  for (uint32_t id = 1; id < end; id++) {
-    if (id + REBUILD_AHEAD < end) __builtin_prefetch(&big->slots[ph[id + REBUILD_AHEAD] & big->mask], 1);
-    index_add(big, ph[id], id);
+  /* ph[0] = 0: the path above the outermost frame.  The homes are at
+   * random: each is loaded REBUILD_AHEAD inserts before its own, so that
+   * their misses overlap (one after the other, they made the tree's first
+   * build a fifth slower).  No reader sees big yet: plain stores. */
+  uint32_t b = SHAPE_BITS(atomic_load_explicit(&big->shape, memory_order_relaxed));
+  for (uint32_t id = 1; id < end + REBUILD_AHEAD; id++) {
+    if (id < end) {
+      node *nd = slot_node(id);
+      uint32_t h = hash_frame(ph[atomic_load_explicit(&nd->up, memory_order_relaxed) & ID_MASK], addr_at(nd->addr));
+      ph[id] = h;
+      __builtin_prefetch(&big->slots[index_home(h, next)], 1);
+    }
+    if (id > REBUILD_AHEAD) {
+      uint32_t k = id - REBUILD_AHEAD, h = ph[k], i = index_home(h, next);
+      while (atomic_load_explicit(&big->slots[i], memory_order_relaxed) != 0)
+        if (++i == next) i = 0;
+      atomic_store_explicit(&big->slots[i], h << b | k, memory_order_relaxed);
+    }
   }
   _ta_sys_munmap(ph, scratch);
   atomic_store_explicit(&index_now, big, memory_order_release);
@@ -370,12 +428,16 @@ static bool put_lock_take(bool may_lock) {
 }
 
 /* A new node (parent, pc) with path hash h, under put_lock, and its slot:
- * the id with WHOLE when `whole`; 0 when the depot is full. */
-static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) {
+ * the id with WHOLE when `whole`; 0 when the depot is full.  Where a
+ * lookup under the lock missed it in index `missed` at the empty slot
+ * `at` and the index is still that one, the slot's probe starts there
+ * (the first empty slot from its home), not at its home. */
+static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, const stack_index *missed,
+                         uint32_t at) {
   stack_index *ix = index_room(atomic_load_explicit(&index_now, memory_order_relaxed));
   uint32_t id;
   if (ix == NULL || (id = node_new(parent, pc, whole)) == 0) return 0;
-  index_add(ix, h, id);
+  index_add(ix, h, id, ix == missed ? at : HOME);
   index_entries++;
   if (whole) {
     atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
@@ -398,17 +460,24 @@ static uint32_t node_add(uint32_t parent, uintptr_t pc, uint32_t h, bool whole) 
  * mixchurn, whose every batch of 16 operations comes from a new route,
  * most of what a put cost), and releases the lock. */
 static uint32_t frame_id(uint32_t parent, uintptr_t pc, uint32_t h, bool whole, bool may_lock, bool *held) {
-  uint32_t v = index_find(atomic_load_explicit(&index_now, memory_order_acquire), parent, pc, h);
+  stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
+  uint64_t f = index_find(ix, parent, pc, h, HOME);
+  uint32_t v = (uint32_t)f;
   if (v != 0 && (!whole || (v & WHOLE))) return v;
   if (!put_lock_take(may_lock)) return v;
-  v = index_find(atomic_load_explicit(&index_now, memory_order_relaxed), parent, pc, h);   /* put meanwhile? */
+  /* put meanwhile?  Where the index is still the one that missed, its
+   * slots before the empty one the miss ended at are as they were (a slot
+   * is only ever filled): look on from there */
+  stack_index *now = atomic_load_explicit(&index_now, memory_order_relaxed);
+  f = index_find(now, parent, pc, h, v == 0 && now == ix ? MISSED_AT(f) : HOME);
+  v = (uint32_t)f;
   if (v != 0) {
     if (whole && !(v & WHOLE)) {
       atomic_fetch_or_explicit(&slot_node(v)->up, WHOLE, memory_order_relaxed);
       atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
       v |= WHOLE;
     }
-  } else if ((v = node_add(parent, pc, h, whole)) != 0 && held != NULL) {
+  } else if ((v = node_add(parent, pc, h, whole, now, MISSED_AT(f))) != 0 && held != NULL) {
     *held = true;
     return v;
   }
@@ -476,8 +545,9 @@ static inline uint32_t guess(path *p, uint32_t parent, uintptr_t pc, bool whole)
 static void index_prefetch(const uint32_t *h, size_t n) {
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
   if (ix == NULL) return;
-  uint32_t mask = ix->mask;
-  for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[h[i] & mask]);
+  uint32_t cap = SHAPE_CAP(atomic_load_explicit(&ix->shape, memory_order_relaxed));
+  if (cap == 0) return;
+  for (size_t i = 0; i < n && i < 16; i++) __builtin_prefetch(&ix->slots[index_home(h[i], cap)]);
 }
 
 /* Puts pcs[0..n) (innermost first) starting from what it shares with *p
@@ -493,7 +563,7 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
   if (p == NULL) {
     for (; j < n; j++) {
       h = hash_frame(h, pcs[n - 1 - j]);
-      v = held ? node_add(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1)
+      v = held ? node_add(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1, NULL, HOME)
                : frame_id(v & ID_MASK, pcs[n - 1 - j], h, j == n - 1, may_lock, &held);
       if (v == 0) break;
     }
@@ -523,7 +593,7 @@ static uint32_t stack_put(const uintptr_t *pcs, size_t n, path *p, bool may_lock
     bool whole = j == n - 1;
     uint32_t parent = v & ID_MASK;
     if (held) {
-      v = node_add(parent, pc, p->ph[j], whole);
+      v = node_add(parent, pc, p->ph[j], whole, NULL, HOME);
     } else if ((v = guess(p, parent, pc, whole)) == 0) {
       if (!loading && j + 1 < n) {
         index_prefetch(&p->ph[j], n - j);
@@ -701,7 +771,7 @@ size_t _ta_depot_addrs(void) { return atomic_load_explicit(&addr_next, memory_or
 
 size_t _ta_depot_bytes(size_t *index_bytes) {
   stack_index *ix = atomic_load_explicit(&index_now, memory_order_acquire);
-  *index_bytes = ix ? sizeof(slot) * ((size_t)ix->mask + 1) : 0;
+  *index_bytes = ix ? sizeof(slot) * (size_t)SHAPE_CAP(atomic_load_explicit(&ix->shape, memory_order_relaxed)) : 0;
   return _ta_depot_nodes() * sizeof(node);
 }
 

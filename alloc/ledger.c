@@ -87,7 +87,7 @@ static inline void publish(ta_tag tag, int64_t delta) {
 }
 
 /* The same, by the solo thread in a solo section: plain loads and stores. */
-static inline void publish_solo(ta_tag tag, int64_t delta) {
+static inline __attribute__((always_inline)) void publish_solo(ta_tag tag, int64_t delta) {
   uint64_t v = (uint64_t)(atomic_load_explicit(&live_bytes[tag], memory_order_relaxed) + delta);
   atomic_store_explicit(&live_bytes[tag], (int64_t)v, memory_order_relaxed);
   if (delta > 0 && v > atomic_load_explicit(&peak_cur[tag], memory_order_relaxed)) {
@@ -112,12 +112,9 @@ uint64_t _ta_peak_restart(ta_tag tag, uint64_t live) { return atomic_exchange(&p
 uint64_t _ta_peak_now(ta_tag tag) { return atomic_load(&peak_cur[tag]); }
 uint64_t _ta_peak_run(void) { return atomic_load(&peak_run); }
 
-static inline void live_change(ta_thread *t, ta_tag tag, int64_t delta, bool solo) {
-  if (solo && TA_LIKELY(!t->batching)) {
-    if (tag) publish_solo(tag, delta);
-    publish_solo(0, delta);
-    return;
-  }
+/* live_change off the solo path: several threads, or a thread that
+ * batched while they were several. */
+static TA_NOINLINE void live_change_shared(ta_thread *t, ta_tag tag, int64_t delta) {
   bool batch = atomic_load_explicit(&_ta_threads_live, memory_order_relaxed) > 1;
   if (TA_LIKELY(!batch)) {
     if (TA_UNLIKELY(t->batching)) _ta_counts_publish(t);
@@ -134,12 +131,27 @@ static inline void live_change(ta_thread *t, ta_tag tag, int64_t delta, bool sol
   if (p >= PUBLISH_BYTES || p <= -PUBLISH_BYTES) { publish(0, p); t->pending[0] = 0; }
 }
 
+/* A block's bytes in or out of its tag's live bytes and the whole run's.
+ * Always inline, at a constant sign: an allocation raises the peaks, a
+ * free never does, and the solo thread's common case is two plain
+ * read-modify-writes (a free) or those and the peaks' compares (an
+ * allocation), where an out-of-line call with the sign tested inside it
+ * was about 30 instructions each (callgrind, mixchurn). */
+static inline __attribute__((always_inline)) void live_change(ta_thread *t, ta_tag tag, int64_t delta, bool solo) {
+  if (TA_LIKELY(solo) && TA_LIKELY(!t->batching)) {
+    if (tag) publish_solo(tag, delta);
+    publish_solo(0, delta);
+    return;
+  }
+  live_change_shared(t, tag, delta);
+}
+
 static inline void bump(_Atomic uint64_t *c, uint64_t v) {   /* single writer */
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v, memory_order_relaxed);
 }
 
-static inline void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_t addr, uint64_t seq,
-                               bool solo) {
+static inline __attribute__((always_inline))
+void count_alloc(ta_thread *t, ta_tag tag, uint64_t size, uintptr_t addr, uint64_t seq, bool solo) {
   ta_tag_counts *c = &t->counts[tag], *all = &t->counts[0];
   bump(&c->allocs, 1);
   bump(&c->alloc_bytes, size);
@@ -223,8 +235,10 @@ void _ta_report_overflow(const ta_block *b, const pad_damage *d, int when) {
 
 /* ---- allocation ------------------------------------------------------------ */
 
-/* Records a new block; p came from raw_alloc. */
-static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
+/* Records a new block; p came from raw_alloc.  Inline in the preload's
+ * allocation (_ta_alloc_record), a call (block_new) elsewhere. */
+static inline __attribute__((always_inline))
+void *block_new_at(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
   if (TA_UNLIKELY(p == NULL)) {
     _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
     return NULL;
@@ -254,6 +268,10 @@ static void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t 
   _ta_solo_leave(t, solo);
   if (_ta_tracing) _ta_trace_alloc(t, a, size, tag, stack, seq, 0);
   return p;
+}
+
+static TA_NOINLINE void *block_new(ta_thread *t, void *p, size_t size, ta_tag tag, uint32_t stack) {
+  return block_new_at(t, p, size, tag, stack);
 }
 
 static inline ta_tag tag_check(ta_tag tag) {
@@ -454,13 +472,56 @@ static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   return true;
 }
 
+/* The default mode's free, whole, where nothing else is asked of it
+ * (leaks mode, no guard mode, no trace; the caller checks the mode): a
+ * block with no flag, found, its pad intact.  The rest (a bad free, a
+ * flagged block, a written pad, a thread's first free) returns false
+ * with nothing changed, and the caller goes the general way
+ * (block_free), which finds it again.  What it leaves out of
+ * block_free's path is what that mode never does: the quarantine's and
+ * the trace's branches, the holds and refcounts, the guard's checks, the
+ * record built on the stack and copied into the recent frees (it goes
+ * into the ring from the table's words, once the pad is known intact). */
+static inline __attribute__((always_inline)) bool block_free_plain(ta_thread *t, uintptr_t a) {
+  ta_block *ring = t->recent;
+  if (TA_UNLIKELY(ring == NULL) || TA_UNLIKELY(_ta_guard_on) || TA_UNLIKELY(_ta_tracing)) return false;
+  shard *s = shard_of(a);
+  bool solo = _ta_solo_enter(t);
+  shard_lock_if(s, solo);
+  uint32_t i = slot_find_index(s, a);
+  if (TA_UNLIKELY(i == SLOT_NONE) || TA_UNLIKELY(slot_flags(&s->slots[i]) != 0)) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
+  ta_slot r = s->slots[i];
+  uint64_t size = slot_size(&r);
+  __builtin_prefetch((const void *)(a + size));   /* the pad's line, under the removal */
+  slot_remove_at(s, i);
+  if (TA_UNLIKELY(!pad_intact((const unsigned char *)(a + size), pad_len(size)))) {
+    slot_put_back_words(s, &r);                    /* reported with the free's stack */
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return false;
+  }
+  shard_unlock_if(s, solo);
+  ta_tag tag = slot_tag(&r);
+  count_free(t, tag, size, solo);
+  _ta_solo_leave(t, solo);
+  uint32_t pos = t->rpos;
+  record_freed(&ring[pos], a, size, tag, slot_seq(&r), 0, slot_stack(&r), 0);
+  t->rpos = (pos + 1) & (TA_RECENT - 1);
+  raw_free(t, a, size);
+  return true;
+}
+
 TA_NOINLINE void ta_free(void *p) {
   if (p == NULL) return;
   _ta_ensure();
   ta_thread *t = _ta_thread();
   _ta_block_prefetch(p);
   if (TA_UNLIKELY(_ta_opt.check == TA_CHECK_LEAKS)) {   /* no free stack but a bad free's */
-    if (block_free(t, (uintptr_t)p, 0, true)) return;
+    if (block_free_plain(t, (uintptr_t)p) || block_free(t, (uintptr_t)p, 0, true)) return;
   }
   uint32_t stack = _ta_stack_capture(1);
   block_free(t, (uintptr_t)p, stack, false);
@@ -555,15 +616,14 @@ TA_NOINLINE void *ta_realloc(void *p, size_t size) {
 
 void *_ta_alloc_raw(size_t size, size_t align, bool zero) {
   _ta_ensure();
-  ta_thread *t = _ta_thread();
   int flags = (align > 16 ? (int)MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
-  void *p = raw_alloc(t, size, align, flags);
-  if (p) _ta_block_prefetch(p);
+  void *p = raw_alloc(NULL, size, align, flags);     /* (raw_alloc does not read its thread) */
+  if (p) slot_prefetch((uintptr_t)p);
   return p;
 }
 
 void *_ta_alloc_record(void *raw, ta_tag tag, size_t size, bool zero, uint32_t stack) {
-  void *p = block_new(_ta_thread(), raw, size, tag_check(tag), stack);
+  void *p = block_new_at(_ta_thread(), raw, size, tag_check(tag), stack);
   if (p && zero && _ta_opt.fill >= 0) memset(p, 0, size);
   return p;
 }
@@ -581,7 +641,9 @@ bool _ta_free_at(void *p, uint32_t stack) {
 bool _ta_free_quiet(void *p) {
   if (p == NULL) return true;
   _ta_ensure();
-  return block_free(_ta_thread(), (uintptr_t)p, 0, true);
+  ta_thread *t = _ta_thread();
+  if (TA_LIKELY(_ta_opt.check == TA_CHECK_LEAKS) && block_free_plain(t, (uintptr_t)p)) return true;
+  return block_free(t, (uintptr_t)p, 0, true);
 }
 
 void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack) {

@@ -156,6 +156,15 @@ static inline uint32_t slot_index(uint64_t hash, uint32_t cap) { return (uint32_
  * the new capacity). */
 static inline uint32_t slot_home(const shard *s, uintptr_t a) { return slot_index(slot_hash(slot_key(a)), s->cap); }
 
+/* Starts loading the slot where a's record would be, as
+ * _ta_block_prefetch (live.c) does, inline on the allocation path: a hint,
+ * read without the lock (the table may grow meanwhile). */
+static inline void slot_prefetch(uintptr_t a) {
+  const shard *s = shard_of(a);
+  const ta_slot *slots = s->slots;
+  if (slots) __builtin_prefetch(&slots[slot_home(s, a)]);
+}
+
 static inline void shard_lock(shard *s) {
   _ta_solo_check();
   int spins = 0;
@@ -178,6 +187,23 @@ static inline void shard_lock_if(shard *s, bool solo) {
 
 static inline void shard_unlock_if(shard *s, bool solo) {
   if (!solo) shard_unlock(s);
+}
+
+#define SLOT_NONE UINT32_MAX
+
+/* The index of a's record in s, or SLOT_NONE: for a removal that follows
+ * (slot_remove_at), which then needs no division of a pointer
+ * difference by 24 to learn it. */
+static inline uint32_t slot_find_index(const shard *s, uintptr_t a) {
+  if (s->slots == NULL || !slot_key_ok(a)) return SLOT_NONE;
+  uint64_t k = slot_key(a);
+  uint32_t i = slot_index(slot_hash(k), s->cap);
+  for (;;) {
+    uint64_t w = s->slots[i].w[0];
+    if ((w & SLOT_KEY_MASK) == k) return i;
+    if (w == 0) return SLOT_NONE;
+    if (++i == s->cap) i = 0;
+  }
 }
 
 static inline ta_slot *slot_find(shard *s, uintptr_t a) {
@@ -246,9 +272,19 @@ static inline void slot_put_back(shard *s, const ta_block *b) {
   slot_store(&s->slots[i], b);
 }
 
-static inline void slot_remove(shard *s, ta_slot *r) {
-  if (TA_UNLIKELY(s->used <= s->shrink_at) && _ta_live_shrink(s, r)) return;
-  uint32_t i = (uint32_t)(r - s->slots), j = i, cap = s->cap;
+/* Puts back a record's words that a free took out under the same lock
+ * (block_free_plain: its pad was written), as slot_put_back does. */
+static inline void slot_put_back_words(shard *s, const ta_slot *saved) {
+  uint32_t i = slot_home(s, slot_addr(saved));
+  while (!slot_empty(&s->slots[i]))
+    if (++i == s->cap) i = 0;
+  s->used++;
+  s->slots[i] = *saved;
+}
+
+static inline void slot_remove_at(shard *s, uint32_t i) {
+  if (TA_UNLIKELY(s->used <= s->shrink_at) && _ta_live_shrink(s, &s->slots[i])) return;
+  uint32_t j = i, cap = s->cap;
   s->used--;
   for (;;) {
     s->slots[i].w[0] = 0;
@@ -265,5 +301,7 @@ static inline void slot_remove(shard *s, ta_slot *r) {
     i = j;
   }
 }
+
+static inline void slot_remove(shard *s, ta_slot *r) { slot_remove_at(s, (uint32_t)(r - s->slots)); }
 
 #endif

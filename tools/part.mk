@@ -20,9 +20,11 @@ $(BUILD)/obj/tools/%.o: tools/%.c Makefile tools/part.mk
 # in every process), and no second, exported operator new in the global
 # scope.  The archive's malloc, free, ... would clash with the shim's, so
 # a copy has them made local; --exclude-libs hides the rest (mallocx,
-# mallctl) from the program.  Without the archive: -ljemalloc as before.
+# mallctl) from the program.  Its malloc is renamed _ta_je_malloc, not
+# made local: the ledger allocates a plain block with it (alloc/block.h:
+# raw_alloc), jemalloc's fast path, where mallocx takes its general one.  Without the archive: -ljemalloc as before.
 JEMALLOC_PIC := $(shell $(CC) -print-file-name=libjemalloc_pic.a)
-JEMALLOC_CLASH = malloc free calloc realloc memalign posix_memalign aligned_alloc valloc \
+JEMALLOC_CLASH = free calloc realloc memalign posix_memalign aligned_alloc valloc \
                  malloc_usable_size
 ifneq ($(wildcard $(JEMALLOC_PIC)),)
 PRELOAD_JEMALLOC = $(BUILD)/obj/jemalloc_local.a
@@ -44,7 +46,7 @@ endif
 
 $(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile
 	@mkdir -p $(dir $@)
-	objcopy $(JEMALLOC_CLASH:%=--localize-symbol=%) $< $@
+	objcopy $(JEMALLOC_CLASH:%=--localize-symbol=%) --redefine-sym malloc=_ta_je_malloc $< $@
 
 # The ledger and, of reports/, what its stderr report needs
 # (REPORTS_PRELOAD_OBJ); -z defs: nothing else may be missing.  Those

@@ -6,7 +6,7 @@
 # assertion stacks, `tagalloc diff` keys that survive an added line and
 # another build folder, one report model behind the text, --json, --html and
 # `tagalloc report` of a run (agree.py), the preload's exports and its own
-# calls bound inside it.  Ends with "N passed, N failed".
+# calls bound inside it, its jemalloc's decay.  Ends with "N passed, N failed".
 #   tests/cli/run.sh BUILD_DIR
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
@@ -384,6 +384,20 @@ expect "the preload's free stays preemptible" "yes" \
   "$(objdump -d "$pre" | grep -qE 'call.*<free@plt>' && echo yes)"
 expect "the preload still exports ta_mark_now and _ta_init" "2" \
   "$(nm -D --defined-only "$pre" | grep -cE ' (ta_mark_now|_ta_init)$')"
+
+# ---- the audited heap's jemalloc decays in 60 s (tools/preload_jemalloc.c) --------------------
+# jemalloc's stats at exit name the option in force; the program's MALLOC_CONF wins.  Only
+# where the preload links jemalloc's archive (a libjemalloc.so keeps its own options).
+if ldd "$pre" | grep -q libjemalloc; then
+  ok "jemalloc's decay: the preload links libjemalloc.so, nothing to check"
+else
+  expect "the audited heap's pages decay in 60 s" "opt.dirty_decay_ms: 60000" \
+    "$(LD_PRELOAD="$pre" MALLOC_CONF=stats_print:true /bin/true 2>&1 | grep -o 'opt.dirty_decay_ms: [0-9-]*')"
+  expect "the program's MALLOC_CONF sets the decay" "opt.dirty_decay_ms: 5000" \
+    "$(LD_PRELOAD="$pre" MALLOC_CONF=stats_print:true,dirty_decay_ms:5000 /bin/true 2>&1 | grep -o 'opt.dirty_decay_ms: [0-9-]*')"
+  expect "jemalloc's malloc_conf stays inside the preload" "0" \
+    "$(nm -D --defined-only "$pre" | grep -cw malloc_conf)"
+fi
 
 # ---- every option of the table is documented ------------------------------------------------
 missing=

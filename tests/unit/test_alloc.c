@@ -296,6 +296,108 @@ static void test_quiet_free_pad(void **state) {
   ta_findings_clear();
 }
 
+/* Leaks mode's own free (block_free_plain): a block with no flag, found,
+ * pad intact, freed from the table's words straight into the recent
+ * frees.  Everything else goes the general way with nothing changed: a
+ * written pad (the record put back among its probe run's neighbours, then
+ * the free with a stack reports it), a flagged block, a bad free.  A
+ * second free of a block it freed is free.double with the record it wrote
+ * (size, tag, allocation stack); an interior pointer is free.invalid. */
+static int finding_of(const ta_finding *f, void *arg) {
+  ta_finding *want = arg;
+  if (strcmp(f->kind, want->kind) == 0) *want = *f;
+  return 0;
+}
+
+static void test_plain_free(void **state) {
+  (void)state;
+  int was = _ta_opt.check;
+  _ta_opt.check = TA_CHECK_LEAKS;
+  ta_tag T = ta_tag_get("alloc.plain-free");
+  ta_mark m = ta_mark_now();
+  enum { N = 64 };
+  unsigned char *v[N];
+  uint32_t born[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = ta_alloc(T, 40);                              /* class 48: pad 40..47 */
+    ta_block b;
+    assert_true(_ta_block_live((uintptr_t)v[i], &b));
+    born[i] = b.stack;
+  }
+  uint32_t here = ta_stack_here();
+  for (int i = 0; i < N; i += 2) {
+    v[i][47] = 0x55;                                     /* the pad's last byte */
+    assert_false(_ta_free_quiet(v[i]));
+    assert_int_equal(ta_block_size(v[i]), 40);          /* put back, found */
+  }
+  for (int i = 1; i < N; i += 2) assert_true(_ta_free_quiet(v[i]));
+  for (int i = 1; i < N; i += 2) assert_int_equal(ta_block_size(v[i]), 0);
+  ta_counts c = ta_since(m, T);
+  assert_int_equal(c.allocs, N);
+  assert_int_equal(c.frees, N / 2);
+  assert_int_equal(c.live_blocks, N / 2);
+  assert_int_equal(c.live_bytes, 40 * N / 2);
+  assert_int_equal(c.peak_bytes, 40 * N);
+  assert_int_equal(ta_findings_count(NULL), 0);
+  for (int i = 0; i < N; i += 2) {
+    assert_int_equal(ta_block_tag(v[i]), T);
+    assert_true(_ta_free_at(v[i], here));
+  }
+  assert_int_equal(ta_findings_count("heap.overflow"), N / 2);
+  ta_finding f = { .kind = "heap.overflow" };
+  ta_findings_visit(finding_of, &f);
+  assert_int_equal(f.stack, here);                      /* found at the free, named by it */
+  assert_string_equal(f.detail, "wrote 1 byte(s) past the end of the 40-byte block: offsets 47..47, first 0x55");
+  ta_findings_clear();
+
+  /* a second free of a block the plain path freed: the recent frees' record */
+  ta_free(v[N - 1]);
+  assert_int_equal(ta_findings_count("free.double"), 1);
+  f = (ta_finding){ .kind = "free.double" };
+  ta_findings_visit(finding_of, &f);
+  assert_int_equal(f.addr, (uintptr_t)v[N - 1]);
+  assert_int_equal(f.bytes, 40);
+  assert_int_equal(f.tag, T);
+  assert_int_equal(f.alloc_stack, born[N - 1]);
+  assert_int_not_equal(f.alloc_stack, 0);
+  ta_findings_clear();
+
+  /* a realloc that moves frees the old block with its own stack, which a
+   * second free of the old block shows as the free stack */
+  unsigned char *x = ta_alloc(T, 40);
+  ta_block xb;
+  assert_true(_ta_block_live((uintptr_t)x, &xb));
+  unsigned char *y = ta_realloc(x, 400);
+  assert_ptr_not_equal(y, x);
+  ta_free(x);
+  assert_int_equal(ta_findings_count("free.double"), 1);
+  f = (ta_finding){ .kind = "free.double" };
+  ta_findings_visit(finding_of, &f);
+  assert_int_equal(f.addr, (uintptr_t)x);
+  assert_int_equal(f.bytes, 40);
+  assert_int_equal(f.alloc_stack, xb.stack);
+  assert_int_not_equal(f.free_stack, 0);
+  assert_int_not_equal(f.free_stack, xb.stack);
+  ta_free(y);
+  ta_findings_clear();
+
+  /* an interior pointer: the general path's report, the block unchanged */
+  unsigned char *w = ta_alloc(T, 100);
+  ta_free(w + 16);
+  assert_int_equal(ta_findings_count("free.invalid"), 1);
+  f = (ta_finding){ .kind = "free.invalid" };
+  ta_findings_visit(finding_of, &f);
+  assert_string_equal(f.detail, "interior pointer at offset 16 of a 100-byte live block");
+  assert_int_equal(ta_block_size(w), 100);
+  ta_free(w);
+  c = ta_since(m, T);
+  assert_int_equal(c.frees, N + 3);
+  assert_int_equal(c.live_blocks, 0);
+  assert_int_equal(c.live_bytes, 0);
+  ta_findings_clear();
+  _ta_opt.check = was;
+}
+
 static void test_aligned(void **state) {
   (void)state;
   ta_tag T = ta_tag_get("alloc.aligned");
@@ -896,6 +998,7 @@ int main(void) {
     cmocka_unit_test_setup(test_realloc_moves, setup),
     cmocka_unit_test_setup(test_realloc_in_place, setup),
     cmocka_unit_test_setup(test_quiet_free_pad, setup),
+    cmocka_unit_test_setup(test_plain_free, setup),
     cmocka_unit_test_setup(test_aligned, setup),
     cmocka_unit_test_setup(test_tags, setup),
     cmocka_unit_test_setup(test_counts_scripted, setup),

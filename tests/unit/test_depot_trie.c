@@ -7,7 +7,8 @@
  * two nodes whose path hashes are equal stay apart; the depot's memory is
  * 8 bytes a node (its return address a number in a table of the distinct
  * ones) and 4 an index slot, and every stack is found again after the
- * index was rebuilt bigger; the frames
+ * index was rebuilt bigger, 3/2 and 4/3 of its size in turn, and where
+ * a probe runs past its last slot; the frames
  * inside a frame made now are made without a lookup, once each, also when
  * threads put the same new stacks at once.  (The depot
  * under millions of real stacks and racing threads: tests/stress/test_depot.c.) */
@@ -165,10 +166,37 @@ static void test_same_path_hash(void **state) {
   assert_int_equal(_ta_depot_nodes() - nodes, 4);
 }
 
-/* 8 bytes a node, 4 an index slot, the index at most 7/8 full and at
- * least 7/16 past its first size: the tree workload's 2.1M nodes are 17 MB
- * of nodes and 16 MB of index.  The index grew from 2^12 slots to 2^17 on
- * the way, each time rebuilt from the nodes: every stack is found again. */
+/* The index's sizes: 2^12 slots doubling to 2^18 (FINE), then 3 * 2^(k-1)
+ * and 2^k in turn, each 3/2 or 4/3 of the one before. */
+#define FINE ((size_t)1 << 18)
+
+static size_t index_slots(void) {
+  size_t ib;
+  _ta_depot_bytes(&ib);
+  assert_int_equal(ib % 4, 0);
+  return ib / 4;
+}
+
+static bool power_of_two(size_t n) { return (n & (n - 1)) == 0; }
+
+static size_t slots_after(size_t slots) {
+  return slots < FINE ? slots * 2 : power_of_two(slots) ? slots / 2 * 3 : slots / 3 * 4;
+}
+
+static size_t slots_before(size_t slots) {
+  return slots <= FINE ? slots / 2 : power_of_two(slots) ? slots / 4 * 3 : slots / 3 * 2;
+}
+
+static void assert_index_size(size_t slots) {
+  assert_true(slots >= 4096);
+  assert_true(power_of_two(slots) || (slots > FINE && slots % 3 == 0 && power_of_two(slots / 3)));
+}
+
+/* 8 bytes a node, 4 an index slot, the index at most 3/4 full and at
+ * least 1/2 past its first size: the tree workload's 2.1M nodes are 17 MB
+ * of nodes and 12 MB of index.  The index grew from 2^12 slots past 2^16
+ * on the way, each time rebuilt from the nodes: every stack is found
+ * again. */
 static void test_bytes(void **state) {
   (void)state;
   const uintptr_t base = 0x5500000000ull;
@@ -185,11 +213,11 @@ static void test_bytes(void **state) {
   size_t ib, nb = _ta_depot_bytes(&ib), nodes = _ta_depot_nodes();
   assert_int_equal(nodes - nodes0, 60600);
   assert_int_equal(nb, 8 * nodes);
-  size_t slots = ib / 4;
-  assert_int_equal(ib % 4, 0);
-  assert_int_equal(slots & (slots - 1), 0);      /* a power of two */
-  assert_true(nodes * 8 <= slots * 7);
-  assert_true(nodes * 16 > slots * 7);           /* it doubled only when 7/8 full */
+  size_t slots = index_slots();
+  assert_int_equal(ib, 4 * slots);
+  assert_index_size(slots);
+  assert_true(nodes * 4 <= slots * 3);
+  assert_true(nodes * 4 > slots_before(slots) * 3);   /* it grew only when 3/4 full */
   /* the same stacks again, in another order: the same ids, no node */
   for (size_t k = 60000; k-- > 0;) {
     pcs[0] = base + 16 * k;
@@ -201,6 +229,96 @@ static void test_bytes(void **state) {
     assert_memory_equal(got, pcs, sizeof pcs);
   }
   assert_int_equal(_ta_depot_nodes(), nodes);
+}
+
+/* The index through its growths, one node a put: each growth comes at
+ * the put that makes it more than 3/4 full and takes it to twice its size
+ * below FINE, and from there to 3/2 or 4/3 of it, in turn, up to 2^19
+ * slots; when it is as full as it gets and again after each growth,
+ * every stack put so far is found again (the same id, no node made) and
+ * reads back its frames: the homes of a size that is no power of two
+ * come from the hashes' high bits, and the ids (up to 3/4 of the size)
+ * fit the slots beside the hashes' low bits. */
+
+static void assert_found_again(uintptr_t base, uintptr_t outer, const uint32_t *ids, size_t k) {
+  size_t nodes = _ta_depot_nodes();
+  uintptr_t pcs[2] = { 0, outer }, got[3];
+  for (size_t j = 0; j < k; j++) {
+    pcs[0] = base + 16 * j;
+    assert_int_equal(_ta_depot_put(pcs, 2), ids[j]);
+    assert_int_equal(_ta_depot_get(ids[j], got, 3), 2);
+    assert_memory_equal(got, pcs, sizeof pcs);
+  }
+  assert_int_equal(_ta_depot_nodes(), nodes);
+}
+
+static void test_growth_steps(void **state) {
+  (void)state;
+  const uintptr_t base = 0x5b00000000ull, outer = 0x5bf0000000ull;
+  enum { MAX = 1 << 20 };
+  uint32_t *ids = malloc(MAX * sizeof *ids);
+  assert_non_null(ids);
+  uintptr_t pcs[2] = { 0, outer };
+  assert_true(_ta_depot_put(&outer, 1) != 0);
+  size_t slots = index_slots(), k = 0, odd = 0;
+  assert_true(slots < FINE);
+  while (slots < 2 * FINE) {
+    assert_true(k < MAX);
+    size_t nodes = _ta_depot_nodes();
+    pcs[0] = base + 16 * k;
+    ids[k] = _ta_depot_put(pcs, 2);
+    assert_true(ids[k] != 0);
+    assert_int_equal(_ta_depot_nodes(), nodes + 1);
+    k++;
+    size_t now = index_slots();
+    if (now == slots) {
+      assert_true((nodes + 1) * 4 <= slots * 3);
+      if ((nodes + 2) * 4 > slots * 3) assert_found_again(base, outer, ids, k);   /* full */
+      continue;
+    }
+    /* grown at the node that would fill it past 3/4, by 3/2 or 4/3 */
+    assert_true(nodes * 4 <= slots * 3);
+    assert_true((nodes + 1) * 4 > slots * 3);
+    assert_int_equal(now, slots_after(slots));
+    assert_index_size(now);
+    odd += !power_of_two(now);
+    slots = now;
+    assert_found_again(base, outer, ids, k);
+  }
+  assert_int_equal(slots, 2 * FINE);
+  assert_int_equal(odd, 1);                     /* 3 * 2^17 on the way */
+  free(ids);
+}
+
+/* Outermost frames whose homes are the index's last slot: the second and
+ * later of them are put past it, in the slots from the first on, and each
+ * is found there again. */
+static void test_probe_wraps(void **state) {
+  (void)state;
+  enum { N = 4 };
+  size_t slots = index_slots();
+  assert_true((_ta_depot_nodes() + N) * 4 <= slots * 3);   /* no growth meanwhile */
+  uintptr_t pcs[N], got[2];
+  uint32_t ids[N];
+  size_t n = 0;
+  for (uintptr_t pc = 0x5c00000000ull; n < N; pc += 16) {
+    uint32_t h = _ta_depot_path_hash(0, pc);
+    if ((uint32_t)(((uint64_t)h * slots) >> 32) == slots - 1) pcs[n++] = pc;
+  }
+  size_t nodes = _ta_depot_nodes();
+  for (size_t i = 0; i < N; i++) {
+    ids[i] = _ta_depot_put(&pcs[i], 1);
+    assert_true(ids[i] != 0);
+  }
+  assert_int_equal(_ta_depot_nodes() - nodes, N);
+  assert_int_equal(index_slots(), slots);
+  for (size_t r = 0; r < 2; r++)
+    for (size_t i = N; i-- > 0;) {
+      assert_int_equal(_ta_depot_put(&pcs[i], 1), ids[i]);
+      assert_int_equal(_ta_depot_get(ids[i], got, 2), 1);
+      assert_true(got[0] == pcs[i]);
+    }
+  assert_int_equal(_ta_depot_nodes() - nodes, N);
 }
 
 /* Nodes name their return addresses by number: stacks of a binary tree
@@ -333,7 +451,9 @@ int main(void) {
     cmocka_unit_test(test_prefixes_shared),
     cmocka_unit_test(test_same_and_different),
     cmocka_unit_test(test_same_path_hash),
+    cmocka_unit_test(test_growth_steps),
     cmocka_unit_test(test_bytes),
+    cmocka_unit_test(test_probe_wraps),
     cmocka_unit_test(test_few_addresses),
     cmocka_unit_test(test_memo_credit),
     cmocka_unit_test(test_new_frames_made),

@@ -77,10 +77,29 @@ NOINLINE void free_all_kinds(void) {
   free(p);
 }
 
+/* A block freed dirty comes back from jemalloc's thread cache at once:
+ * calloc's must be zeroed and an aligned one aligned (they go through
+ * mallocx with its flags, not the ledger's plain allocation). */
+NOINLINE void reuse_keeps_flags(void) {
+  for (int i = 0; i < 64; i++) {
+    unsigned char *p = malloc(40);
+    memset(p, 0xAB, 40);
+    free(p);
+    unsigned char *q = calloc(5, 8);
+    int zero = 1;
+    for (int k = 0; k < 40; k++) zero &= q[k] == 0;
+    check(zero, "calloc zeroes a reused block");
+    free(q);
+    void *a = memalign(256, 48);
+    check(((uintptr_t)a & 255) == 0, "memalign(256) after frees");
+    free(a);
+  }
+}
+
 int main(void) {
   leak_malloc(); leak_calloc(); leak_realloc(); leak_reallocarray();
   leak_posix_memalign(); leak_aligned_alloc(); leak_memalign();
-  leak_valloc(); usable_size(); free_all_kinds();
+  leak_valloc(); usable_size(); free_all_kinds(); reuse_keeps_flags();
   clobber_stack();
   say(bad ? "api: failures\n" : "api: ok\n");
   return bad;
