@@ -7,8 +7,6 @@
 #include "block.h"
 #include "live.h"
 
-#include <string.h>
-
 shard _ta_shards[NSHARDS] __attribute__((aligned(64)));
 
 /* Starts loading the table slot where a's record would be: a record of a
@@ -51,26 +49,6 @@ static uint32_t cap_next(uint32_t cap) {
 #define GIVE_STEP ((size_t)64 << 10)
 #define GIVE_MIN  ((size_t)16 << 10)
 
-/* A shard's table shrinks when a removal leaves it under 1/8 full, into
- * the smallest table, of SHRINK_MIN slots or more, that holds its records
- * at most 3/8 full (1/4 to 3/8: it grows again only after they double,
- * and shrinks again only after they halve, so a shard whose records come
- * and go around one count does not copy them back and forth).  Without it
- * a table kept the size of its shard's fullest moment: the tree, built
- * and freed 10 times, lands each build's nodes in other 64 KiB regions,
- * so other shards get its lumps of 2048 records, and its table was sized
- * by the sum of the shards' maxima over the run (1.35 to 1.52M records in
- * 1.93 to 2.19M slots, 6 runs), not by its peak (1.05M records, 1.50 to
- * 1.52M slots as the shards held them then).  Tables of SHRINK_MIN slots
- * or fewer (96 KiB; 24 MiB in all 256 shards) stay, and none shrinks
- * below it: the shards of a program with few blocks never copy, and a
- * shard the tree empties keeps a table for 3072 records, where tables
- * shrunk down to 1024 slots grew back through every step in each build
- * (the tree's run: 310K to 330K page faults, given-back pages touched
- * again, for 60K to 70K without shrinking and 85K to 88K as it is;
- * bench/auditor/README.md, "Shrinking the live table"). */
-#define SHRINK_MIN 4096u
-
 /* Gives back the whole pages of old below byte upto of it that are not
  * given back yet (*done: the bytes of old below the first page not given
  * back). */
@@ -82,41 +60,8 @@ static void give_back(const ta_slot *old, size_t *done, size_t upto) {
   *done = hi - (uintptr_t)old;
 }
 
-/* The shard's table after its records changed places: cap slots. */
-static void set_cap(shard *s, uint32_t cap) {
-  s->cap = cap;
-  s->grow_at = (uint32_t)((uint64_t)cap * 3 / 4);
-  s->shrink_at = cap > SHRINK_MIN ? cap / 8 : 0;
-}
-
-/* Puts s's records but skip back in the first cap slots of its own block
- * (cap <= s->room), through a copy of them aside; false when out of
- * memory for the copy. */
-static bool rehome_in_place(shard *s, uint32_t cap, const ta_slot *skip) {
-  uint32_t used = s->used - (skip != NULL), n = 0;
-  ta_slot *kept = _ta_meta_alloc((size_t)(used ? used : 1) * sizeof *kept);
-  if (kept == NULL) return false;
-  ta_slot *t = s->slots;
-  for (uint32_t i = 0; i < s->cap; i++)
-    if (!slot_empty(&t[i]) && &t[i] != skip) kept[n++] = t[i];
-  memset(t, 0, (size_t)cap * sizeof *t);
-  for (uint32_t k = 0; k < n; k++) {
-    uint32_t j = slot_index(slot_hash(kept[k].w[0] & SLOT_KEY_MASK), cap);
-    while (!slot_empty(&t[j]))
-      if (++j == cap) j = 0;
-    t[j] = kept[k];
-  }
-  _ta_meta_free(kept);
-  s->used = n;
-  return true;
-}
-
 bool _ta_live_grow(shard *s) {
   uint32_t cap = cap_next(s->slots ? s->cap : 0);
-  if (cap && cap <= s->room && s->slots && rehome_in_place(s, cap, NULL)) {   /* back in its block */
-    set_cap(s, cap);
-    return true;
-  }
   ta_slot *n = cap ? _ta_meta_calloc(cap, sizeof *n) : NULL;
   if (n == NULL) return false;
   ta_slot *old = s->slots;
@@ -137,27 +82,8 @@ bool _ta_live_grow(shard *s) {
     _ta_meta_free(old);
   }
   s->slots = n;
-  s->room = cap;
-  set_cap(s, cap);
-  return true;
-}
-
-/* A shrink stays in the table's own block: its records but r are set
- * aside, put back in its first cap slots, and the pages past those are
- * given back; the table grows back in the block as far as it goes, and
- * the block is freed whole at a growth past it.  A new block of the meta
- * arena is given-back memory of old tables, faulted in again page by page
- * (the tree, emptying its shards and filling them again in each build:
- * 24 faults a shard for the shrunk table, 36, 48 and 72 for each
- * growth back); in its own block a table faults in only the pages it did
- * not have. */
-bool _ta_live_shrink(shard *s, ta_slot *r) {
-  uint32_t used = s->used - 1, cap = 8;
-  while (cap < SHRINK_MIN || (uint64_t)cap * 3 / 8 < used) cap = cap_next(cap);
-  if (cap >= s->cap || !rehome_in_place(s, cap, r)) return false;
-  size_t done = (size_t)cap * sizeof *s->slots;
-  give_back(s->slots, &done, (size_t)s->cap * sizeof *s->slots);
-  set_cap(s, cap);
+  s->cap = cap;
+  s->grow_at = (uint32_t)((uint64_t)cap * 3 / 4);
   return true;
 }
 

@@ -36,11 +36,10 @@
  * 64 MB of table in 32-byte records, 37.7 MB in these were its shards
  * evenly filled (with the capacities below); measured, 48 to 55 MB, run
  * to run: its shards' records come in lumps of a 64 KiB region's 2048
- * nodes, about two lumps a shard, and a shard's table was sized by its
- * fullest moment in the run until tables shrank (live.c, SHRINK_MIN):
- * 1.05M records in 2.0 to 2.3M slots, about half full
- * (bench/auditor/README.md, "The live table's memory" and "Shrinking the
- * live table"). */
+ * nodes, about two lumps a shard, and a shard's table is sized by its
+ * fullest moment in the run (tables never shrink): 1.05M records in 2.0
+ * to 2.3M slots, about half full (bench/auditor/README.md, "The live
+ * table's memory"). */
 typedef struct { uint64_t w[3]; } ta_slot;
 _Static_assert(sizeof(ta_slot) == 24, "a table record is 24 bytes");
 _Static_assert(TA_MAX_TAGS <= 256, "a tag fits a table record's 8 bits");
@@ -102,18 +101,12 @@ typedef struct {
   uint32_t used;
   uint32_t grow_at;           /* used records that fill it (3/4 of cap); 0 before first use */
   ta_slot *slots;
-  uint32_t shrink_at;         /* a removal from this many records shrinks it (1/8 of cap); 0: never */
-  uint32_t room;              /* slots its block holds (a shrunk table's block keeps its size) */
 } __attribute__((aligned(64))) shard;
 _Static_assert(sizeof(shard) == 64, "a shard is one cache line");
 
 extern TA_HIDDEN shard _ta_shards[NSHARDS];
 /* Grows s (a first use: 8 slots); false when out of memory (live.c). */
 bool _ta_live_grow(shard *s);
-/* Removes r from s (its used at most s->shrink_at) and puts the rest in
- * a smaller table in the same block; false, s unchanged, where no smaller
- * table is due or out of memory (live.c). */
-bool _ta_live_shrink(shard *s, ta_slot *r);
 
 /* The shard of a block: by its 64 KiB region, so that the blocks of a few
  * neighbouring jemalloc slab pages (one thread's, mostly) share a shard,
@@ -283,7 +276,6 @@ static inline void slot_put_back_words(shard *s, const ta_slot *saved) {
 }
 
 static inline void slot_remove_at(shard *s, uint32_t i) {
-  if (TA_UNLIKELY(s->used <= s->shrink_at) && _ta_live_shrink(s, &s->slots[i])) return;
   uint32_t j = i, cap = s->cap;
   s->used--;
   for (;;) {

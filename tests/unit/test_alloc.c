@@ -744,88 +744,6 @@ static void test_table_growth_gives_back(void **state) {
   }
 }
 
-/* A shard whose table falls under 1/8 full shrinks on the removal that
- * takes it there, to the smallest table of at least 4096 slots that holds
- * its records at most 3/8 full, in the front of its own block, and gives
- * the pages past it back: from 24,576 slots (576 KiB) with 64 records,
- * the first free leaves exactly 4096 slots (3072 to fill them, none to
- * shrink them again) at the same address, the 63 other records found in
- * it, and not one whole page past its 96 KiB resident.  Grown again, it
- * stays in its block; a table of 4096 slots stays as it empties. */
-static void test_table_shrinks(void **state) {
-  (void)state;
-  ta_tag T = ta_tag_get("alloc.shrink");
-  void *v[GIVE_BLOCKS];
-  v[0] = ta_alloc(T, 32);
-  assert_non_null(v[0]);
-  shard *s = shard_of((uintptr_t)v[0]);
-  size_t n = 1;
-  for (size_t tries = 0; n < GIVE_BLOCKS && tries < 1000000; tries++) {   /* blocks of the same shard */
-    void *p = ta_alloc(T, 32);
-    assert_non_null(p);
-    if (shard_of((uintptr_t)p) == s) v[n++] = p;
-    else ta_free(p);
-  }
-  assert_int_equal(n, GIVE_BLOCKS);
-  shard_lock(s);
-  while (s->cap < 24576) assert_true(_ta_live_grow(s));
-  uint32_t big = s->cap, big_shrink_at = s->shrink_at;
-  uint32_t used = s->used;                              /* ours and any other block of the shard */
-  const ta_slot *old = s->slots;
-  shard_unlock(s);
-  assert_int_equal(big, 24576);
-  assert_int_equal(big_shrink_at, 3072);
-  assert_true(used >= GIVE_BLOCKS && used < 3072);
-  uintptr_t lo = ((uintptr_t)old + 4095) & ~(uintptr_t)4095;
-  uintptr_t hi = ((uintptr_t)old + 24576 * sizeof(ta_slot)) & ~(uintptr_t)4095;
-  size_t pages = (hi - lo) / 4096;
-  assert_true(pages >= 143 && pages <= 144);
-  ta_free(v[0]);
-  shard_lock(s);                                        /* read under the lock, checked after it */
-  uint32_t cap = s->cap, used_now = s->used, grow_at = s->grow_at, shrink_at = s->shrink_at;
-  const ta_slot *now = s->slots;
-  uint64_t records = 0;
-  for (uint32_t i = 0; i < s->cap; i++) records += !slot_empty(&s->slots[i]);
-  shard_unlock(s);
-  assert_int_equal(cap, 4096);
-  assert_int_equal(used_now, used - 1);
-  assert_int_equal(grow_at, 3072);
-  assert_int_equal(shrink_at, 0);
-  assert_int_equal(records, used - 1);
-  assert_ptr_equal(now, old);
-  uintptr_t past = ((uintptr_t)old + 4096 * sizeof(ta_slot) + 4095) & ~(uintptr_t)4095;
-  size_t front = (past - lo) / 4096;                    /* whole pages, the table's last one included */
-  unsigned char core[144];
-  assert_int_equal(mincore((void *)lo, hi - lo, core), 0);
-  size_t resident = 0, resident_past = 0;
-  for (size_t i = 0; i < pages; i++) {
-    resident += core[i] & 1;
-    if (i >= front) resident_past += core[i] & 1;
-  }
-  assert_int_equal(resident_past, 0);
-  assert_int_equal(resident, front);
-  assert_int_equal(ta_block_size(v[0]), 0);
-  shard_lock(s);                                        /* it grows back in its own block */
-  bool grew = _ta_live_grow(s);
-  cap = s->cap;
-  now = s->slots;
-  shard_unlock(s);
-  assert_true(grew);
-  assert_int_equal(cap, 6144);
-  assert_ptr_equal(now, old);
-  for (size_t i = 1; i < GIVE_BLOCKS; i++) {
-    assert_int_equal(ta_block_size(v[i]), 32);
-    ta_free(v[i]);                                      /* the first: back to 4096 slots */
-    assert_int_equal(ta_block_size(v[i]), 0);
-  }
-  shard_lock(s);
-  cap = s->cap;
-  used_now = s->used;
-  shard_unlock(s);
-  assert_int_equal(cap, 4096);
-  assert_int_equal(used_now, used - GIVE_BLOCKS);
-}
-
 /* A table record (live.h) keeps every field at its extremes and in
  * between, and a new birth or a flag changes only its own fields. */
 static void test_table_record_fields(void **state) {
@@ -1007,7 +925,6 @@ int main(void) {
     cmocka_unit_test_setup(test_live_since_visits_once, setup),
     cmocka_unit_test_setup(test_table_shape, setup),
     cmocka_unit_test_setup(test_table_growth_gives_back, setup),
-    cmocka_unit_test_setup(test_table_shrinks, setup),
     cmocka_unit_test_setup(test_table_record_fields, setup),
     cmocka_unit_test_setup(test_table_interior_not_block, setup),
     cmocka_unit_test_setup(test_arena_unknown_tag, setup),
