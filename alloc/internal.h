@@ -202,8 +202,8 @@ void   _ta_seq_clock_init(void);                     /* _ta_init: the TSC, when 
 
 /* ---- ledger.c, quarantine.c ------------------------------------------------------ */
 
-void   _ta_quarantine_drain(ta_thread *t);           /* thread exit */
-void   _ta_quarantine_forget(ta_thread *t);          /* fork child: a gone thread's ring, its blocks kept */
+void   _ta_quarantine_drain(ta_thread *t);           /* thread exit: evicts all, the rings stay mapped */
+void   _ta_quarantine_forget(ta_thread *t);          /* its rings unmapped: a thread gone from the list (exit; fork child: its blocks kept) */
 void   _ta_counts_publish(ta_thread *t);             /* thread exit: pending live bytes */
 /* Checks the poison and the pads of the blocks the calling thread has
  * quarantined (exit; other threads may still be running, and change their

@@ -256,9 +256,12 @@ void _ta_quarantine_forget(ta_thread *t) {
   t->rpos = 0;
 }
 
+/* A thread that ends: its quarantine is evicted (checked and given back);
+ * its rings stay mapped, for a lookup of a freed block (_ta_quarantine_find)
+ * reads them as long as the thread is in the list of threads, and the
+ * thread forgets them once it has left it (thread.c: thread_exit). */
 void _ta_quarantine_drain(ta_thread *t) {
   while (t->qlen > 0) _ta_quarantine_evict_batch(t, -1);
-  _ta_quarantine_forget(t);
 }
 
 typedef struct { uintptr_t p; bool interior; ta_block *out; bool found; } q_search;

@@ -95,6 +95,7 @@ static void thread_exit(void *arg) {
   pthread_mutex_unlock(&registry_lock);
   pthread_mutex_unlock(&solo_lock);
   _ta_self = NULL;
+  _ta_quarantine_forget(t);                /* no lookup reaches its rings now */
   _ta_meta_free(t->stack_memo);
   _ta_meta_free(t->walk_memo);
   _ta_meta_free(t);
