@@ -45,7 +45,7 @@ ifneq ($(findstring sanitize,$(CFLAGS)),)
 CLI_LIBS = $(LIBS)
 endif
 
-$(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile
+$(BUILD)/obj/jemalloc_local.a: $(JEMALLOC_PIC) Makefile tools/part.mk
 	@mkdir -p $(dir $@)
 	objcopy $(JEMALLOC_CLASH:%=--localize-symbol=%) --redefine-sym malloc=_ta_je_malloc $< $@
 
