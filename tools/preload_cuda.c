@@ -123,7 +123,7 @@ static wrapped fns[W_N];       /* the table: at the end of the file */
 
 typedef void *(*dlopen_fn)(const char *, int);
 /* Read by the trampoline (hidden: a PC-relative load). */
-__attribute__((visibility("hidden"))) dlopen_fn _pl_real_dlopen;
+__attribute__((visibility("hidden"), used)) dlopen_fn _pl_real_dlopen;
 static _Atomic(void *) driver;            /* libcuda's handle, once seen */
 static atomic_int once_state;             /* init_once: 0, 1 running, 2 done */
 
@@ -846,7 +846,7 @@ static bool shim_path(char *out, size_t n) {
 
 /* The trampoline's question: NULL lets glibc's dlopen run as called; else
  * the handle to return. */
-__attribute__((visibility("hidden"))) void *_pl_cuda_dlopen(const char *file, int flags) {
+__attribute__((visibility("hidden"), used)) void *_pl_cuda_dlopen(const char *file, int flags) {
   next_dlopen();
   if (!driver_name(file)) return NULL;
   void *h = _pl_real_dlopen(file, flags);
