@@ -131,10 +131,10 @@ static inline bool pad_owned(uintptr_t a) {
   return !(TA_UNLIKELY(_ta_guard_on) && _ta_guard_owns(a));   /* guard.c checks its own slack */
 }
 
-/* Two overlapping word stores (or loads) cover any n in [8, 16]; no call. */
-static inline void pad_fill(uintptr_t a, uint64_t size) {
-  size_t n = pad_len(size);
-  unsigned char *p = (unsigned char *)(a + size);
+/* Two overlapping word stores (or loads) cover any n in [8, 16]; no call.
+ * n bytes of pad at p. */
+static inline void pad_fill_n(uintptr_t at, size_t n) {
+  unsigned char *p = (unsigned char *)at;
   uint64_t w = PAD_WORD;
   uint32_t h = (uint32_t)PAD_WORD;
   if (n >= 8) {
@@ -147,6 +147,8 @@ static inline void pad_fill(uintptr_t a, uint64_t size) {
     for (size_t i = 0; i < n; i++) p[i] = TA_PAD_BYTE;
   }
 }
+
+static inline void pad_fill(uintptr_t a, uint64_t size) { pad_fill_n(a + size, pad_len(size)); }
 
 static inline bool pad_intact(const unsigned char *p, size_t n) {
   if (n >= 8) {
@@ -168,9 +170,9 @@ static inline bool pad_intact(const unsigned char *p, size_t n) {
 
 typedef struct { size_t first, last, count; unsigned char value; } pad_damage;
 
-/* Whether the pad of the block at a (size bytes) was written; d says where. */
-static inline bool pad_changed(uintptr_t a, uint64_t size, pad_damage *d) {
-  size_t n = pad_len(size);
+/* Whether the n bytes of pad of the block at a (size bytes) were written;
+ * d says where. */
+static inline bool pad_changed_n(uintptr_t a, uint64_t size, size_t n, pad_damage *d) {
   const unsigned char *p = (const unsigned char *)(a + size);
   if (TA_LIKELY(pad_intact(p, n))) return false;
   d->count = 0;
@@ -180,6 +182,11 @@ static inline bool pad_changed(uintptr_t a, uint64_t size, pad_damage *d) {
     d->last = i;
   }
   return true;
+}
+
+/* ... of its pad_len(size) bytes (a table block's). */
+static inline bool pad_changed(uintptr_t a, uint64_t size, pad_damage *d) {
+  return pad_changed_n(a, size, pad_len(size), d);
 }
 
 enum { PAD_AT_FREE, PAD_AT_QUARANTINE, PAD_AT_EXIT };

@@ -2,6 +2,7 @@
  * clock, guard mode, the pad, tags, fork handlers, the trace), the locks
  * taken around fork(), and the exit (the quarantine's and holds' checks,
  * the scan, the trace's end, the report). */
+#include "beside.h"
 #include "block.h"
 #include "samples.h"
 
@@ -23,6 +24,7 @@ static void fork_phase(int phase) {
     _ta_ref_fork(phase);
     _ta_hold_fork(phase);
     _ta_thread_fork(phase);
+    _ta_beside_fork(phase);
     _ta_block_lock_all();
     _ta_device_fork(phase);
     _ta_findings_fork(phase);
@@ -35,6 +37,7 @@ static void fork_phase(int phase) {
   _ta_findings_fork(phase);
   _ta_device_fork(phase);
   _ta_block_unlock_all();
+  _ta_beside_fork(phase);
   _ta_thread_fork(phase);
   _ta_hold_fork(phase);
   _ta_ref_fork(phase);
@@ -68,6 +71,7 @@ void _ta_init(void) {
     _ta_tags_init();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     _ta_trace_open();
+    _ta_beside_init();                   /* after the mode, guard mode and the trace are known */
   }
   pthread_mutex_unlock(&lock);
 }

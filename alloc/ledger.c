@@ -44,6 +44,7 @@
  *
  * Counting: every thread counts its own allocations and frees per tag
  * (thread.c); live bytes per tag are shared atomics so that peaks are exact. */
+#include "beside.h"
 #include "block.h"
 #include "live.h"
 
@@ -366,6 +367,178 @@ static inline int64_t quarantine_budget(void) {
   return b < _ta_opt.quarantine ? b : _ta_opt.quarantine;
 }
 
+/* ---- blocks with their records beside them (beside.h) ------------------------ */
+
+/* A block of size bytes (at most BESIDE_MAX) with its record beside it;
+ * NULL when jemalloc or the bitmap has no memory (the caller reports). */
+static inline __attribute__((always_inline))
+void *beside_new(ta_thread *t, size_t size, ta_tag tag, uint32_t stack) {
+  char *raw = _ta_je_malloc(size + BESIDE_HDR);
+  if (TA_UNLIKELY(raw == NULL)) return NULL;
+  uintptr_t a = (uintptr_t)raw + BESIDE_HDR;
+  uint64_t *w = beside_word(a);
+  if (TA_UNLIKELY(w == NULL) && (w = _ta_beside_map(a)) == NULL) {
+    sdallocx(raw, size + BESIDE_HDR, 0);
+    return NULL;
+  }
+  if (_ta_opt.fill >= 0) memset((void *)a, (int)_ta_opt.fill, size);
+  pad_fill_n(a + size, beside_pad_len(size));
+  uint64_t bit = beside_bit(a);
+  bool solo = _ta_solo_enter(t);
+  uint64_t seq = _ta_next_seq(t, solo);
+  if (TA_UNLIKELY(seq >> BESIDE_SEQ_BITS)) {      /* past the header's 48 bits: the table's 56 */
+    _ta_solo_leave(t, solo);
+    sdallocx(raw, size + BESIDE_HDR, 0);
+    return block_new(t, raw_alloc(t, size, 16, 0), size, tag, stack);
+  }
+  beside_write(a, size, 0, tag, seq, stack);
+  shard *s = shard_of(a);
+  shard_lock_if(s, solo);
+  if (TA_UNLIKELY(*w == 0)) _ta_beside_touch(a);   /* before the bit: a walk finds its page */
+  *w |= bit;
+  shard_unlock_if(s, solo);
+  count_alloc(t, tag, size, a, seq, solo);
+  _ta_solo_leave(t, solo);
+  return (void *)a;
+}
+
+static TA_NOINLINE void *beside_new_out(ta_thread *t, size_t size, ta_tag tag, uint32_t stack) {
+  void *p = beside_new(t, size, tag, stack);
+  if (TA_UNLIKELY(p == NULL)) _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
+  return p;
+}
+
+/* A new block of size bytes for the heap: beside its record where it fits. */
+static inline void *block_new_any(ta_thread *t, size_t size, ta_tag tag, uint32_t stack) {
+  if (beside_fits(size)) return beside_new_out(t, size, tag, stack);
+  return block_new(t, raw_alloc(t, size, 16, 0), size, tag, stack);
+}
+
+/* The record before the block at a failed its check: the 16 bytes before
+ * the block were written (an overflow of the block before it, past that
+ * block's pad, or a write before this one).  The block goes back by
+ * jemalloc's own size; its record, stacks and tag are lost, and the
+ * counts take what jemalloc says of its size. */
+static TA_NOINLINE void beside_report_damage(ta_thread *t, uintptr_t a, uint32_t stack, bool solo) {
+  size_t usable = sallocx((void *)(a - BESIDE_HDR), 0) - BESIDE_HDR;
+  count_free(t, 0, usable, solo);
+  _ta_solo_leave(t, solo);
+  char detail[96];                               /* a finding's detail: 96 bytes (tagalloc.h) */
+  _ta_snprintf(detail, sizeof detail, "wrote the 16 bytes before the block (its record): an underflow, or the block before overflowed");
+  ta_error_info e = { .kind = ta_kind_name(TA_KIND_HEAP_OVERFLOW), .bytes = usable, .stack = stack,
+                      .free_stack = stack, .addr = a, .detail = detail };
+  _ta_finding_error(&e);
+  beside_raw_free(a, 0, false);
+}
+
+enum { BF_NOT = -1, BF_QUIET = 0, BF_DONE = 1, BF_BAD = 2 };
+
+/* Frees the block at a if its record is beside it (BF_NOT: it is not).
+ * As block_free, in leaks mode (the only one with such blocks): no
+ * quarantine.  quiet with no stack: anything to report (a written pad or
+ * record) changes nothing and returns BF_QUIET, for the caller to come
+ * back with its stack. */
+static int beside_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
+  if (!beside_is(a)) return BF_NOT;               /* a hint; again under the lock */
+  shard *s = shard_of(a);
+  bool solo = _ta_solo_enter(t);
+  shard_lock_if(s, solo);
+  uint64_t *w = beside_word(a), bit = beside_bit(a);
+  if (!(*w & bit)) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return BF_NOT;
+  }
+  bool quiet_check = quiet && stack == 0;
+  beside_rec r;
+  if (TA_UNLIKELY(!beside_read(a, &r))) {
+    if (!quiet_check) *w &= ~bit;
+    shard_unlock_if(s, solo);
+    if (quiet_check) {
+      _ta_solo_leave(t, solo);
+      return BF_QUIET;
+    }
+    beside_report_damage(t, a, stack, solo);
+    return BF_DONE;
+  }
+  size_t padn = beside_pad_len(r.size);
+  pad_damage d;
+  if (TA_UNLIKELY(r.flags & (TA_F_REF | TA_F_HOLD))) {
+    if (quiet_check && pad_changed_n(a, r.size, padn, &d)) {
+      shard_unlock_if(s, solo);
+      _ta_solo_leave(t, solo);
+      return BF_QUIET;
+    }
+    shard_unlock_if(s, solo);                     /* holds and refcounts take their own locks */
+    _ta_solo_leave(t, solo);
+    if (r.flags & TA_F_REF) _ta_ref_on_free(a, stack);
+    if (r.flags & TA_F_HOLD) _ta_hold_on_free(a, r.size, stack);
+    solo = _ta_solo_enter(t);
+    shard_lock_if(s, solo);
+    if (!(*w & bit) || !beside_read(a, &r)) {     /* freed meanwhile by another thread */
+      shard_unlock_if(s, solo);
+      _ta_solo_leave(t, solo);
+      report_bad_free(a, stack, NULL);
+      return BF_BAD;
+    }
+    quiet_check = false;
+    padn = beside_pad_len(r.size);
+  }
+  bool damaged = pad_changed_n(a, r.size, padn, &d);
+  if (TA_UNLIKELY(damaged && quiet_check)) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return BF_QUIET;
+  }
+  *w &= ~bit;
+  shard_unlock_if(s, solo);
+  count_free(t, r.tag, r.size, solo);
+  _ta_solo_leave(t, solo);
+  ta_block freed;
+  record_freed(&freed, a, r.size, r.tag, r.seq, (uint8_t)(r.flags | TA_F_BESIDE), r.stack, stack);
+  if (TA_UNLIKELY(damaged)) _ta_report_overflow(&freed, &d, PAD_AT_FREE);
+  quarantine_recent(t, &freed);
+  beside_raw_free(a, r.size, true);
+  return BF_DONE;
+}
+
+/* The default mode's free of a block with its record beside it, whole,
+ * as block_free_plain's: no flag, the record and the pad intact (else
+ * BF_QUIET, nothing changed: beside_free says why); BF_NOT where a is not
+ * such a block.  The record and the pad are on the block's own lines. */
+static inline __attribute__((always_inline)) int beside_free_plain(ta_thread *t, uintptr_t a) {
+  if (a & 15) return BF_NOT;
+  uint64_t *w = beside_word(a);
+  if (w == NULL) return BF_NOT;
+  ta_block *ring = t->recent;
+  if (TA_UNLIKELY(ring == NULL)) return beside_is(a) ? BF_QUIET : BF_NOT;   /* the ring's first use */
+  uint64_t bit = beside_bit(a);
+  shard *s = shard_of(a);
+  bool solo = _ta_solo_enter(t);
+  shard_lock_if(s, solo);
+  if (!(*w & bit)) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return BF_NOT;
+  }
+  beside_rec r;
+  if (TA_UNLIKELY(!beside_read(a, &r)) || TA_UNLIKELY(r.flags != 0) ||
+      TA_UNLIKELY(!pad_intact((const unsigned char *)(a + r.size), beside_pad_len(r.size)))) {
+    shard_unlock_if(s, solo);
+    _ta_solo_leave(t, solo);
+    return BF_QUIET;
+  }
+  *w &= ~bit;
+  shard_unlock_if(s, solo);
+  count_free(t, r.tag, r.size, solo);
+  _ta_solo_leave(t, solo);
+  uint32_t pos = t->rpos;
+  record_freed(&ring[pos], a, r.size, r.tag, r.seq, TA_F_BESIDE, r.stack, 0);
+  t->rpos = (pos + 1) & (TA_RECENT - 1);
+  sdallocx((void *)(a - BESIDE_HDR), (size_t)r.size + BESIDE_HDR, 0);
+  return BF_DONE;
+}
+
 /* Frees the block at a; `stack` is where.  Returns false for a bad free,
  * which it reports, unless `quiet`: then it changes nothing and the caller,
  * which took no stack (leaks mode), takes one and calls again.
@@ -381,6 +554,10 @@ static inline int64_t quarantine_budget(void) {
  * record's).  A quiet free that finds it written puts the record back,
  * under the same lock, so that it changed nothing. */
 static bool block_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
+  if (TA_UNLIKELY(_ta_beside_on)) {
+    int r = beside_free(t, a, stack, quiet);
+    if (r != BF_NOT) return r == BF_DONE;
+  }
   shard *s = shard_of(a);
   bool solo = _ta_solo_enter(t);
   shard_lock_if(s, solo);
@@ -571,9 +748,38 @@ static bool realloc_in_place(ta_thread *t, uintptr_t a, const ta_block *old, siz
   return ok;
 }
 
+/* realloc in place of a block with its record beside it (leaks mode):
+ * where the new size + 16 is in the same size class, as realloc_in_place
+ * does for a table block. */
+static bool beside_realloc_in_place(ta_thread *t, uintptr_t a, const ta_block *old, size_t size, uint32_t stack) {
+  if ((old->flags & ~TA_F_BESIDE) || size > BESIDE_MAX || _ta_tracing ||
+      class_of(size + BESIDE_HDR) != class_of((size_t)old->size + BESIDE_HDR))
+    return false;
+  pad_damage d;
+  if (pad_changed_n(a, old->size, beside_pad_len(old->size), &d)) return false;   /* the move's free tells it */
+  bool solo = _ta_solo_enter(t);
+  uint64_t seq = _ta_next_seq(t, solo);
+  shard *s = shard_of(a);
+  shard_lock_if(s, solo);
+  beside_rec r;
+  bool ok = !(seq >> BESIDE_SEQ_BITS) && beside_is(a) && beside_read(a, &r) && r.seq == old->seq && r.flags == 0;
+  if (ok) {
+    if (_ta_opt.fill >= 0 && size > old->size) memset((void *)(a + old->size), (int)_ta_opt.fill, size - old->size);
+    pad_fill_n(a + size, beside_pad_len(size));
+    beside_write(a, size, 0, r.tag, seq, stack);
+  }
+  shard_unlock_if(s, solo);
+  if (ok) {
+    count_free(t, r.tag, old->size, solo);
+    count_alloc(t, r.tag, size, a, seq, solo);
+  }
+  _ta_solo_leave(t, solo);
+  return ok;
+}
+
 static inline __attribute__((always_inline))
 void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stack) {
-  if (p == NULL) return block_new(t, raw_alloc(t, size, 16, 0), size, tag_check(tag), stack);
+  if (p == NULL) return block_new_any(t, size, tag_check(tag), stack);
   uintptr_t a = (uintptr_t)p;
   ta_block old;
   bool known = _ta_block_get(a, &old);
@@ -585,9 +791,11 @@ void *realloc_impl(ta_thread *t, ta_tag tag, void *p, size_t size, uint32_t stac
     block_free(t, a, stack, false);
     return NULL;
   }
-  if (realloc_in_place(t, a, &old, size, stack)) return p;
+  if ((old.flags & TA_F_BESIDE) ? beside_realloc_in_place(t, a, &old, size, stack)
+                                : realloc_in_place(t, a, &old, size, stack))
+    return p;
   /* Else move, so that a stale pointer to the old block is caught. */
-  void *n = block_new(t, raw_alloc(t, size, 16, 0), size, old.tag, stack);
+  void *n = block_new_any(t, size, old.tag, stack);
   if (n == NULL) return NULL;
   memcpy(n, p, old.size < size ? old.size : size);
   if (_ta_tracing)
@@ -642,8 +850,33 @@ bool _ta_free_quiet(void *p) {
   if (p == NULL) return true;
   _ta_ensure();
   ta_thread *t = _ta_thread();
-  if (TA_LIKELY(_ta_opt.check == TA_CHECK_LEAKS) && block_free_plain(t, (uintptr_t)p)) return true;
+  if (TA_LIKELY(_ta_opt.check == TA_CHECK_LEAKS)) {
+    if (TA_LIKELY(_ta_beside_on)) {
+      int r = beside_free_plain(t, (uintptr_t)p);
+      if (r == BF_DONE) return true;
+      if (r == BF_QUIET) return block_free(t, (uintptr_t)p, 0, true);   /* beside_free: why */
+    }
+    if (block_free_plain(t, (uintptr_t)p)) return true;
+  }
   return block_free(t, (uintptr_t)p, 0, true);
+}
+
+/* The preload's malloc and operator new in leaks mode, for a block that
+ * fits beside its record (_ta_beside_fits). */
+void *_ta_alloc_beside(ta_tag tag, size_t size, uint32_t stack) {
+  _ta_ensure();
+  ta_thread *t = _ta_thread();
+  if (TA_UNLIKELY(_ta_tracing)) return _ta_alloc_at(tag, size, 0, false, stack);
+  return beside_new_out(t, size, tag_check(tag), stack);
+}
+
+/* The bytes asked for of the block at p if its record is beside it, else 0
+ * (the preload's malloc_usable_size where the ledger cannot be entered:
+ * without the shard's lock, the block being the caller's). */
+size_t _ta_beside_usable(const void *p) {
+  beside_rec r;
+  if (!_ta_beside_on || !beside_is((uintptr_t)p) || !beside_read((uintptr_t)p, &r)) return 0;
+  return (size_t)r.size;
 }
 
 void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack) {

@@ -5,6 +5,7 @@
  * table's shape).  Allocation and free (ledger.c) use the inline probes
  * of live.h. */
 #include "block.h"
+#include "beside.h"
 #include "live.h"
 
 shard _ta_shards[NSHARDS] __attribute__((aligned(64)));
@@ -97,10 +98,12 @@ bool _ta_block_live(uintptr_t a, ta_block *out) {
   bool solo = t != NULL && _ta_solo_enter(t);
   shard_lock_if(s, solo);
   const ta_slot *r = slot_find(s, a);
+  bool found = r != NULL;
   if (r) slot_load(r, out);
+  else if (_ta_beside_on) found = _ta_beside_get_locked(a, out);
   shard_unlock_if(s, solo);
   if (t != NULL) _ta_solo_leave(t, solo);
-  return r != NULL;
+  return found;
 }
 
 bool _ta_block_get(uintptr_t a, ta_block *out) {
@@ -108,6 +111,7 @@ bool _ta_block_get(uintptr_t a, ta_block *out) {
 }
 
 bool _ta_block_find(uintptr_t p, ta_block *out) {
+  if (_ta_beside_on && _ta_beside_find(p, out)) return true;
   for (int i = 0; i < NSHARDS; i++) {
     shard *s = &_ta_shards[i];
     bool found = false;
@@ -132,6 +136,11 @@ void _ta_block_flag(uintptr_t a, uint8_t flags) {
   shard_lock(s);
   ta_slot *r = slot_find(s, a);
   if (r) slot_set_flags(r, slot_flags(r) | flags);
+  else if (_ta_beside_on) {
+    beside_rec b;
+    if (beside_is(a) && beside_read(a, &b))     /* a refcount or a hold: the slow free */
+      beside_write(a, b.size, (uint8_t)(b.flags | (flags & (TA_F_REF | TA_F_HOLD))), b.tag, b.seq, b.stack);
+  }
   shard_unlock(s);
 }
 
@@ -143,6 +152,9 @@ bool _ta_block_check(uintptr_t a, ta_tag tag, ta_tag alt) {
   shard_lock_if(s, solo);
   const ta_slot *r = slot_find(s, a);
   bool ok = r != NULL && (tag == TA_ANY || slot_tag(r) == tag || slot_tag(r) == alt);
+  ta_block b;
+  if (r == NULL && _ta_beside_on && _ta_beside_get_locked(a, &b))
+    ok = tag == TA_ANY || b.tag == tag || b.tag == alt;
   shard_unlock_if(s, solo);
   if (t != NULL) _ta_solo_leave(t, solo);
   return ok;
@@ -189,4 +201,5 @@ void _ta_block_each(bool locked, void (*fn)(const ta_block *b, void *arg), void 
     }
     if (!locked) shard_unlock(s);
   }
+  if (_ta_beside_on) _ta_beside_each(locked, fn, arg);
 }

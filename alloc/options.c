@@ -35,6 +35,7 @@ ta_options_t _ta_opt = {
   .guard = 0,
   .guard_slots = 65536,
   .guard_sample = 100,
+  .beside = 1,
 };
 
 typedef enum { OPT_SIZE, OPT_FLAG, OPT_UNWIND, OPT_CHECK, OPT_BYTE, OPT_STRING, OPT_SPAN } opt_kind;
@@ -71,6 +72,7 @@ static const opt_desc opt_table[] = {
   { "guard",         OPT_FLAG,   &_ta_opt.guard,        0, 1, NULL },
   { "guard_slots",   OPT_SIZE,   &_ta_opt.guard_slots,  16, 1L << 22, NULL },
   { "guard_sample",  OPT_SIZE,   &_ta_opt.guard_sample, 1, 1L << 30, NULL },
+  { "beside",        OPT_FLAG,   &_ta_opt.beside,       0, 1, NULL },
   { "suppressions",  OPT_STRING, NULL,                  0, 0, &_ta_opt.suppressions },   /* reports/suppress.c */
   { "skip",          OPT_STRING, NULL,                  0, 0, &_ta_opt.skip },   /* the preload: exec */
   { "debug_cache",   OPT_STRING, NULL,                  0, 0, &_ta_opt.debug_cache },   /* reports/symbolize.c */

@@ -37,6 +37,7 @@ typedef struct {
   long guard;         /* TAGALLOC_GUARD: guard mode on/off (guard.c) */
   long guard_slots;   /* TAGALLOC_GUARD_SLOTS: page slots of small guarded blocks */
   long guard_sample;  /* TAGALLOC_GUARD_SAMPLE: one block in N guarded beyond the budget */
+  long beside;        /* TAGALLOC_BESIDE: the preload's leaks mode keeps small blocks' records beside them (beside.h) */
   const char *suppressions; /* TAGALLOC_SUPPRESSIONS: the suppressions file (reports/suppress.c) */
   const char *skip;   /* TAGALLOC_SKIP: programs the preload does not follow into (glob, comma-separated) */
   const char *debug_cache; /* TAGALLOC_DEBUG_CACHE: the symbolizer's cache of debug files (reports/symbolize.c) */

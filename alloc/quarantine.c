@@ -3,6 +3,7 @@
  * outside it; the search of both for a bad free or check; the checks at
  * exit.  The free path (ledger.c, block_free) decides which frees come
  * here and with what budget, and fills the poison. */
+#include "beside.h"
 #include "block.h"
 
 #include <emmintrin.h>
@@ -335,8 +336,8 @@ static void pad_check_live(const ta_block *b, void *arg) {
   q_check *c = arg;
   /* only the blocks block_new padded (arena blocks, or any other kind a
    * flag marks, have no pad, and may not even be host memory) */
-  if (c->nover >= 16 || (b->flags & ~(TA_F_REF | TA_F_HOLD)) || !pad_owned(b->addr)) return;
-  if (pad_changed(b->addr, b->size, &c->d[c->nover])) c->over[c->nover++] = *b;
+  if (c->nover >= 16 || (b->flags & ~(TA_F_REF | TA_F_HOLD | TA_F_BESIDE)) || !pad_owned(b->addr)) return;
+  if (pad_changed_n(b->addr, b->size, block_pad_len(b->size, b->flags), &c->d[c->nover])) c->over[c->nover++] = *b;
 }
 
 /* Only the calling thread's ring: another thread that is still running

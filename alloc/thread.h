@@ -23,6 +23,7 @@ enum {                                            /* ta_block.flags */
   TA_F_REF   = 1,   /* has a refcount record (ref.c) */
   TA_F_HOLD  = 2,   /* holds something, or is held (hold.c) */
   TA_F_ARENA = 4,   /* lives in an arena chunk: not freeable, dies at reset */
+  TA_F_BESIDE = 8,  /* its record is the 16 bytes before it, not a table slot (beside.h); never in the table */
 };
 
 /* A block's whole record: the quarantine's ring and the recent frees

@@ -330,7 +330,9 @@ BODY void *alloc_body(ta_tag *tagp, size_t size, size_t align, bool zero, void *
   if (TA_UNLIKELY(t == NULL)) return raw_or_enomem(size, align, zero, !inside_ledger());
   int *ep = &errno, e = *ep;
   void *p = NULL;
-  if (TA_LIKELY(size <= PTRDIFF_MAX)) {
+  if (TA_LIKELY(size <= TA_BESIDE_MAX) && TA_LIKELY(_ta_beside_on) && align == 0 && !zero) {
+    p = _ta_alloc_beside(*tagp, size, _ta_stack_capture(1));   /* leaks mode: its record beside it */
+  } else if (TA_LIKELY(size <= PTRDIFF_MAX)) {
     void *raw = _ta_alloc_raw(size, align, zero);   /* its table slot loads ... */
     uint32_t stack = _ta_stack_capture(1);          /* ... while the stack is taken */
     p = _ta_alloc_record(raw, *tagp, size, zero, stack);
@@ -521,7 +523,8 @@ PL_EXPORT size_t malloc_usable_size(void *p) {
   ta_thread *t = enter();
   if (t == NULL) {                          /* inside the ledger: jemalloc's answer, */
     if (_ta_guard_on && _ta_guard_owns((uintptr_t)p)) return 0;   /* not for a guarded page */
-    return _pl_raw_usable(p);
+    size_t b = _ta_beside_usable(p);              /* jemalloc's block starts 16 bytes before it */
+    return b ? b : _pl_raw_usable(p);
   }
   size_t n = ta_usable_size(p);
   _pl_leave(t);

@@ -244,6 +244,26 @@ if cc -g -O0 -o overflow_free "$here/progs/overflow_free.c"; then
 else
   bad "cannot build overflow_free.c"
 fi
+# progs/beside.c: in the default mode a small block's record is the 16
+# bytes before it (alloc/beside.h).  A write there is found at the block's
+# free (line 18) as heap.overflow, the program goes on; a live block's
+# written pad is found at exit; malloc_usable_size says the bytes asked
+# for.  With TAGALLOC_BESIDE=0 the records are in the table: the write
+# before the block lands in jemalloc's block before it, unseen.
+if cc -g -O0 -o beside "$here/progs/beside.c"; then
+  "$ta" run -q --json b.json -- ./beside > out 2> err; rc=$?
+  expect "records beside blocks: a write before a block is found at its free, a written pad at exit" \
+    "0 100 2000 heap.overflow:1:1 heap.overflow:1:0" "$rc $(cat out) $(kinds b.json)"
+  "$ta" run -- ./beside > out 2> err
+  expect "records beside blocks: the free that found the written record is named" \
+    "found at its free: beside.c:18" "$(grep -A1 'found at its free:' err | grep -oE 'found at its free:|beside.c:[0-9]+' | tr '\n' ' ' | sed 's/ $//')"
+  has "records beside blocks: the report says what was written" err "wrote the 16 bytes before the block (its record): an underflow, or the block before overflowed"
+  TAGALLOC_BESIDE=0 "$ta" run -q --json b.json -- ./beside > out 2> err; rc=$?
+  expect "TAGALLOC_BESIDE=0: the records in the table, the write before the block unseen" \
+    "0 100 2000 heap.overflow:1:0" "$rc $(cat out) $(kinds b.json)"
+else
+  bad "cannot build beside.c"
+fi
 # An exit-only trace (leaks mode, no output needing events) holds the
 # frames of its findings' stacks, not the whole depot: bench/auditor/tree.c
 # at depth 12 makes thousands of distinct stacks and leaks one block.
