@@ -13,26 +13,29 @@
  * Which blocks.  Where _ta_beside_on (the preload, leaks mode, no guard
  * mode, no trace, jemalloc's size classes as class_of computes them,
  * TAGALLOC_BESIDE not off): malloc, operator new and realloc's new blocks
- * of at most BESIDE_MAX bytes.  The rest (calloc, aligned allocations,
- * bigger blocks, the training stack's ta_alloc) stay in the table: a
- * header on a big block would push it into the next size class (4 KiB +
- * 16 bytes is a 5 KiB block), and the table's record costs a big block
- * little.  The first BESIDE_MAX + 16 bytes are one class step at most.
+ * of at most BESIDE_MAX (4,080) bytes, whose 16 more stay within
+ * jemalloc's classes of up to a page.  The 16 bytes push a block one class
+ * up at most (a 1 KiB block takes 1,280 bytes, a 24-byte one 48 where it
+ * took 32), where the table's record took 24 bytes in a table kept under
+ * three quarters full.  The rest (calloc, aligned allocations, bigger
+ * blocks, the training stack's ta_alloc) stay in the table: 4 KiB + 16
+ * bytes would be a 5 KiB block, and the table's record costs a big block
+ * little.
  *
  * The layout.  jemalloc's block is raw; the program's starts 16 bytes in:
  *
  *   raw             raw + 16 = a                   a + size
  *   | w0 | w1 |     | the program's bytes ...       | pad | class slack |
  *
- *   w0: size (10 bits) | flags (2: TA_F_REF, TA_F_HOLD) | tag (8)
- *       | seq bits 32..47 (16) | check (28)
+ *   w0: size (12 bits) | flags (2: TA_F_REF, TA_F_HOLD) | tag (8)
+ *       | seq bits 32..47 (16) | check (26)
  *   w1: seq bits 0..31 (32) | stack (32)
  *
  * The pad is the class slack past a + size, at most TA_PAD_MAX bytes, as
  * for a table block (block.h), with the class of size + 16.  check is a
- * hash of the address and the other 100 bits: a header that an overflow
+ * hash of the address and the other 102 bits: a header that an overflow
  * of the block before it (past that block's pad and slack) or a write
- * before this block changed fails it but once in 2^28, and is reported
+ * before this block changed fails it but once in 2^26, and is reported
  * (heap.overflow, "the record before the block was written") and freed by
  * jemalloc's own size, never by the size it read.
  *
@@ -56,8 +59,8 @@
 #include "live.h"
 
 #define BESIDE_HDR   16u
-#define BESIDE_MAX   ((size_t)TA_BESIDE_MAX)   /* 1008: size + 16 <= 1024 */
-_Static_assert(TA_BESIDE_MAX + 16 <= 1024, "a record beside its block fits 10 bits of size");
+#define BESIDE_MAX   ((size_t)TA_BESIDE_MAX)   /* 4080: size + 16 <= 4096 */
+_Static_assert(TA_BESIDE_MAX + 16 <= 4096, "a record beside its block fits 12 bits of size");
 #define BESIDE_REGION_SHIFT 30           /* a bitmap maps 1 GiB */
 #define BESIDE_DIR   ((size_t)1 << (47 - BESIDE_REGION_SHIFT))
 #define BESIDE_SEQ_BITS 48
@@ -99,18 +102,18 @@ static inline bool beside_is(uintptr_t a) {
 
 /* ---- the header ---------------------------------------------------------- */
 
-#define BH_CHECK_SHIFT 36
+#define BH_CHECK_SHIFT 38
 
 static inline uint64_t beside_check(uintptr_t a, uint64_t w0_low, uint64_t w1) {
   uint64_t h = (uint64_t)a * 0x9E3779B97F4A7C15ull ^ w0_low * 0xC2B2AE3D27D4EB4Full ^ w1 * 0x165667B19E3779F9ull;
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ull;
-  return h >> BH_CHECK_SHIFT;                     /* 28 bits */
+  return h >> BH_CHECK_SHIFT;                     /* 26 bits */
 }
 
 static inline void beside_write(uintptr_t a, uint64_t size, uint8_t flags, ta_tag tag, uint64_t seq, uint32_t stack) {
-  uint64_t low = (size & 1023) | (uint64_t)(flags & 3) << 10 | (uint64_t)(tag & 0xFF) << 12 |
-                 (seq >> 32 & 0xFFFF) << 20;
+  uint64_t low = (size & 4095) | (uint64_t)(flags & 3) << 12 | (uint64_t)(tag & 0xFF) << 14 |
+                 (seq >> 32 & 0xFFFF) << 22;
   uint64_t w1 = (seq & 0xFFFFFFFFu) | (uint64_t)stack << 32;
   uint64_t w0 = low | beside_check(a, low, w1) << BH_CHECK_SHIFT;
   memcpy((void *)(a - 16), &w0, 8);
@@ -126,10 +129,10 @@ static inline bool beside_read(uintptr_t a, beside_rec *r) {
   memcpy(&w1, (const void *)(a - 8), 8);
   uint64_t low = w0 & ((UINT64_C(1) << BH_CHECK_SHIFT) - 1);
   if (TA_UNLIKELY(beside_check(a, low, w1) != w0 >> BH_CHECK_SHIFT)) return false;
-  r->size = low & 1023;
-  r->flags = (uint8_t)(low >> 10 & 3);
-  r->tag = (ta_tag)(low >> 12 & 0xFF);
-  r->seq = (low >> 20 & 0xFFFF) << 32 | (w1 & 0xFFFFFFFFu);
+  r->size = low & 4095;
+  r->flags = (uint8_t)(low >> 12 & 3);
+  r->tag = (ta_tag)(low >> 14 & 0xFF);
+  r->seq = (low >> 22 & 0xFFFF) << 32 | (w1 & 0xFFFFFFFFu);
   r->stack = (uint32_t)(w1 >> 32);
   return r->size <= BESIDE_MAX;
 }

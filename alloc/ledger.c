@@ -867,7 +867,9 @@ void *_ta_alloc_beside(ta_tag tag, size_t size, uint32_t stack) {
   _ta_ensure();
   ta_thread *t = _ta_thread();
   if (TA_UNLIKELY(_ta_tracing)) return _ta_alloc_at(tag, size, 0, false, stack);
-  return beside_new_out(t, size, tag_check(tag), stack);
+  void *p = beside_new(t, size, tag_check(tag), stack);
+  if (TA_UNLIKELY(p == NULL)) _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
+  return p;
 }
 
 /* The bytes asked for of the block at p if its record is beside it, else 0

@@ -3,7 +3,7 @@
  * (line 17) changes its record, which its free (line 18) finds and reports
  * as heap.overflow, and the program goes on; a live block written past its
  * end is found at exit; malloc_usable_size says the bytes asked for, with
- * the record beside the block (100) or in the table (2000). */
+ * the record beside the block (100) or in the table (5000). */
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +13,7 @@ static char *volatile keep;
 int main(void) {
   char *volatile u = malloc(32);
   char *volatile v = malloc(100);
-  char *volatile w = malloc(2000);
+  char *volatile w = malloc(5000);
   u[-1] = 7;                                   /* before the block */
   free(u);
   keep = malloc(40);
