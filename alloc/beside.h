@@ -12,13 +12,13 @@
  *
  * Which blocks.  Where _ta_beside_on (the preload, leaks mode, no guard
  * mode, no trace, jemalloc's size classes as class_of computes them,
- * TAGALLOC_BESIDE not off): malloc, operator new and realloc's new blocks
- * of at most BESIDE_MAX (4,080) bytes, whose 16 more stay within
+ * TAGALLOC_BESIDE not off): malloc, calloc, operator new and realloc's new
+ * blocks of at most BESIDE_MAX (4,080) bytes, whose 16 more stay within
  * jemalloc's classes of up to a page.  The 16 bytes push a block one class
  * up at most (a 1 KiB block takes 1,280 bytes, a 24-byte one 48 where it
  * took 32), where the table's record took 24 bytes in a table kept under
- * three quarters full.  The rest (calloc, aligned allocations, bigger
- * blocks, the training stack's ta_alloc) stay in the table: 4 KiB + 16
+ * three quarters full.  The rest (aligned allocations, bigger blocks, the
+ * training stack's ta_alloc) stay in the table: 4 KiB + 16
  * bytes would be a 5 KiB block, and the table's record costs a big block
  * little.
  *

@@ -372,7 +372,7 @@ static inline int64_t quarantine_budget(void) {
 /* A block of size bytes (at most BESIDE_MAX) with its record beside it;
  * NULL when jemalloc or the bitmap has no memory (the caller reports). */
 static inline __attribute__((always_inline))
-void *beside_new(ta_thread *t, size_t size, ta_tag tag, uint32_t stack) {
+void *beside_new(ta_thread *t, size_t size, ta_tag tag, bool zero, uint32_t stack) {
   char *raw = _ta_je_malloc(size + BESIDE_HDR);
   if (TA_UNLIKELY(raw == NULL)) return NULL;
   uintptr_t a = (uintptr_t)raw + BESIDE_HDR;
@@ -381,7 +381,8 @@ void *beside_new(ta_thread *t, size_t size, ta_tag tag, uint32_t stack) {
     sdallocx(raw, size + BESIDE_HDR, 0);
     return NULL;
   }
-  if (_ta_opt.fill >= 0) memset((void *)a, (int)_ta_opt.fill, size);
+  if (zero) memset((void *)a, 0, size);
+  else if (_ta_opt.fill >= 0) memset((void *)a, (int)_ta_opt.fill, size);
   pad_fill_n(a + size, beside_pad_len(size));
   uint64_t bit = beside_bit(a);
   bool solo = _ta_solo_enter(t);
@@ -403,7 +404,7 @@ void *beside_new(ta_thread *t, size_t size, ta_tag tag, uint32_t stack) {
 }
 
 static TA_NOINLINE void *beside_new_out(ta_thread *t, size_t size, ta_tag tag, uint32_t stack) {
-  void *p = beside_new(t, size, tag, stack);
+  void *p = beside_new(t, size, tag, false, stack);
   if (TA_UNLIKELY(p == NULL)) _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
   return p;
 }
@@ -861,13 +862,13 @@ bool _ta_free_quiet(void *p) {
   return block_free(t, (uintptr_t)p, 0, true);
 }
 
-/* The preload's malloc and operator new in leaks mode, for a block that
- * fits beside its record (_ta_beside_fits). */
-void *_ta_alloc_beside(ta_tag tag, size_t size, uint32_t stack) {
+/* The preload's malloc, calloc and operator new in leaks mode, for a
+ * block that fits beside its record (zero: calloc's). */
+void *_ta_alloc_beside(ta_tag tag, size_t size, bool zero, uint32_t stack) {
   _ta_ensure();
   ta_thread *t = _ta_thread();
-  if (TA_UNLIKELY(_ta_tracing)) return _ta_alloc_at(tag, size, 0, false, stack);
-  void *p = beside_new(t, size, tag_check(tag), stack);
+  if (TA_UNLIKELY(_ta_tracing)) return _ta_alloc_at(tag, size, 0, zero, stack);
+  void *p = beside_new(t, size, tag_check(tag), zero, stack);
   if (TA_UNLIKELY(p == NULL)) _ta_error(TA_ENOMEM, "out of memory allocating %zu bytes", size);
   return p;
 }

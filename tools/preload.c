@@ -330,8 +330,8 @@ BODY void *alloc_body(ta_tag *tagp, size_t size, size_t align, bool zero, void *
   if (TA_UNLIKELY(t == NULL)) return raw_or_enomem(size, align, zero, !inside_ledger());
   int *ep = &errno, e = *ep;
   void *p = NULL;
-  if (TA_LIKELY(size <= TA_BESIDE_MAX) && TA_LIKELY(_ta_beside_on) && align == 0 && !zero) {
-    p = _ta_alloc_beside(*tagp, size, _ta_stack_capture(1));   /* leaks mode: its record beside it */
+  if (TA_LIKELY(size <= TA_BESIDE_MAX) && TA_LIKELY(_ta_beside_on) && align == 0) {
+    p = _ta_alloc_beside(*tagp, size, zero, _ta_stack_capture(1));   /* leaks mode: its record beside it */
   } else if (TA_LIKELY(size <= PTRDIFF_MAX)) {
     void *raw = _ta_alloc_raw(size, align, zero);   /* its table slot loads ... */
     uint32_t stack = _ta_stack_capture(1);          /* ... while the stack is taken */
