@@ -3,8 +3,6 @@
  * ledger (live.c).  The blocks themselves are made and freed in ledger.c. */
 #include "beside.h"
 
-#include <sys/mman.h>
-
 bool _ta_beside_on;
 _Atomic(uint64_t *) _ta_beside_dir[BESIDE_DIR];
 
@@ -32,10 +30,10 @@ uint64_t *_ta_beside_map(uintptr_t a) {
   size_t d = a >> BESIDE_REGION_SHIFT;
   if (atomic_load_explicit(&_ta_beside_dir[d], memory_order_relaxed) == NULL) {
     uint32_t n = atomic_load_explicit(&nregions, memory_order_relaxed);
-    void *m = n < REGIONS_MAX ? mmap(NULL, SUMMARY_BYTES + BITMAP_BYTES, PROT_READ | PROT_WRITE,
-                                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                              : MAP_FAILED;
-    if (m != MAP_FAILED) {
+    /* the ledger's own (_ta_mmap): never a root of the scan, whose words
+     * could pass for pointers into the heap */
+    void *m = n < REGIONS_MAX ? _ta_mmap(SUMMARY_BYTES + BITMAP_BYTES) : NULL;
+    if (m != NULL) {
       region_dir[n] = (uint32_t)d;
       atomic_store_explicit(&nregions, n + 1, memory_order_release);
       atomic_store_explicit(&_ta_beside_dir[d], (uint64_t *)((char *)m + SUMMARY_BYTES), memory_order_release);
