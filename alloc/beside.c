@@ -94,8 +94,14 @@ static void each_block(uintptr_t a, uint64_t word, void *arg) {
     word &= word - 1;
     beside_rec r;
     ta_block out;
-    if (!beside_read(b, &r)) continue;           /* a written record: told at its free */
-    beside_load(b, &r, &out);
+    if (beside_read(b, &r)) {
+      beside_load(b, &r, &out);
+    } else {
+      /* a written record (told at its free, if the block is freed): still
+       * a live block to the scan, of jemalloc's size, with no stack */
+      size_t usable = sallocx((void *)(b - BESIDE_HDR), 0) - BESIDE_HDR;
+      out = (ta_block){ .addr = b, .size = usable, .state = TA_LIVE, .flags = TA_F_BESIDE };
+    }
     c->fn(&out, c->arg);
   }
 }

@@ -37,7 +37,9 @@
  * of the block before it (past that block's pad and slack) or a write
  * before this block changed fails it but once in 2^26, and is reported
  * (heap.overflow, "the record before the block was written") and freed by
- * jemalloc's own size, never by the size it read.
+ * jemalloc's own size, never by the size it read; a block whose record
+ * was written and that is never freed is still a live block to the exit
+ * scan, of jemalloc's size, with no stack.
  *
  * Which addresses are blocks.  A bitmap, a bit for every 16 bytes of the
  * address space, set while a block with a record beside it starts there:

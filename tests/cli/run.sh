@@ -264,6 +264,16 @@ if cc -g -O0 -o beside "$here/progs/beside.c"; then
 else
   bad "cannot build beside.c"
 fi
+# progs/beside_lost.c: a block whose record was written and which is
+# then lost is still a leak to the exit scan (of jemalloc's size, no stack).
+if cc -g -O0 -o beside_lost "$here/progs/beside_lost.c"; then
+  "$ta" run -- ./beside_lost > out 2> err; rc=$?
+  expect "records beside blocks: a lost block whose record was written is still a leak" \
+    "0 Direct leak of 48 byte(s) in 1 object(s) allocated from: <no stack recorded> definitely lost: 48 bytes in 1 blocks" \
+    "$rc $(grep -A1 '^Direct leak' err | sed 's/^ *//' | tr '\n' ' ')$(grep -o 'definitely lost: .*' err)"
+else
+  bad "cannot build beside_lost.c"
+fi
 # progs/beside_threads.c: four threads make blocks with their records
 # beside them and free each other's, then leak 100 blocks of 1,300 bytes:
 # the exit scan finds exactly those (lost or still reachable from a stale
