@@ -434,6 +434,13 @@ static TA_NOINLINE void beside_report_damage(ta_thread *t, uintptr_t a, uint32_t
 
 enum { BF_NOT = -1, BF_QUIET = 0, BF_DONE = 1, BF_BAD = 2 };
 
+/* Leaves the shard's lock and the solo section with r. */
+static inline int beside_leave(ta_thread *t, shard *s, bool solo, int r) {
+  shard_unlock_if(s, solo);
+  _ta_solo_leave(t, solo);
+  return r;
+}
+
 /* Frees the block at a if its record is beside it (BF_NOT: it is not).
  * As block_free, in leaks mode (the only one with such blocks): no
  * quarantine.  quiet with no stack: anything to report (a written pad or
@@ -445,11 +452,7 @@ static int beside_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   bool solo = _ta_solo_enter(t);
   shard_lock_if(s, solo);
   uint64_t *w = beside_word(a), bit = beside_bit(a);
-  if (!(*w & bit)) {
-    shard_unlock_if(s, solo);
-    _ta_solo_leave(t, solo);
-    return BF_NOT;
-  }
+  if (!(*w & bit)) return beside_leave(t, s, solo, BF_NOT);
   bool quiet_check = quiet && stack == 0;
   beside_rec r;
   if (TA_UNLIKELY(!beside_read(a, &r))) {
@@ -465,11 +468,7 @@ static int beside_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
   size_t padn = beside_pad_len(r.size);
   pad_damage d;
   if (TA_UNLIKELY(r.flags & (TA_F_REF | TA_F_HOLD))) {
-    if (quiet_check && pad_changed_n(a, r.size, padn, &d)) {
-      shard_unlock_if(s, solo);
-      _ta_solo_leave(t, solo);
-      return BF_QUIET;
-    }
+    if (quiet_check && pad_changed_n(a, r.size, padn, &d)) return beside_leave(t, s, solo, BF_QUIET);
     shard_unlock_if(s, solo);                     /* holds and refcounts take their own locks */
     _ta_solo_leave(t, solo);
     if (r.flags & TA_F_REF) _ta_ref_on_free(a, stack);
@@ -486,11 +485,7 @@ static int beside_free(ta_thread *t, uintptr_t a, uint32_t stack, bool quiet) {
     padn = beside_pad_len(r.size);
   }
   bool damaged = pad_changed_n(a, r.size, padn, &d);
-  if (TA_UNLIKELY(damaged && quiet_check)) {
-    shard_unlock_if(s, solo);
-    _ta_solo_leave(t, solo);
-    return BF_QUIET;
-  }
+  if (TA_UNLIKELY(damaged && quiet_check)) return beside_leave(t, s, solo, BF_QUIET);
   *w &= ~bit;
   shard_unlock_if(s, solo);
   count_free(t, r.tag, r.size, solo);
@@ -517,18 +512,11 @@ static inline __attribute__((always_inline)) int beside_free_plain(ta_thread *t,
   shard *s = shard_of(a);
   bool solo = _ta_solo_enter(t);
   shard_lock_if(s, solo);
-  if (!(*w & bit)) {
-    shard_unlock_if(s, solo);
-    _ta_solo_leave(t, solo);
-    return BF_NOT;
-  }
+  if (!(*w & bit)) return beside_leave(t, s, solo, BF_NOT);
   beside_rec r;
   if (TA_UNLIKELY(!beside_read(a, &r)) || TA_UNLIKELY(r.flags != 0) ||
-      TA_UNLIKELY(!pad_intact((const unsigned char *)(a + r.size), beside_pad_len(r.size)))) {
-    shard_unlock_if(s, solo);
-    _ta_solo_leave(t, solo);
-    return BF_QUIET;
-  }
+      TA_UNLIKELY(!pad_intact((const unsigned char *)(a + r.size), beside_pad_len(r.size))))
+    return beside_leave(t, s, solo, BF_QUIET);
   *w &= ~bit;
   shard_unlock_if(s, solo);
   count_free(t, r.tag, r.size, solo);
