@@ -861,13 +861,14 @@ void *_ta_alloc_beside(ta_tag tag, size_t size, bool zero, uint32_t stack) {
   return p;
 }
 
-/* The bytes asked for of the block at p if its record is beside it, else 0
- * (the preload's malloc_usable_size where the ledger cannot be entered:
- * without the shard's lock, the block being the caller's). */
-size_t _ta_beside_usable(const void *p) {
+/* Is the block at p one with its record beside it?  Then *n is the bytes
+ * asked for (the preload's malloc_usable_size where the ledger cannot be
+ * entered: without the shard's lock, the block being the caller's). */
+bool _ta_beside_usable(const void *p, size_t *n) {
   beside_rec r;
-  if (!_ta_beside_on || !beside_is((uintptr_t)p) || !beside_read((uintptr_t)p, &r)) return 0;
-  return (size_t)r.size;
+  if (!_ta_beside_on || !beside_is((uintptr_t)p) || !beside_read((uintptr_t)p, &r)) return false;
+  *n = (size_t)r.size;
+  return true;
 }
 
 void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack) {

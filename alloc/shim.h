@@ -23,12 +23,13 @@ void *_ta_alloc_raw(size_t size, size_t align, bool zero);
 void *_ta_alloc_record(void *raw, ta_tag tag, size_t size, bool zero, uint32_t stack);
 /* In leaks mode a block of at most 4080 bytes keeps its record beside it
  * (beside.h): where _ta_beside_on, malloc's, calloc's and operator new's
- * blocks that small come from _ta_alloc_beside (the stack taken first); the bytes asked
- * for of such a block, or 0 (malloc_usable_size outside the ledger). */
+ * blocks that small come from _ta_alloc_beside (the stack taken first);
+ * _ta_beside_usable: whether p is such a block, and its bytes asked for
+ * (malloc_usable_size outside the ledger). */
 extern TA_HIDDEN bool _ta_beside_on;
 #define TA_BESIDE_MAX 4080
 void *_ta_alloc_beside(ta_tag tag, size_t size, bool zero, uint32_t stack);
-size_t _ta_beside_usable(const void *p);
+bool _ta_beside_usable(const void *p, size_t *n);
 bool  _ta_free_at(void *p, uint32_t stack);                 /* false: a bad free, reported */
 bool  _ta_free_quiet(void *p);          /* leaks mode, no stack: false for a bad free, not reported, nothing done */
 void *_ta_realloc_at(ta_tag tag, void *p, size_t size, uint32_t stack);

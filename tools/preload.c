@@ -523,8 +523,9 @@ PL_EXPORT size_t malloc_usable_size(void *p) {
   ta_thread *t = enter();
   if (t == NULL) {                          /* inside the ledger: jemalloc's answer, */
     if (_ta_guard_on && _ta_guard_owns((uintptr_t)p)) return 0;   /* not for a guarded page */
-    size_t b = _ta_beside_usable(p);              /* jemalloc's block starts 16 bytes before it */
-    return b ? b : _pl_raw_usable(p);
+    size_t n;
+    if (_ta_beside_usable(p, &n)) return n;       /* jemalloc's block starts 16 bytes before it */
+    return _pl_raw_usable(p);
   }
   size_t n = ta_usable_size(p);
   _pl_leave(t);
